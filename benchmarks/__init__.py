@@ -1,0 +1,1 @@
+"""Benchmarks: ParamDict against plain dicts, bare foreach calls and peers."""

@@ -1,0 +1,30 @@
+"""paramdict: an immutable, keyed tensor mapping for functional PyTorch.
+
+`ParamDict` keeps parameters, gradients and optimizer state keyed by name end to
+end, so `torch.func.functional_call`, autograd and optimizers meet without
+`dict -> tuple -> dict` conversions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._autograd import Outputs
+from ._operators import Operand
+from ._paramdict import ParamDict
+
+__all__ = ["Operand", "Outputs", "ParamDict", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # Read lazily: importing importlib.metadata costs more than the rest of the
+    # package together.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("paramdict")
+        except PackageNotFoundError:  # running from a source tree
+            return "0+unknown"
+    msg = f"module 'paramdict' has no attribute {name!r}"
+    raise AttributeError(msg)

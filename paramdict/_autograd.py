@@ -1,0 +1,177 @@
+"""Autograd on ParamDicts: `grad` and `backward` return keyed gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import torch
+from torch import Tensor
+from typing_extensions import Self
+
+from ._container import _Container
+
+__all__ = ["Outputs"]
+
+Outputs: TypeAlias = Tensor | Sequence[Tensor]
+"""What to differentiate: a tensor (usually a scalar loss) or a sequence of them."""
+
+
+class _Autograd(_Container):
+    """Keyed `torch.autograd.grad` and `torch.autograd.backward` (see `ParamDict`)."""
+
+    __slots__ = ()
+
+    def _frozen_keys(self, what: str, fix: str) -> None:
+        frozen = sorted(k for k, v in self.items() if not v.requires_grad)
+        if frozen:
+            msg = (
+                f"Cannot take `{what}` with respect to {frozen!r}: they do not require "
+                f"grad. {fix}"
+            )
+            raise ValueError(msg)
+
+    def grad(
+        self,
+        loss: Outputs,
+        /,
+        *,
+        grad_outputs: Outputs | None = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        allow_unused: bool = False,
+        is_grads_batched: bool = False,
+    ) -> Self:
+        """Return the gradients of `loss` with respect to every value, keyed the same.
+
+        The keyed form of `torch.autograd.grad(loss, tuple(p.values()))`; the result
+        has the same type, keys and order as `self`, which is unchanged. The options
+        mean what they mean for `torch.autograd.grad`.
+
+        Args:
+            loss: The tensor (or tensors) to differentiate, usually a scalar loss.
+            grad_outputs: The vector(s) in the vector-Jacobian product; `None` for a
+                scalar `loss`.
+            retain_graph: Keep the graph for another backward pass. Defaults to
+                `create_graph`.
+            create_graph: Record the gradient computation, for higher-order gradients
+                (the MAML inner step).
+            allow_unused: Give zeros for entries that `loss` does not depend on or
+                that do not require grad, instead of raising.
+            is_grads_batched: Treat the first dimension of `grad_outputs` as a batch
+                (vmapped vector-Jacobian products).
+
+        Returns:
+            A new ParamDict of gradients, each the shape of its value.
+
+        Raises:
+            ValueError: If `allow_unused` is false and some entries do not require
+                grad (checked before any work) or are not reached by `loss`; the
+                message names them.
+
+        Example:
+            >>> w = torch.tensor([1.0, 2.0], requires_grad=True)
+            >>> p = ParamDict(w=w)
+            >>> p.grad((p["w"] ** 2).sum())["w"]
+            tensor([2., 4.])
+        """
+        keys = self._keys
+        values = list(self.values())
+        needs = [v.requires_grad for v in values]
+        if not allow_unused:
+            self._frozen_keys(
+                "grad",
+                "Call `.requires_grad_()` on them, drop them with `.trainable()`, or "
+                "pass `allow_unused=True` to get zeros.",
+            )
+        inputs = values if all(needs) else [v for v, n in zip(values, needs) if n]
+        found: Sequence[Tensor | None] = ()
+        if inputs:
+            found = torch.autograd.grad(
+                loss,
+                inputs,
+                grad_outputs=grad_outputs,
+                retain_graph=retain_graph,
+                create_graph=create_graph,
+                allow_unused=True,
+                is_grads_batched=is_grads_batched,
+            )
+        if len(inputs) != len(values):
+            it = iter(found)
+            found = [next(it) if n else None for n in needs]
+        if any(g is None for g in found):
+            if not allow_unused:
+                unused = sorted(k for k, g in zip(keys, found) if g is None)
+                msg = (
+                    f"`loss` does not depend on {unused!r}. Pass `allow_unused=True` "
+                    "to get zeros for them, or leave them out with `.exclude(...)`."
+                )
+                raise ValueError(msg)
+            found = [
+                torch.zeros_like(v) if g is None else g for v, g in zip(values, found)
+            ]
+        return self._from_parts(keys, found)
+
+    def backward(
+        self,
+        loss: Outputs,
+        /,
+        *,
+        grad_outputs: Outputs | None = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+    ) -> Self:
+        """Accumulate gradients of `loss` into each value's `.grad`, and return them.
+
+        Runs `torch.autograd.backward(loss, grad_outputs, inputs=values)`: only these
+        tensors receive gradients (hooks and accumulation behave exactly as there),
+        then returns their accumulated `.grad` as a ParamDict keyed like `self`.
+        Non-leaf values receive a `.grad` too, as with `inputs=`.
+
+        Args:
+            loss: The tensor (or tensors) to differentiate, usually a scalar loss.
+            grad_outputs: The vector(s) in the vector-Jacobian product (torch's
+                `grad_tensors`); `None` for a scalar `loss`.
+            retain_graph: Keep the graph for another backward pass. Defaults to
+                `create_graph`.
+            create_graph: Record the gradient computation, for higher-order gradients.
+
+        Returns:
+            A new ParamDict of the accumulated `.grad` tensors (the very objects).
+
+        Raises:
+            ValueError: If some entries do not require grad (checked before anything
+                runs, so nothing is accumulated), or if `loss` does not reach some
+                entries: their `.grad` is left as it was, and the message names them;
+                the reached entries have been accumulated, as torch would have done.
+
+        Example:
+            >>> w = torch.tensor([1.0, 2.0], requires_grad=True)
+            >>> p = ParamDict(w=w)
+            >>> p.backward((w * 3).sum())["w"]
+            tensor([3., 3.])
+            >>> w.grad
+            tensor([3., 3.])
+        """
+        self._frozen_keys(
+            "backward",
+            "Call `.requires_grad_()` on them or drop them with `.trainable()`.",
+        )
+        values = list(self.values())
+        torch.autograd.backward(
+            loss,
+            grad_tensors=grad_outputs,
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+            inputs=values,
+        )
+        grads = [v.grad for v in values]
+        if any(g is None for g in grads):
+            unused = sorted(k for k, g in zip(self._keys, grads) if g is None)
+            msg = (
+                f"`loss` does not reach {unused!r}, so they have no `.grad`. Leave "
+                "them out with `.exclude(...)`, or use `.grad(loss, "
+                "allow_unused=True)` for zeros."
+            )
+            raise ValueError(msg)
+        return self._from_parts(self._keys, grads)

@@ -1,0 +1,324 @@
+"""The immutable keyed container: construction, the mapping protocol, equality, repr.
+
+Every other part of `ParamDict` is a mixin over `_Container`, which owns the storage:
+the entries live in the `dict` itself (so `torch.func.functional_call` and anything
+else that wants a real `dict` accepts a ParamDict), and `_keys` keeps the key order as a
+tuple that derived results share, so aligning two ParamDicts is one identity check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, Union
+
+import torch
+from torch import Tensor
+from typing_extensions import Self
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsKeysAndGetItem
+
+__all__ = ["MappingOrPairs", "key_mismatch_message"]
+
+MappingOrPairs: TypeAlias = Union[
+    "SupportsKeysAndGetItem[str, Tensor]", Iterable[tuple[str, Tensor]]
+]
+
+_REPR_HEAD = 12
+_REPR_TAIL = 3
+
+
+def _format_keys(keys: Iterable[str]) -> str:
+    return repr(sorted(keys))
+
+
+def key_mismatch_message(
+    expected: Sequence[str], got: Iterable[str], *, what: str, fix: str = ""
+) -> str:
+    """Build the error message for two key sets that should be equal.
+
+    Args:
+        expected: The keys of the ParamDict the operation runs on.
+        got: The keys of the other operand.
+        what: The operation, for the message ("`p + other`").
+        fix: An optional sentence telling the user what to do instead.
+
+    Returns:
+        A full sentence naming the missing and unexpected keys, sorted.
+    """
+    got_set = set(got)
+    expected_set = set(expected)
+    parts = []
+    missing = expected_set - got_set
+    unexpected = got_set - expected_set
+    if missing:
+        parts.append(f"missing {_format_keys(missing)}")
+    if unexpected:
+        parts.append(f"unexpected {_format_keys(unexpected)}")
+    detail = ", ".join(parts) if parts else "same keys"
+    msg = f"Keys differ in {what}: {detail}."
+    if fix:
+        msg = f"{msg} {fix}"
+    return msg
+
+
+def _refuse(name: str, alternative: str) -> NoReturn:
+    msg = (
+        f"ParamDict is immutable: `{name}` is not supported. {alternative} "
+        "Every operation returns a new ParamDict and leaves its operands unchanged."
+    )
+    raise TypeError(msg)
+
+
+def _validated(items: dict[Any, Any]) -> dict[str, Tensor]:
+    bad_keys = [k for k in items if not isinstance(k, str)]
+    if bad_keys:
+        shown = ", ".join(repr(k) for k in bad_keys)
+        msg = (
+            f"ParamDict keys must be str, got {shown}. "
+            "Convert them, e.g. `ParamDict({str(k): v for k, v in d.items()})`."
+        )
+        raise TypeError(msg)
+    bad_values = sorted(k for k, v in items.items() if not isinstance(v, Tensor))
+    if bad_values:
+        kinds = ", ".join(f"{k!r}: {type(items[k]).__name__}" for k in bad_values)
+        msg = (
+            f"ParamDict values must be torch.Tensor, got {kinds}. "
+            "Wrap numbers with `torch.as_tensor(...)`."
+        )
+        raise TypeError(msg)
+    return items
+
+
+class _Container(dict[str, Tensor]):
+    """Storage, construction and the read-only mapping protocol (see `ParamDict`)."""
+
+    __slots__ = ("_keys",)
+    _keys: tuple[str, ...]
+
+    def __init__(
+        self, mapping_or_pairs: MappingOrPairs = (), /, **kwargs: Tensor
+    ) -> None:
+        if hasattr(self, "_keys"):
+            _refuse("__init__ on an existing ParamDict", "Build a new one instead.")
+        items = _validated(dict(mapping_or_pairs, **kwargs))
+        dict.__init__(self, items)
+        self._keys = tuple(items)
+
+    @classmethod
+    def _from_parts(cls, keys: tuple[str, ...], values: Iterable[Any], /) -> Self:
+        """Build without validation: `keys` is trusted, values may be any leaf."""
+        obj = dict.__new__(cls)
+        dict.update(obj, zip(keys, values))
+        obj._keys = keys
+        return obj
+
+    def _derive(self, values: Iterable[Tensor], /) -> Self:
+        """A ParamDict of the same type and keys as `self`, holding `values`."""
+        return self._from_parts(self._keys, values)
+
+    # ---------------------------------------------------------------- read-only mapping
+
+    def __setitem__(self, key: str, value: Tensor) -> NoReturn:
+        _refuse("p[key] = value", "Use `p | {key: value}` to get an updated copy.")
+
+    def __delitem__(self, key: str) -> NoReturn:
+        _refuse("del p[key]", "Use `p.exclude(key)` to get a copy without it.")
+
+    def __ior__(self, other: object) -> NoReturn:
+        _refuse("p |= other", "Use `p = p | other`.")
+
+    def pop(self, *args: object) -> NoReturn:
+        """Refuse: ParamDict is immutable (use `p.exclude(key)` for a copy)."""
+        _refuse("pop", "Use `p[key]` to read and `p.exclude(key)` for a copy.")
+
+    def popitem(self) -> NoReturn:
+        """Refuse: ParamDict is immutable."""
+        _refuse("popitem", "Use `p.exclude(key)` to get a copy without an entry.")
+
+    def clear(self) -> NoReturn:
+        """Refuse: ParamDict is immutable (build an empty `ParamDict()` instead)."""
+        _refuse("clear", "Build an empty `ParamDict()` instead.")
+
+    def setdefault(self, *args: object) -> NoReturn:
+        """Refuse: ParamDict is immutable (use `p | {key: value}`)."""
+        _refuse("setdefault", "Use `p | {key: value}` to get an updated copy.")
+
+    def update(self, *args: Any, **kwargs: Tensor) -> None:
+        """Refuse any real change: ParamDict is immutable (use `p | other`).
+
+        Writing back the very same tensor objects is accepted as a no-op, because
+        `torch.func.functional_call` ends by calling `update` with the tensors the
+        module holds, which are the ones it was given unless the module replaced one.
+
+        Raises:
+            TypeError: If any key is new or any value is not the stored object.
+        """
+        incoming = dict(*args, **kwargs)
+        changed = sorted(
+            k
+            for k, v in incoming.items()
+            if k not in self or dict.__getitem__(self, k) is not v
+        )
+        if changed:
+            msg = (
+                "ParamDict is immutable: `update` would change "
+                f"{_format_keys(changed)}. Use `p | other` for an updated copy. If a "
+                "module replaced these tensors inside `torch.func.functional_call`, "
+                "pass `dict(p)` to receive the replacements."
+            )
+            raise TypeError(msg)
+
+    @classmethod
+    def fromkeys(cls, keys: Iterable[str], value: Tensor, /) -> Self:  # type: ignore[override]  # values must be tensors
+        """Return a ParamDict mapping each of `keys` to the same tensor `value`."""
+        return cls((k, value) for k in keys)
+
+    def copy(self) -> Self:
+        """Return a shallow copy of the same type (the same tensor objects)."""
+        return self._from_parts(self._keys, self.values())
+
+    def __copy__(self) -> Self:
+        return self.copy()
+
+    def __or__(self, other: Mapping[str, Tensor]) -> Self:  # type: ignore[override]  # returns Self, not dict
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        merged = dict(self)
+        merged.update(_validated(dict(other)))
+        return type(self)(merged)
+
+    def __ror__(self, other: Mapping[str, Tensor]) -> Self:  # type: ignore[override]  # returns Self, not dict
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        merged = _validated(dict(other))
+        merged.update(self)
+        return type(self)(merged)
+
+    # ---------------------------------------------------------------- pickling
+
+    def __reduce__(self) -> tuple[type[Self], tuple[dict[str, Tensor]]]:
+        # An exact dict inside: `torch.load(weights_only=True)` fills only exact
+        # dicts, then calls the class (registered as a safe global) on it.
+        return (type(self), (dict(self),))
+
+    # ---------------------------------------------------------------- equality
+
+    def __eq__(self, other: object) -> bool:
+        """Return whether `other` is a mapping with the same keys and equal tensors.
+
+        Key order is ignored, as for `dict`. Two tensors are equal when they have
+        the same shape, dtype and device and `torch.equal` holds. The result is a
+        plain `bool` (it reads values, so it synchronizes with an accelerator).
+        """
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        if len(other) != len(self) or set(other.keys()) != set(self._keys):
+            return False
+        for key, value in self.items():
+            theirs = other[key]
+            if not isinstance(theirs, Tensor):
+                return False
+            if (
+                theirs.shape != value.shape
+                or theirs.dtype != value.dtype
+                or theirs.device != value.device
+                or not torch.equal(value, theirs)
+            ):
+                return False
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def _aligned(self, other: Mapping[str, Any], /, *, what: str) -> list[Any]:
+        """Return `other`'s values in `self`'s key order, or raise naming the keys."""
+        if isinstance(other, _Container) and (
+            other._keys is self._keys or other._keys == self._keys
+        ):
+            return list(other.values())
+        if len(other) == len(self._keys):
+            try:
+                return [other[k] for k in self._keys]
+            except KeyError:
+                pass
+        msg = key_mismatch_message(
+            self._keys,
+            other.keys(),
+            what=what,
+            fix="Use `.select(...)` or `.exclude(...)` to align the keys first.",
+        )
+        raise ValueError(msg)
+
+    def allclose(
+        self,
+        other: Mapping[str, Tensor],
+        /,
+        *,
+        rtol: float = 1e-05,
+        atol: float = 1e-08,
+        equal_nan: bool = False,
+    ) -> bool:
+        """Return whether every entry is close to `other`'s, like `torch.allclose`.
+
+        Args:
+            other: A mapping with the same keys, in any order.
+            rtol: Relative tolerance.
+            atol: Absolute tolerance.
+            equal_nan: Whether two NaNs compare equal.
+
+        Returns:
+            `True` when `torch.allclose` holds for every key.
+
+        Raises:
+            ValueError: If the keys differ (the message names them).
+
+        Example:
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> p.allclose({"w": torch.tensor([1.0, 2.0 + 1e-9])})
+            True
+        """
+        theirs = self._aligned(other, what="`allclose`")
+        return all(
+            torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+            for a, b in zip(self.values(), theirs)
+        )
+
+    # ---------------------------------------------------------------- repr
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        if not self:
+            return f"{name}()"
+        lines = [_describe(k, v) for k, v in self.items()]
+        if len(lines) > _REPR_HEAD + _REPR_TAIL + 1:
+            hidden = len(lines) - _REPR_HEAD - _REPR_TAIL
+            lines = [
+                *lines[:_REPR_HEAD],
+                f"... {hidden} more entries ...",
+                *lines[-_REPR_TAIL:],
+            ]
+        total = sum(_numel(v) for v in self.values())
+        body = "".join(
+            f"\n  {line}" + ("" if line.startswith("...") else ",") for line in lines
+        )
+        entries = "entry" if len(self) == 1 else "entries"
+        return f"{name}(  # {len(self)} {entries}, {total:,} elements{body}\n)"
+
+
+def _numel(value: object) -> int:
+    return value.numel() if isinstance(value, Tensor) else 0
+
+
+def _describe(key: str, value: object) -> str:
+    if not isinstance(value, Tensor):  # a pytree placeholder leaf inside torch.func
+        return f"{key!r}: {value!r}"
+    shape = "[" + ", ".join(str(s) for s in value.shape) + "]"
+    dtype = str(value.dtype).removeprefix("torch.")
+    extra = ""
+    if value.grad_fn is not None:
+        extra = f" grad_fn={value.grad_fn.name()}"
+    elif value.requires_grad:
+        extra = " requires_grad"
+    return f"{key!r}: {dtype}{shape} {value.device}{extra}"

@@ -1,0 +1,252 @@
+"""Modules in and out: read a module's tensors, run it with others, write them back."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from typing_extensions import Self
+
+from ._container import _Container
+
+__all__: list[str] = []
+
+
+def _slots(module: nn.Module) -> dict[str, tuple[nn.Module, str, bool]]:
+    """Map every parameter and buffer name (tied aliases included) to its slot.
+
+    Each slot is `(owner, attribute, is_parameter)`.
+    """
+    slots: dict[str, tuple[nn.Module, str, bool]] = {}
+    for prefix, sub in module.named_modules(remove_duplicate=False):
+        dot = f"{prefix}." if prefix else ""
+        for name, value in sub._parameters.items():
+            if value is not None:
+                slots[dot + name] = (sub, name, True)
+        for name, value in sub._buffers.items():
+            if value is not None:
+                slots[dot + name] = (sub, name, False)
+    return slots
+
+
+def _tensor_at(slot: tuple[nn.Module, str, bool]) -> Tensor:
+    owner, name, is_param = slot
+    found = owner._parameters[name] if is_param else owner._buffers[name]
+    assert found is not None  # _slots skips empty slots
+    return found
+
+
+def _set(slot: tuple[nn.Module, str, bool], value: Tensor) -> None:
+    owner, name, is_param = slot
+    # Write the slot directly: `setattr` would refuse a non-Parameter in a parameter
+    # slot, and wrapping in `nn.Parameter` would cut the graph.
+    if is_param:
+        owner._parameters[name] = value  # type: ignore[assignment]  # a plain tensor stands in for the Parameter on purpose
+    else:
+        owner._buffers[name] = value
+
+
+def _unexpected_message(module: nn.Module, unexpected: list[str], what: str) -> str:
+    return (
+        f"{what}: {type(module).__name__} has no parameter or buffer named "
+        f"{sorted(unexpected)!r}. Check the names against `module.named_parameters()`"
+        " and `module.named_buffers()`, or drop the entries with `.exclude(...)`."
+    )
+
+
+class _ModuleIO(_Container):
+    """`from_module`, `call`, `swapped_into` and `to_module` (see `ParamDict`)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_module(cls, module: nn.Module, /, *, buffers: bool = False) -> Self:
+        """Return the module's own tensors, keyed as `named_parameters()` keys them.
+
+        The values are the live `nn.Parameter` objects (same identity, no copy), so
+        gradients of a loss computed with them reach the module's parameters.
+        Tied parameters appear once, under their first name.
+
+        Args:
+            module: The module to read.
+            buffers: Also include `named_buffers()` (BatchNorm running statistics).
+
+        Returns:
+            A new ParamDict; the module is unchanged.
+
+        Example:
+            >>> model = torch.nn.Linear(3, 2)
+            >>> p = ParamDict.from_module(model)
+            >>> list(p), p["weight"] is model.weight
+            (['weight', 'bias'], True)
+        """
+        items: dict[str, Tensor] = dict(module.named_parameters())
+        if buffers:
+            items.update(module.named_buffers())
+        return cls._from_parts(tuple(items), items.values())
+
+    def call(self, module: nn.Module, /, *args: Any, **kwargs: Any) -> Any:
+        """Run `module(*args, **kwargs)` with these tensors in place of its own.
+
+        The same as `torch.func.functional_call(module, self, args, kwargs)`: the
+        module is left as it was and the output is differentiable with respect to
+        these values. Entries may cover a subset of the module's tensors; the rest
+        are the module's own.
+
+        Args:
+            module: The module to run.
+            *args: Positional arguments of the module's forward.
+            **kwargs: Keyword arguments of the module's forward.
+
+        Returns:
+            Whatever the module's forward returns.
+
+        Raises:
+            ValueError: If a key names no parameter or buffer of the module.
+
+        Example:
+            >>> model = torch.nn.Linear(2, 1)
+            >>> p = ParamDict.from_module(model) * 0
+            >>> p.call(model, torch.ones(1, 2))
+            tensor([[0.]])
+        """
+        try:
+            return torch.func.functional_call(module, self, args, kwargs)
+        except (AttributeError, RuntimeError, KeyError) as err:
+            slots = _slots(module)
+            unexpected = [k for k in self._keys if k not in slots]
+            if unexpected:
+                msg = _unexpected_message(module, unexpected, "`call`")
+                raise ValueError(msg) from err
+            raise
+
+    @contextlib.contextmanager
+    def swapped_into(self, module: nn.Module, /) -> Iterator[nn.Module]:
+        """Make `module` use these very tensors inside the `with` block.
+
+        The tensors are put into the module's parameter and buffer slots as they
+        are (non-leaf tensors included, never re-wrapped in `nn.Parameter`), so
+        gradients flow back through them to whatever produced them. Tied aliases
+        of a swapped parameter are swapped too. On exit, also when the block
+        raises, the module gets back exactly its original objects.
+
+        Args:
+            module: The module to swap the tensors into.
+
+        Yields:
+            The module itself.
+
+        Raises:
+            ValueError: If a key names no parameter or buffer of the module; the
+                module is not touched.
+
+        Example:
+            >>> model = torch.nn.Linear(2, 1)
+            >>> p = ParamDict.from_module(model) * 0
+            >>> with p.swapped_into(model):
+            ...     model(torch.ones(1, 2))
+            tensor([[0.]])
+            >>> model.weight is ParamDict.from_module(model)["weight"]
+            True
+        """
+        slots = _slots(module)
+        unexpected = [k for k in self._keys if k not in slots]
+        if unexpected:
+            msg = _unexpected_message(module, unexpected, "`swapped_into`")
+            raise ValueError(msg)
+        # Tied aliases: every name that holds the same original object as a
+        # swapped name follows it, unless the alias is given explicitly.
+        by_tensor: dict[int, list[str]] = {}
+        for name, slot in slots.items():
+            by_tensor.setdefault(id(_tensor_at(slot)), []).append(name)
+        plan: dict[str, Tensor] = {}
+        for key, value in self.items():
+            for alias in by_tensor[id(_tensor_at(slots[key]))]:
+                if alias == key or alias not in self:
+                    plan[alias] = value
+        originals = {name: _tensor_at(slots[name]) for name in plan}
+        try:
+            for name, value in plan.items():
+                _set(slots[name], value)
+            yield module
+        finally:
+            for name, original in originals.items():
+                _set(slots[name], original)
+
+    def to_module(self, module: nn.Module, /, *, strict: bool = True) -> None:
+        """Copy the values into the module's existing tensors, in place.
+
+        The copy runs under `torch.no_grad()` and keeps the module's own
+        `nn.Parameter` objects, so a `torch.optim` optimizer and hooks that hold
+        them stay valid. Everything is checked before anything is copied.
+
+        Args:
+            module: The module to write into.
+            strict: Require an entry for every parameter and buffer of the module
+                that `from_module(module, buffers=True)` would list (tied aliases
+                count once). With `strict=False` a subset is fine.
+
+        Raises:
+            ValueError: If a key names nothing in the module, a module tensor has no
+                entry (with `strict=True`), or a shape or dtype differs; the message
+                names the keys, and the module is left unchanged.
+
+        Example:
+            >>> model = torch.nn.Linear(2, 1)
+            >>> p = ParamDict.from_module(model)
+            >>> (p * 0).to_module(model)
+            >>> model.weight.abs().sum().item()
+            0.0
+        """
+        slots = _slots(module)
+        unexpected = [k for k in self._keys if k not in slots]
+        problems: list[str] = []
+        if unexpected:
+            problems.append(f"unexpected {sorted(unexpected)!r}")
+        if strict:
+            covered = {id(_tensor_at(slots[k])) for k in self._keys if k in slots}
+            missing = sorted(
+                {
+                    name
+                    for name in dict(module.named_parameters()).keys()
+                    | dict(module.named_buffers()).keys()
+                    if id(_tensor_at(slots[name])) not in covered
+                }
+            )
+            if missing:
+                problems.append(f"missing {missing!r}")
+        shape_bad = []
+        dtype_bad = []
+        for key, value in self.items():
+            if key not in slots:
+                continue
+            target = _tensor_at(slots[key])
+            if target.shape != value.shape:
+                shape_bad.append(
+                    f"{key!r} ({tuple(value.shape)} vs {tuple(target.shape)})"
+                )
+            elif target.dtype != value.dtype:
+                dtype_bad.append(f"{key!r} ({value.dtype} vs {target.dtype})")
+        if shape_bad:
+            problems.append("shape differs for " + ", ".join(sorted(shape_bad)))
+        if dtype_bad:
+            problems.append("dtype differs for " + ", ".join(sorted(dtype_bad)))
+        if problems:
+            fix = (
+                " Pass `strict=False` to write a subset."
+                if strict and not unexpected and not shape_bad and not dtype_bad
+                else ""
+            )
+            msg = (
+                f"`to_module` copied nothing into {type(module).__name__}: "
+                + "; ".join(problems)
+                + "."
+                + fix
+            )
+            raise ValueError(msg)
+        with torch.no_grad():
+            for key, value in self.items():
+                _tensor_at(slots[key]).copy_(value)

@@ -1,0 +1,619 @@
+"""Arithmetic on ParamDicts: the Python operators and torch-named fused methods.
+
+Each operation gathers the values once and makes one `torch._foreach_*` call where
+torch has a matching kernel, so an update over hundreds of entries costs about what a
+bare foreach call on lists costs. All results are new ParamDicts; operands are never
+written to, and everything is differentiable (foreach kernels carry autograd formulas).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from numbers import Number
+from typing import Any, TypeAlias, cast
+
+import torch
+from torch import Tensor
+from typing_extensions import Self
+
+from ._container import _Container
+
+__all__ = ["Operand"]
+
+Operand: TypeAlias = float | Tensor | Mapping[str, Tensor] | Mapping[str, float]
+"""A number, a 0-dim tensor, or a mapping with the same keys (tensors or numbers)."""
+
+
+_broadcast_shapes = cast("Callable[..., torch.Size]", torch.broadcast_shapes)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, Number) and not isinstance(value, Tensor)
+
+
+class _Operators(_Container):
+    """Operators and fused arithmetic (see `ParamDict`)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------ operand handling
+
+    def _operand(self, other: object, what: str) -> Any:
+        """Turn `other` into a foreach argument, or `NotImplemented`.
+
+        Returns a Python number, a 0-dim tensor, or a list (tensors or numbers) in
+        `self`'s key order.
+        """
+        if isinstance(other, Tensor):
+            if other.dim() != 0:
+                msg = (
+                    f"{what} takes a number, a 0-dim tensor or a mapping with the same "
+                    f"keys, got a tensor of shape {tuple(other.shape)}. For per-entry "
+                    "values pass a mapping, e.g. `ParamDict.fromkeys(p, t)`."
+                )
+                raise TypeError(msg)
+            return other
+        if _is_number(other):
+            return other
+        if isinstance(other, Mapping):
+            values = self._aligned(other, what=what)
+            if all(isinstance(v, Tensor) for v in values) or all(
+                _is_number(v) for v in values
+            ):
+                return values
+            bad = sorted(
+                k for k, v in zip(self._keys, values) if not isinstance(v, Tensor)
+            )
+            msg = (
+                f"{what} takes a mapping of all tensors or all numbers; the entries "
+                f"{bad!r} are not tensors. Convert them with `torch.as_tensor`."
+            )
+            raise TypeError(msg)
+        return NotImplemented
+
+    def _operand_or_raise(self, other: object, what: str) -> Any:
+        arg = self._operand(other, what)
+        if arg is NotImplemented:
+            msg = (
+                f"{what} takes a number, a 0-dim tensor or a mapping with the same "
+                f"keys, got {type(other).__name__}."
+            )
+            raise TypeError(msg)
+        return arg
+
+    def _run(
+        self, op: Callable[..., Sequence[Tensor]], *args: Any, **kwargs: Any
+    ) -> Self:
+        """Call a foreach `op`, naming the entry if it fails, and wrap the result."""
+        try:
+            out = op(*args, **kwargs)
+        except RuntimeError as err:
+            raise self._explain(err, args) from err
+        return self._derive(out)
+
+    def _explain(self, err: RuntimeError, args: tuple[Any, ...]) -> Exception:
+        """Find the entry whose operands do not fit together; name it."""
+        lists = [a for a in args if isinstance(a, list) and len(a) == len(self._keys)]
+        for i, key in enumerate(self._keys):
+            tensors = [a[i] for a in lists if isinstance(a[i], Tensor)]
+            try:
+                _broadcast_shapes(*(t.shape for t in tensors))
+            except RuntimeError:
+                shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
+                msg = (
+                    f"Entry {key!r}: shapes {shapes} do not broadcast together. "
+                    "Per-entry values must broadcast to the entry's shape."
+                )
+                return ValueError(msg)
+            devices = {t.device for t in tensors}
+            if len(devices) > 1:
+                shown = ", ".join(sorted(str(d) for d in devices))
+                msg = (
+                    f"Entry {key!r}: tensors are on different devices ({shown}). "
+                    "Move them first, e.g. with `.to(device)`."
+                )
+                return ValueError(msg)
+        return err
+
+    def _values(self) -> list[Tensor]:
+        return list(self.values())
+
+    # ------------------------------------------------------------ binary operators
+
+    def __add__(self, other: Operand) -> Self:
+        arg = self._operand(other, "`+`")
+        if arg is NotImplemented:
+            return NotImplemented
+        return self._run(torch._foreach_add, self._values(), arg)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Operand) -> Self:
+        arg = self._operand(other, "`-`")
+        if arg is NotImplemented:
+            return NotImplemented
+        if isinstance(arg, Tensor):
+            return self._run(torch._foreach_add, self._values(), arg, alpha=-1)
+        return self._run(torch._foreach_sub, self._values(), arg)
+
+    def __rsub__(self, other: Operand) -> Self:
+        arg = self._operand(other, "`-`")
+        if arg is NotImplemented:
+            return NotImplemented
+        if isinstance(arg, list):
+            if arg and _is_number(arg[0]):
+                out = torch._foreach_neg(self._values())
+                torch._foreach_add_(out, arg)
+                return self._derive(out)
+            return self._run(torch._foreach_sub, arg, self._values())
+        if isinstance(arg, Tensor):
+            return self._run(torch._foreach_sub, [arg] * len(self), self._values())
+        out = torch._foreach_neg(self._values())
+        torch._foreach_add_(out, arg)
+        return self._derive(out)
+
+    def __mul__(self, other: Operand) -> Self:
+        arg = self._operand(other, "`*`")
+        if arg is NotImplemented:
+            return NotImplemented
+        return self._run(torch._foreach_mul, self._values(), arg)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Operand) -> Self:
+        arg = self._operand(other, "`/`")
+        if arg is NotImplemented:
+            return NotImplemented
+        return self._run(torch._foreach_div, self._values(), arg)
+
+    def __rtruediv__(self, other: Operand) -> Self:
+        arg = self._operand(other, "`/`")
+        if arg is NotImplemented:
+            return NotImplemented
+        if isinstance(arg, list) and not (arg and _is_number(arg[0])):
+            return self._run(torch._foreach_div, arg, self._values())
+        if isinstance(arg, Tensor):
+            return self._run(torch._foreach_div, [arg] * len(self), self._values())
+        out = torch._foreach_reciprocal(self._values())
+        torch._foreach_mul_(out, arg)
+        return self._derive(out)
+
+    def __pow__(self, exponent: Operand) -> Self:
+        arg = self._operand(exponent, "`**`")
+        if arg is NotImplemented:
+            return NotImplemented
+        if isinstance(arg, Tensor):
+            arg = [arg] * len(self)
+        return self._run(torch._foreach_pow, self._values(), arg)
+
+    def __rpow__(self, base: Operand) -> Self:
+        arg = self._operand(base, "`**`")
+        if arg is NotImplemented:
+            return NotImplemented
+        if isinstance(arg, Tensor):
+            arg = [arg] * len(self)
+        if isinstance(arg, list) and arg and _is_number(arg[0]):
+            arg = [torch.as_tensor(b) for b in arg]
+        return self._run(torch._foreach_pow, arg, self._values())
+
+    def __neg__(self) -> Self:
+        return self._derive(torch._foreach_neg(self._values()))
+
+    def __pos__(self) -> Self:
+        return self
+
+    def __abs__(self) -> Self:
+        return self._derive(torch._foreach_abs(self._values()))
+
+    # ------------------------------------------------------------ fused, torch-named
+
+    def add(self, other: Operand, /, *, alpha: float | Tensor = 1) -> Self:
+        """Return `self + alpha * other`, like `torch.add`; `self` is unchanged.
+
+        One `torch._foreach_add` call when `alpha` is a number. A tensor `alpha`
+        (e.g. a learnable learning rate) stays differentiable.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+            alpha: The multiplier for `other`: a number or a 0-dim tensor.
+
+        Returns:
+            A new ParamDict with the same keys.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+
+        Example:
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> p.add(p, alpha=0.5)["w"]
+            tensor([1.5000, 3.0000])
+        """
+        return self._axpy(other, alpha, "`add`")
+
+    def sub(self, other: Operand, /, *, alpha: float | Tensor = 1) -> Self:
+        """Return `self - alpha * other`, like `torch.sub`; `self` is unchanged.
+
+        The fused SGD step `params.sub(grads, alpha=lr)` is one
+        `torch._foreach_add` call when `lr` is a number; a 0-dim tensor `lr`
+        (Meta-SGD) stays differentiable.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+            alpha: The multiplier for `other`: a number or a 0-dim tensor.
+
+        Returns:
+            A new ParamDict with the same keys.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+
+        Example:
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> g = ParamDict(w=torch.tensor([10.0, 10.0]))
+            >>> p.sub(g, alpha=0.1)["w"]
+            tensor([0., 1.])
+        """
+        return self._axpy(other, -alpha, "`sub`")
+
+    def _axpy(self, other: object, alpha: float | Tensor, what: str) -> Self:
+        arg = self._operand_or_raise(other, what)
+        values = self._values()
+        if isinstance(alpha, Tensor):
+            # A tensor `alpha` must stay in the graph, so scale first, then add.
+            if alpha.dim() != 0:
+                msg = f"{what}: `alpha` must be a number or a 0-dim tensor."
+                raise TypeError(msg)
+            if not isinstance(arg, list):
+                scaled = [alpha * arg] * len(values)
+            elif arg and isinstance(arg[0], Tensor):
+                scaled = list(torch._foreach_mul(arg, alpha))
+            else:
+                scaled = [alpha * a for a in arg]
+            return self._run(torch._foreach_add, values, scaled)
+        if isinstance(arg, list):
+            if arg and _is_number(arg[0]):
+                return self._run(torch._foreach_add, values, [alpha * a for a in arg])
+            return self._run(torch._foreach_add, values, arg, alpha=alpha)
+        if isinstance(arg, Tensor):
+            return self._run(torch._foreach_add, values, arg, alpha=alpha)
+        return self._run(torch._foreach_add, values, alpha * arg)
+
+    def mul(self, other: Operand, /) -> Self:
+        """Return `self * other`, like `torch.mul`; `self` is unchanged.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 2.0])).mul(3)["w"]
+            tensor([3., 6.])
+        """
+        return self._run(
+            torch._foreach_mul, self._values(), self._operand_or_raise(other, "`mul`")
+        )
+
+    def div(self, other: Operand, /) -> Self:
+        """Return `self / other`, like `torch.div`; `self` is unchanged.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 2.0])).div(2)["w"]
+            tensor([0.5000, 1.0000])
+        """
+        return self._run(
+            torch._foreach_div, self._values(), self._operand_or_raise(other, "`div`")
+        )
+
+    def pow(self, exponent: Operand, /) -> Self:
+        """Return `self ** exponent`, like `torch.pow`; `self` is unchanged.
+
+        Args:
+            exponent: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `exponent` is not a number, 0-dim tensor or mapping.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 2.0])).pow(2)["w"]
+            tensor([1., 4.])
+        """
+        arg = self._operand_or_raise(exponent, "`pow`")
+        if isinstance(arg, Tensor):
+            arg = [arg] * len(self)
+        return self._run(torch._foreach_pow, self._values(), arg)
+
+    def lerp(self, end: Mapping[str, Tensor], /, weight: Operand) -> Self:
+        """Return `self + weight * (end - self)`, like `torch.lerp`.
+
+        Used for exponential moving averages: `m.lerp(g, 1 - beta1)`.
+
+        Args:
+            end: A mapping with the same keys.
+            weight: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If the keys differ or an entry does not broadcast.
+            TypeError: If `weight` is not a number, 0-dim tensor or mapping.
+
+        Example:
+            >>> m = ParamDict(w=torch.tensor([0.0, 0.0]))
+            >>> m.lerp({"w": torch.tensor([1.0, 2.0])}, 0.1)["w"]
+            tensor([0.1000, 0.2000])
+        """
+        ends = self._aligned(end, what="`lerp`")
+        w = self._operand_or_raise(weight, "`lerp`")
+        if isinstance(w, Tensor):
+            w = [w] * len(self)
+        return self._run(torch._foreach_lerp, self._values(), ends, w)
+
+    def _addc(
+        self,
+        op: Callable[..., Sequence[Tensor]],
+        t1: Mapping[str, Tensor],
+        t2: Mapping[str, Tensor],
+        value: float | Tensor | Mapping[str, float],
+        what: str,
+    ) -> Self:
+        a = self._aligned(t1, what=what)
+        b = self._aligned(t2, what=what)
+        v = self._operand_or_raise(value, what)
+        values = self._values()
+        if isinstance(v, Tensor) or (
+            isinstance(v, list) and v and isinstance(v[0], Tensor)
+        ):
+            # A tensor `value` stays differentiable: form the product, then scale.
+            combine = (
+                torch._foreach_mul
+                if op is torch._foreach_addcmul
+                else torch._foreach_div
+            )
+            return self._run(
+                torch._foreach_add, values, torch._foreach_mul(combine(a, b), v)
+            )
+        return self._run(op, values, a, b, v)
+
+    def addcmul(
+        self,
+        tensor1: Mapping[str, Tensor],
+        tensor2: Mapping[str, Tensor],
+        /,
+        *,
+        value: float | Tensor | Mapping[str, float] = 1,
+    ) -> Self:
+        """Return `self + value * tensor1 * tensor2`, like `torch.addcmul`.
+
+        Args:
+            tensor1: A mapping with the same keys.
+            tensor2: A mapping with the same keys.
+            value: A number, a 0-dim tensor (kept differentiable), or per-key numbers.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If the keys differ or an entry does not broadcast.
+
+        Example:
+            >>> v = ParamDict(w=torch.tensor([1.0]))
+            >>> g = ParamDict(w=torch.tensor([3.0]))
+            >>> v.addcmul(g, g, value=0.5)["w"]
+            tensor([5.5000])
+        """
+        return self._addc(torch._foreach_addcmul, tensor1, tensor2, value, "`addcmul`")
+
+    def addcdiv(
+        self,
+        tensor1: Mapping[str, Tensor],
+        tensor2: Mapping[str, Tensor],
+        /,
+        *,
+        value: float | Tensor | Mapping[str, float] = 1,
+    ) -> Self:
+        """Return `self + value * tensor1 / tensor2`, like `torch.addcdiv`.
+
+        Args:
+            tensor1: A mapping with the same keys.
+            tensor2: A mapping with the same keys.
+            value: A number, a 0-dim tensor (kept differentiable), or per-key numbers.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If the keys differ or an entry does not broadcast.
+
+        Example:
+            >>> p = ParamDict(w=torch.tensor([1.0]))
+            >>> m = ParamDict(w=torch.tensor([2.0]))
+            >>> d = ParamDict(w=torch.tensor([4.0]))
+            >>> p.addcdiv(m, d, value=-0.1)["w"]
+            tensor([0.9500])
+        """
+        return self._addc(torch._foreach_addcdiv, tensor1, tensor2, value, "`addcdiv`")
+
+    def _unary(self, op: Callable[[list[Tensor]], Sequence[Tensor]]) -> Self:
+        return self._derive(op(self._values()))
+
+    def sqrt(self) -> Self:
+        """Return the elementwise square root (`torch.sqrt`) as a new ParamDict.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([4.0, 9.0])).sqrt()["w"]
+            tensor([2., 3.])
+        """
+        return self._unary(torch._foreach_sqrt)
+
+    def rsqrt(self) -> Self:
+        """Return the elementwise reciprocal square root (`torch.rsqrt`).
+
+        Example:
+            >>> ParamDict(w=torch.tensor([4.0])).rsqrt()["w"]
+            tensor([0.5000])
+        """
+        return self._unary(torch._foreach_rsqrt)
+
+    def exp(self) -> Self:
+        """Return the elementwise exponential (`torch.exp`) as a new ParamDict.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([0.0])).exp()["w"]
+            tensor([1.])
+        """
+        return self._unary(torch._foreach_exp)
+
+    def log(self) -> Self:
+        """Return the elementwise natural logarithm (`torch.log`).
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0])).log()["w"]
+            tensor([0.])
+        """
+        return self._unary(torch._foreach_log)
+
+    def sign(self) -> Self:
+        """Return the elementwise sign (`torch.sign`) as a new ParamDict.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([-2.0, 0.0, 3.0])).sign()["w"]
+            tensor([-1.,  0.,  1.])
+        """
+        return self._unary(torch._foreach_sign)
+
+    def abs(self) -> Self:
+        """Return the elementwise absolute value (`torch.abs`); same as `abs(p)`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([-2.0, 3.0])).abs()["w"]
+            tensor([2., 3.])
+        """
+        return self._unary(torch._foreach_abs)
+
+    def neg(self) -> Self:
+        """Return the elementwise negation (`torch.neg`); same as `-p`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0])).neg()["w"]
+            tensor([-1.])
+        """
+        return self._unary(torch._foreach_neg)
+
+    def reciprocal(self) -> Self:
+        """Return the elementwise reciprocal `1 / p` (`torch.reciprocal`).
+
+        Example:
+            >>> ParamDict(w=torch.tensor([4.0])).reciprocal()["w"]
+            tensor([0.2500])
+        """
+        return self._unary(torch._foreach_reciprocal)
+
+    def clamp(
+        self,
+        min: Operand | None = None,  # torch.clamp's argument name
+        max: Operand | None = None,  # torch.clamp's argument name
+    ) -> Self:
+        """Return the values clamped to `[min, max]`, like `torch.clamp`.
+
+        Args:
+            min: Lower bound: a number, a 0-dim tensor or per-key values; or `None`.
+            max: Upper bound: a number, a 0-dim tensor or per-key values; or `None`.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If neither bound is given, or a mapping's keys differ.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([-2.0, 0.5, 3.0])).clamp(-1, 1)["w"]
+            tensor([-1.0000,  0.5000,  1.0000])
+        """
+        if min is None and max is None:
+            msg = "`clamp` needs at least one of `min` and `max`."
+            raise ValueError(msg)
+        out: Self = self
+        if min is not None:
+            out = out._bound(torch._foreach_clamp_min, min, "`clamp`")
+        if max is not None:
+            out = out._bound(torch._foreach_clamp_max, max, "`clamp`")
+        return out
+
+    def _bound(
+        self, op: Callable[..., Sequence[Tensor]], other: object, what: str
+    ) -> Self:
+        arg = self._operand_or_raise(other, what)
+        if isinstance(arg, Tensor):
+            arg = [arg] * len(self)
+        return self._run(op, self._values(), arg)
+
+    def maximum(self, other: Operand, /) -> Self:
+        """Return the elementwise maximum with `other`, like `torch.maximum`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 5.0])).maximum(2)["w"]
+            tensor([2., 5.])
+        """
+        return self._bound(torch._foreach_maximum, other, "`maximum`")
+
+    def minimum(self, other: Operand, /) -> Self:
+        """Return the elementwise minimum with `other`, like `torch.minimum`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 5.0])).minimum(2)["w"]
+            tensor([1., 2.])
+        """
+        return self._bound(torch._foreach_minimum, other, "`minimum`")
+
+    def where(self, condition: Mapping[str, Tensor], /, other: Operand) -> Self:
+        """Return `self` where `condition` holds and `other` elsewhere (`torch.where`).
+
+        Torch has no foreach `where`, so this is one `torch.where` per entry.
+
+        Args:
+            condition: A mapping of boolean tensors with the same keys.
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If the keys differ or an entry does not broadcast.
+
+        Example:
+            >>> p = ParamDict(w=torch.tensor([1.0, -1.0]))
+            >>> p.where({"w": torch.tensor([True, False])}, 0.0)["w"]
+            tensor([1., 0.])
+        """
+        conds = self._aligned(condition, what="`where`")
+        arg = self._operand_or_raise(other, "`where`")
+        others = arg if isinstance(arg, list) else [arg] * len(self)
+        values = self._values()
+        try:
+            out = [torch.where(c, v, o) for c, v, o in zip(conds, values, others)]
+        except RuntimeError as err:
+            raise self._explain(err, (conds, values, others)) from err
+        return self._derive(out)
