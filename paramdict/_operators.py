@@ -251,8 +251,8 @@ class _Operators(_Container):
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
-            >>> g = ParamDict(w=torch.tensor([10.0, 10.0]))
-            >>> p.sub(g, alpha=0.1)["w"]
+            >>> g = ParamDict(w=torch.tensor([4.0, 4.0]))
+            >>> p.sub(g, alpha=0.25)["w"]
             tensor([0., 1.])
         """
         return self._axpy(other, -alpha, "`sub`")
