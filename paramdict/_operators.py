@@ -52,6 +52,11 @@ class _Operators(_Container):
                     "values pass a mapping, e.g. `ParamDict.fromkeys(p, t)`."
                 )
                 raise TypeError(msg)
+            if other.requires_grad:
+                # The foreach `.Tensor` overloads cannot differentiate with respect
+                # to the scalar tensor ("inconsistent range for TensorList output"
+                # in torch 2.13); the list overloads can, so repeat it per entry.
+                return [other] * len(self._keys)
             return other
         if _is_number(other):
             return other
@@ -268,7 +273,7 @@ class _Operators(_Container):
             if not isinstance(arg, list):
                 scaled = [alpha * arg] * len(values)
             elif arg and isinstance(arg[0], Tensor):
-                scaled = list(torch._foreach_mul(arg, alpha))
+                scaled = list(torch._foreach_mul(arg, [alpha] * len(arg)))
             else:
                 scaled = [alpha * a for a in arg]
             return self._run(torch._foreach_add, values, scaled)
