@@ -185,10 +185,11 @@ def test_inner_step_arithmetic_under_vmap_matches_loop() -> None:
     ys = torch.sin(xs)
 
     def inner_loss(p: ParamDict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return ((p.call(model, x) - y) ** 2).mean()
+        out: torch.Tensor = p.call(model, x)
+        return ((out - y) ** 2).mean()
 
     def adapt(x: torch.Tensor, y: torch.Tensor) -> ParamDict:
-        g = torch.func.grad(inner_loss)(params, x, y)
+        g: ParamDict = torch.func.grad(inner_loss)(params, x, y)
         return params.sub(g, alpha=0.1) * 1.0 - 0.0 * abs(g)
 
     batched = torch.func.vmap(adapt)(xs, ys)
