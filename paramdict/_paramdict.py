@@ -8,11 +8,15 @@ from ._autograd import _Autograd
 from ._module import _ModuleIO
 from ._operators import _Operators
 from ._pytree import register
+from ._reduce import _Reduce
+from ._select import _Select
+from ._stack import _Stack
+from ._tensors import _Tensors
 
 __all__ = ["ParamDict"]
 
 
-class ParamDict(_Operators, _Autograd, _ModuleIO):
+class ParamDict(_Operators, _Reduce, _Select, _Tensors, _Stack, _Autograd, _ModuleIO):
     """An immutable mapping from names to tensors that keeps parameters keyed.
 
     A `dict[str, Tensor]` that cannot be changed in place and that supports what
