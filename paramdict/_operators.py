@@ -161,8 +161,13 @@ class _Operators(_Container):
         """
         lists = [a for a in args if isinstance(a, list) and len(a) == len(self._keys)]
         shared = [a for a in args if isinstance(a, Tensor)]
-        for i, key in enumerate(self._keys):
-            tensors = [a[i] for a in lists if isinstance(a[i], Tensor)] + shared
+        entries = [
+            (key, [a[i] for a in lists if isinstance(a[i], Tensor)] + shared)
+            for i, key in enumerate(self._keys)
+        ]
+        # Shapes first, then devices, then dtypes: a clash of the first kind
+        # anywhere is a surer cause than one of the last kind.
+        for key, tensors in entries:
             try:
                 _broadcast_shapes(*(t.shape for t in tensors))
             except RuntimeError:
@@ -172,6 +177,7 @@ class _Operators(_Container):
                     "Per-entry values must broadcast to the entry's shape."
                 )
                 return ValueError(msg)
+        for key, tensors in entries:
             devices = {t.device for t in tensors}
             if len(devices) > 1:
                 shown = ", ".join(sorted(str(d) for d in devices))
@@ -180,6 +186,7 @@ class _Operators(_Container):
                     "Move them first, e.g. with `.to(device)`."
                 )
                 return ValueError(msg)
+        for key, tensors in entries:
             dtypes = {t.dtype for t in tensors if t.dtype != torch.bool}
             if len(dtypes) > 1:
                 shown = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
