@@ -24,6 +24,8 @@ Device: TypeAlias = torch.device | str | int
 """A device, as `Tensor.to` accepts it: `torch.device("cuda:0")`, `"cpu"` or `0`."""
 
 _T = TypeVar("_T")
+_V = TypeVar("_V")
+_W = TypeVar("_W")
 
 
 def _note(err: BaseException, key: str, what: str) -> None:
@@ -377,7 +379,35 @@ class _Tensors(_Container):
                 raise
         return out
 
-    def map(self, fn: Callable[..., Tensor], /, *others: Mapping[str, Tensor]) -> Self:
+    @overload
+    def map(self, fn: Callable[[Tensor], Tensor], /) -> Self: ...
+
+    @overload
+    def map(
+        self, fn: Callable[[Tensor, _V], Tensor], other: Mapping[str, _V], /
+    ) -> Self: ...
+
+    @overload
+    def map(
+        self,
+        fn: Callable[[Tensor, _V, _W], Tensor],
+        other: Mapping[str, _V],
+        another: Mapping[str, _W],
+        /,
+    ) -> Self: ...
+
+    @overload
+    def map(
+        self,
+        fn: Callable[..., Tensor],
+        other: Mapping[str, Any],
+        another: Mapping[str, Any],
+        yet_another: Mapping[str, Any],
+        /,
+        *others: Mapping[str, Any],
+    ) -> Self: ...
+
+    def map(self, fn: Callable[..., Tensor], /, *others: Mapping[str, Any]) -> Self:
         """Return `fn(value, *matching_values)` for every key, as a new ParamDict.
 
         For operations without a fused method: `p.map(torch.tanh)`, or with
@@ -388,7 +418,8 @@ class _Tensors(_Container):
 
         Args:
             fn: A function of one value and the matching values of `others`.
-            *others: Mappings with the same keys as `self`.
+            *others: Mappings with the same keys as `self` (of tensors or of
+                anything `fn` takes).
 
         Returns:
             A new ParamDict with the same keys; `self` and `others` are unchanged.
@@ -419,6 +450,34 @@ class _Tensors(_Container):
             )
             raise TypeError(msg)
         return self._derive(tensors)
+
+    @overload
+    def map_to_dict(self, fn: Callable[[Tensor], _T], /) -> dict[str, _T]: ...
+
+    @overload
+    def map_to_dict(
+        self, fn: Callable[[Tensor, _V], _T], other: Mapping[str, _V], /
+    ) -> dict[str, _T]: ...
+
+    @overload
+    def map_to_dict(
+        self,
+        fn: Callable[[Tensor, _V, _W], _T],
+        other: Mapping[str, _V],
+        another: Mapping[str, _W],
+        /,
+    ) -> dict[str, _T]: ...
+
+    @overload
+    def map_to_dict(
+        self,
+        fn: Callable[..., _T],
+        other: Mapping[str, Any],
+        another: Mapping[str, Any],
+        yet_another: Mapping[str, Any],
+        /,
+        *others: Mapping[str, Any],
+    ) -> dict[str, _T]: ...
 
     def map_to_dict(
         self, fn: Callable[..., _T], /, *others: Mapping[str, Any]
