@@ -115,7 +115,12 @@ class _Container(dict[str, Tensor]):
 
     def _derive(self, values: Iterable[Tensor], /) -> Self:
         """A ParamDict of the same type and keys as `self`, holding `values`."""
-        return self._from_parts(self._keys, values)
+        # `_from_parts`, inlined: every operation ends here.
+        obj = dict.__new__(type(self))
+        keys = self._keys
+        dict.update(obj, zip(keys, values))
+        obj._keys = keys
+        return obj
 
     # ---------------------------------------------------------------- read-only mapping
 

@@ -328,6 +328,20 @@ class _Operators(_Container):
     def _axpy(
         self, other: object, alpha: object, what: str, *, negate: bool = False
     ) -> Self:
+        kind = type(alpha)
+        if (
+            (kind is float or kind is int)
+            and isinstance(other, _Container)
+            and (other._keys is self._keys or other._keys == self._keys)
+        ):
+            # The optimizer step `p.sub(g, alpha=lr)`: straight to the kernel.
+            scale = -alpha if negate else alpha  # type: ignore[operator]  # a number
+            return self._run(
+                torch._foreach_add,
+                list(self.values()),
+                list(other.values()),
+                alpha=scale,
+            )
         arg = self._operand_or_raise(other, what)
         values = self._values()
         if isinstance(alpha, Tensor):
