@@ -199,7 +199,7 @@ def test_operands_are_never_mutated() -> None:
         (lambda p, q: p**q, ["_foreach_pow"]),
         (lambda p, q: p * 0.5, ["_foreach_mul"]),
         (lambda p, q: p - 0.5, ["_foreach_sub"]),
-        (lambda p, q: p - q["s"], ["_foreach_add"]),
+        (lambda p, q: p - q["s"], ["_foreach_sub"]),
         (lambda p, q: 2.0**p, ["_foreach_pow"]),
         (lambda p, q: q - p, ["_foreach_sub"]),
         (lambda p, q: -p, ["_foreach_neg"]),
@@ -271,3 +271,32 @@ def test_algebra_properties(pq: tuple[ParamDict, ParamDict], c: float) -> None:
     assert (p * 1) == p
     assert (p + p).allclose(2 * p, rtol=1e-5, atol=1e-5)
     assert all(torch.equal(p[k], snapshot[k]) for k in p)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        lambda p, lr: p - lr * p,
+        lambda p, lr: p * lr,
+        lambda p, lr: p / lr,
+        lambda p, lr: p + lr,
+        lambda p, lr: p - lr,
+        lambda p, lr: lr - p,
+        lambda p, lr: lr / p,
+        lambda p, lr: p**lr,
+        lambda p, lr: lr**p,
+    ],
+)
+def test_learnable_scalar_tensor_gets_gradients(expr: Any) -> None:
+    """A 0-dim tensor operand that requires grad (Meta-SGD's lr) is differentiated."""
+    p = ParamDict(
+        w=torch.rand(3, dtype=torch.float64) + 0.5,
+        b=torch.rand(2, dtype=torch.float64) + 0.5,
+    )
+    lr = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    out = expr(p, lr)
+    (got,) = torch.autograd.grad(sum(v.sum() for v in out.values()), lr)
+    lr_ref = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    total = sum(expr(v, lr_ref).sum() for v in p.values())  # the same ops on tensors
+    (want,) = torch.autograd.grad(total, lr_ref)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
