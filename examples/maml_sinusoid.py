@@ -31,14 +31,14 @@ from paramdict import ParamDict
 
 Batching = Literal["vmap", "loop"]
 
-SHOTS = 10  # K: support points per task (and query points per task in training)
-INNER_LR = 0.01
-META_LR = 0.001
-META_BATCH = 25
+SHOTS = 10  # K: support points per task, and query points per task in training
+INNER_LR = 0.01  # the inner SGD step, in training and at evaluation
+META_LR = 0.001  # Adam, the meta-optimizer
+META_BATCH = 25  # tasks per meta-iteration
 ITERATIONS = 10_000
-QUICK_ITERATIONS = 100
+QUICK_ITERATIONS = 200
 EVAL_TASKS = 600
-EVAL_QUERIES = 100
+EVAL_QUERIES = 100  # query points per evaluation task, for a precise per-task MSE
 AMPLITUDE = (0.1, 5.0)
 PHASE = (0.0, math.pi)
 X_RANGE = (-5.0, 5.0)
@@ -98,18 +98,7 @@ def sample_tasks(
     queries: int = SHOTS,
     dtype: torch.dtype = torch.float32,
 ) -> Tasks:
-    """Draw `count` new tasks, each with `shots` support and `queries` query points.
-
-    Args:
-        count: How many tasks.
-        generator: The random stream to draw from (it advances).
-        shots: Support points per task, for the inner step.
-        queries: Query points per task, for the meta-loss or the evaluation.
-        dtype: Floating dtype of every tensor.
-
-    Returns:
-        The tasks, with inputs and targets shaped `(count, points, 1)`.
-    """
+    """Draw `count` new tasks, with `shots` support and `queries` query points each."""
 
     def uniform(bounds: tuple[float, float], *shape: int) -> Tensor:
         low, high = bounds
@@ -164,23 +153,11 @@ def inner_step(
     create_graph: bool = True,
     per_task: bool = False,
 ) -> ParamDict:
-    """Take one SGD step on every task's support set at once, batched with `vmap`.
+    """Return every task's fast weights after one SGD step on its `(x, y)`.
 
-    Args:
-        params: The weights to start from: shared by all tasks, or (with
-            `per_task=True`) one set per task along a leading dimension.
-        model: The network the weights belong to.
-        x: Support inputs, `(tasks, shots, 1)`.
-        y: Support targets, `(tasks, shots, 1)`.
-        inner_lr: The inner (task) learning rate.
-        create_graph: Record the inner gradients, so that a meta-gradient
-            differentiates through them (second order). With `False` they are
-            constants (first order).
-        per_task: Whether `params` already hold one set of weights per task.
-
-    Returns:
-        The fast weights, keyed like `params`, one set per task along a leading
-        dimension; `params` is unchanged.
+    The tasks run at once under `torch.func.vmap`. `params` are shared by all tasks,
+    or with `per_task=True` hold one set per task along a leading dimension; the
+    result always does. `create_graph=False` makes the step first order.
     """
     task_grads = torch.func.vmap(
         torch.func.grad(mse), in_dims=(0 if per_task else None, None, 0, 0)
@@ -202,22 +179,10 @@ def meta_loss(
     first_order: bool = False,
     batching: Batching = "vmap",
 ) -> Tensor:
-    """Return the mean query loss after one inner step on each task's support set.
+    """Return MAML's objective: the mean query loss after one inner step per task.
 
-    Args:
-        params: The meta-parameters (usually `ParamDict.from_module(model)`).
-        model: The network they belong to.
-        tasks: The meta-batch.
-        inner_lr: The inner learning rate.
-        first_order: Treat the inner gradients as constants (first-order MAML).
-        batching: `"vmap"` adapts all tasks at once with `torch.func.vmap`;
-            `"loop"` adapts them one after the other in Python.
-
-    Returns:
-        A scalar, differentiable with respect to `params`.
-
-    Raises:
-        ValueError: If `batching` is neither `"vmap"` nor `"loop"`.
+    `batching="loop"` adapts the tasks one after the other in Python, `"vmap"` all
+    at once; `first_order=True` treats the inner gradients as constants.
     """
     if batching not in ("vmap", "loop"):
         msg = f"`batching` must be 'vmap' or 'loop', got {batching!r}."
@@ -254,10 +219,7 @@ def meta_gradient(
     first_order: bool = False,
     batching: Batching = "vmap",
 ) -> ParamDict:
-    """Return the gradient of `meta_loss` with respect to `params`, keyed the same.
-
-    The arguments are those of `meta_loss`; nothing is accumulated into `.grad`.
-    """
+    """Return the gradient of `meta_loss` with respect to `params`, keyed the same."""
     loss = meta_loss(
         params,
         model,
@@ -317,21 +279,7 @@ def train(
     inner_lr: float = INNER_LR,
     meta_lr: float = META_LR,
 ) -> float:
-    """Meta-train `model` in place with Adam on the MAML meta-loss.
-
-    Args:
-        model: The network; its parameters are updated in place.
-        iterations: Meta-iterations (one meta-batch each).
-        generator: The random stream the training tasks are drawn from.
-        first_order: Use first-order MAML.
-        batching: How a meta-batch is run (see `meta_loss`).
-        meta_batch: Tasks per meta-batch.
-        inner_lr: The inner learning rate.
-        meta_lr: Adam's learning rate.
-
-    Returns:
-        The running meta-loss at the end (mean of the last 100 meta-batches).
-    """
+    """Meta-train `model` in place; return the final running meta-loss."""
     params = ParamDict.from_module(model)  # the live nn.Parameters, keyed by name
     optimizer = torch.optim.Adam(params.values(), lr=meta_lr)
     progress = _Progress(iterations)
@@ -367,10 +315,8 @@ def evaluate(
 ) -> Tensor:
     """Return every task's query MSE after 0, 1, ..., `steps` inner SGD steps.
 
-    Each step uses the task's same support points, as at test time in the paper.
-
-    Returns:
-        A `(steps + 1, tasks)` tensor; row 0 is before adaptation.
+    All steps use the task's same K support points. Row `k` of the
+    `(steps + 1, tasks)` result is after `k` steps.
     """
     with torch.no_grad():
         errors = [
@@ -430,12 +376,9 @@ def save_plot(
     """Plot a few tasks and the MSE-vs-steps curve, like the paper's Figures 2-3.
 
     Each task panel shows the true sinusoid, its K support points and the
-    prediction before adaptation and after 1 and after the last inner step; the
-    last panel shows the mean query MSE (with its 95% interval) against the number
-    of inner steps.
-
-    Returns:
-        Whether the PNG was written (`False` when matplotlib is not installed).
+    prediction before adaptation, after 1 and after the last inner step; the last
+    panel shows the mean query MSE (95% interval) against the inner steps. Return
+    whether the PNG was written (not when matplotlib is missing).
     """
     try:
         import matplotlib as mpl
@@ -504,6 +447,7 @@ def save_plot(
         )
     ax.set_title(f"query MSE on {errors.shape[1]} new tasks (95% interval)")
     ax.set_xlabel("inner gradient steps")
+    ax.set_xlim(-0.5, steps + 1)
     ax.set_ylabel("mean squared error")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
@@ -577,14 +521,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Meta-train, evaluate, print the results table and write the plot.
-
-    Args:
-        argv: Command-line arguments (default: `sys.argv[1:]`).
-
-    Returns:
-        The exit status, 0.
-    """
+    """Meta-train, evaluate, print the results table, write the plot; return 0."""
     args = parse_args(argv)
     iterations = args.iterations or (QUICK_ITERATIONS if args.quick else ITERATIONS)
     torch.set_num_threads(args.threads)

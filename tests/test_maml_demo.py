@@ -1,4 +1,5 @@
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -173,3 +174,14 @@ def test_cli_rejects_zero_inner_steps(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit, match="2"):
         demo.main(["--inner-steps", "0"])
     assert "must be a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_docs_page_quotes_the_script_word_for_word() -> None:
+    """Every Python block of docs/maml.md is a verbatim excerpt of the script."""
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "maml.md").read_text(encoding="utf-8")
+    script = (root / "examples" / "maml_sinusoid.py").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", page, re.MULTILINE | re.DOTALL)
+    assert any("def inner_step(" in block for block in blocks)
+    stale = [block.splitlines()[0] for block in blocks if block not in script]
+    assert not stale, f"docs/maml.md blocks not in the script: {stale}"
