@@ -476,10 +476,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--iterations",
         type=_positive,
+        metavar="N",
         help=f"meta-iterations (default {ITERATIONS:,}; {QUICK_ITERATIONS} with "
         "--quick)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="random seed (default 0)"
+    )
     parser.add_argument(
         "--first-order",
         action="store_true",
@@ -488,11 +491,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--inner-steps",
         type=_positive,
+        metavar="N",
         default=10,
         help="inner steps at evaluation (default 10)",
     )
     parser.add_argument(
-        "--threads", type=_positive, default=1, help="CPU threads (default 1)"
+        "--threads",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="CPU threads (default 1)",
     )
     parser.add_argument(
         "--batching",
@@ -504,12 +512,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--eval-tasks",
         type=_positive,
+        metavar="N",
         default=EVAL_TASKS,
         help=f"new tasks to evaluate on (default {EVAL_TASKS})",
     )
     parser.add_argument(
         "--plot",
         type=Path,
+        metavar="PATH",
         default=Path("maml_sinusoid.png"),
         help="where to write the PNG (default maml_sinusoid.png)",
     )
