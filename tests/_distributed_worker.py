@@ -1,0 +1,142 @@
+"""Run scenarios in several gloo processes on 127.0.0.1 and bring their results back.
+
+`run(world_size, scenarios, tmp)` starts `world_size` processes with the `spawn` start
+method, joins them into one gloo group through a `TCPStore` that the calling process
+serves on a free port, runs the named scenarios in order on every rank (warnings are
+errors there, as under pytest), and returns `{scenario: [result of rank 0, ...]}`.
+Everything is bounded: the group has a short timeout, the caller waits at most
+`timeout` seconds and kills what is left, and children die with their parent.
+
+Scenarios are plain functions of `(rank, world_size)` registered in `SCENARIOS` by the
+test module that defines them; they live in the children, so they must be importable
+from this module's directory.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import TCPStore  # typed; `dist.TCPStore` is not
+from torch.multiprocessing.spawn import ProcessContext, start_processes
+
+Scenario = Callable[[int, int], Any]
+
+GROUP_TIMEOUT = datetime.timedelta(seconds=30)
+
+
+def _child(
+    rank: int,
+    world_size: int,
+    port: int,
+    module: str,
+    scenarios: Sequence[str],
+    out: str,
+    init: bool,
+) -> None:
+    torch.set_num_threads(1)
+    table: dict[str, Scenario] = importlib.import_module(module).SCENARIOS
+    if init:
+        store = TCPStore(
+            "127.0.0.1", port, world_size, is_master=False, timeout=GROUP_TIMEOUT
+        )
+        dist.init_process_group(
+            "gloo", store=store, rank=rank, world_size=world_size, timeout=GROUP_TIMEOUT
+        )
+    else:  # the scenario sets up its own group, as under torchrun
+        os.environ.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            # Connect to the caller's store rather than serve one, as torchrun's
+            # workers do.
+            TORCHELASTIC_USE_AGENT_STORE="True",
+        )
+    results: dict[str, Any] = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for name in scenarios:
+                results[name] = table[name](rank, world_size)
+    finally:
+        if init:
+            dist.destroy_process_group()
+    torch.save(results, Path(out) / f"rank{rank}.pt")
+
+
+def run(
+    world_size: int,
+    module: str,
+    scenarios: Sequence[str],
+    tmp: Path,
+    *,
+    timeout: float = 120.0,
+    init: bool = True,
+) -> dict[str, list[Any]]:
+    """Run `scenarios` from `module.SCENARIOS` on `world_size` gloo processes.
+
+    Args:
+        world_size: How many processes.
+        module: The importable name of the module holding `SCENARIOS`.
+        scenarios: Names of the scenarios, run in this order on every rank.
+        tmp: An empty directory for the results.
+        timeout: The most seconds to wait for all processes.
+        init: Join the processes into a gloo group before the scenarios. When false,
+            set torchrun's environment variables instead (`MASTER_ADDR`,
+            `MASTER_PORT`, `RANK`, `WORLD_SIZE`) and let the scenario do it.
+
+    Returns:
+        For each scenario, its results on ranks 0, 1, ...
+
+    Raises:
+        torch.multiprocessing.ProcessRaisedException: If a process raised; the message
+            holds its traceback.
+        TimeoutError: If the processes did not finish within `timeout` seconds; they
+            are killed.
+    """
+    # The calling process serves the store on a port the OS picks, so there is no
+    # race for a free port; the children connect to it as clients.
+    store = TCPStore(
+        "127.0.0.1",
+        0,
+        world_size + 1,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=GROUP_TIMEOUT,
+        use_libuv=True,
+    )
+    port = store.port
+    start = cast("Callable[..., ProcessContext]", start_processes)  # unannotated
+    context = start(
+        _child,
+        args=(world_size, port, module, tuple(scenarios), str(tmp), init),
+        nprocs=world_size,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + timeout
+    while not context.join(
+        timeout=max(0.0, deadline - time.monotonic()), grace_period=2
+    ):
+        if time.monotonic() >= deadline:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+                process.join()
+            msg = f"{world_size} gloo processes did not finish within {timeout} s."
+            raise TimeoutError(msg)
+    per_rank = [
+        torch.load(tmp / f"rank{rank}.pt", weights_only=False)
+        for rank in range(world_size)
+    ]
+    return {name: [r[name] for r in per_rank] for name in scenarios}
