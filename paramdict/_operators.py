@@ -17,6 +17,7 @@ from torch import Tensor
 from typing_extensions import Self
 
 from ._container import _Container
+from ._foreach import call
 
 __all__ = ["Operand"]
 
@@ -29,6 +30,11 @@ _broadcast_shapes = cast("Callable[..., torch.Size]", torch.broadcast_shapes)
 
 def _is_number(value: object) -> bool:
     return isinstance(value, Number) and not isinstance(value, Tensor)
+
+
+def _holds_tensors(arg: object) -> bool:
+    """Whether a foreach argument from `_operand` is a list of tensors."""
+    return isinstance(arg, list) and bool(arg) and isinstance(arg[0], Tensor)
 
 
 class _Operators(_Container):
@@ -52,7 +58,11 @@ class _Operators(_Container):
                     "values pass a mapping, e.g. `ParamDict.fromkeys(p, t)`."
                 )
                 raise TypeError(msg)
-            return other
+            # Repeat it per entry for the list overloads: the foreach `.Tensor`
+            # overloads neither differentiate with respect to the scalar tensor
+            # ("inconsistent range for TensorList output") nor have vmap batching
+            # rules, in torch 2.13.
+            return [other] * len(self._keys)
         if _is_number(other):
             return other
         if isinstance(other, Mapping):
@@ -86,7 +96,7 @@ class _Operators(_Container):
     ) -> Self:
         """Call a foreach `op`, naming the entry if it fails, and wrap the result."""
         try:
-            out = op(*args, **kwargs)
+            out = call(op, *args, **kwargs)
         except RuntimeError as err:
             raise self._explain(err, args) from err
         return self._derive(out)
@@ -132,25 +142,17 @@ class _Operators(_Container):
         arg = self._operand(other, "`-`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, Tensor):
-            return self._run(torch._foreach_add, self._values(), arg, alpha=-1)
         return self._run(torch._foreach_sub, self._values(), arg)
 
     def __rsub__(self, other: Operand) -> Self:
         arg = self._operand(other, "`-`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, list):
-            if arg and _is_number(arg[0]):
-                out = torch._foreach_neg(self._values())
-                torch._foreach_add_(out, arg)
-                return self._derive(out)
+        if _holds_tensors(arg):
             return self._run(torch._foreach_sub, arg, self._values())
-        if isinstance(arg, Tensor):
-            return self._run(torch._foreach_sub, [arg] * len(self), self._values())
-        out = torch._foreach_neg(self._values())
-        torch._foreach_add_(out, arg)
-        return self._derive(out)
+        # No foreach kernel takes numbers on the left: negate, then add.
+        neg = self._unary(torch._foreach_neg)
+        return neg._run(torch._foreach_add, neg._values(), arg)
 
     def __mul__(self, other: Operand) -> Self:
         arg = self._operand(other, "`*`")
@@ -170,40 +172,34 @@ class _Operators(_Container):
         arg = self._operand(other, "`/`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, list) and not (arg and _is_number(arg[0])):
+        if _holds_tensors(arg):
             return self._run(torch._foreach_div, arg, self._values())
-        if isinstance(arg, Tensor):
-            return self._run(torch._foreach_div, [arg] * len(self), self._values())
-        out = torch._foreach_reciprocal(self._values())
-        torch._foreach_mul_(out, arg)
-        return self._derive(out)
+        # No foreach kernel takes numbers on the left: invert, then scale.
+        inv = self._unary(torch._foreach_reciprocal)
+        return inv._run(torch._foreach_mul, inv._values(), arg)
 
     def __pow__(self, exponent: Operand) -> Self:
         arg = self._operand(exponent, "`**`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, Tensor):
-            arg = [arg] * len(self)
         return self._run(torch._foreach_pow, self._values(), arg)
 
     def __rpow__(self, base: Operand) -> Self:
         arg = self._operand(base, "`**`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, Tensor):
-            arg = [arg] * len(self)
-        if isinstance(arg, list) and arg and _is_number(arg[0]):
-            arg = [torch.as_tensor(b) for b in arg]
+        if isinstance(arg, list) and not _holds_tensors(arg):
+            arg = [torch.as_tensor(b) for b in arg]  # no kernel takes a number list
         return self._run(torch._foreach_pow, arg, self._values())
 
     def __neg__(self) -> Self:
-        return self._derive(torch._foreach_neg(self._values()))
+        return self._unary(torch._foreach_neg)
 
     def __pos__(self) -> Self:
         return self
 
     def __abs__(self) -> Self:
-        return self._derive(torch._foreach_abs(self._values()))
+        return self._unary(torch._foreach_abs)
 
     # ------------------------------------------------------------ fused, torch-named
 
@@ -251,8 +247,8 @@ class _Operators(_Container):
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
-            >>> g = ParamDict(w=torch.tensor([10.0, 10.0]))
-            >>> p.sub(g, alpha=0.1)["w"]
+            >>> g = ParamDict(w=torch.tensor([4.0, 4.0]))
+            >>> p.sub(g, alpha=0.25)["w"]
             tensor([0., 1.])
         """
         return self._axpy(other, -alpha, "`sub`")
@@ -265,19 +261,17 @@ class _Operators(_Container):
             if alpha.dim() != 0:
                 msg = f"{what}: `alpha` must be a number or a 0-dim tensor."
                 raise TypeError(msg)
-            if not isinstance(arg, list):
-                scaled = [alpha * arg] * len(values)
-            elif arg and isinstance(arg[0], Tensor):
-                scaled = list(torch._foreach_mul(arg, alpha))
-            else:
+            if _holds_tensors(arg):
+                scaled = call(torch._foreach_mul, arg, [alpha] * len(arg))
+            elif isinstance(arg, list):
                 scaled = [alpha * a for a in arg]
+            else:
+                scaled = [alpha * arg] * len(values)
             return self._run(torch._foreach_add, values, scaled)
+        if _holds_tensors(arg):
+            return self._run(torch._foreach_add, values, arg, alpha=alpha)
         if isinstance(arg, list):
-            if arg and _is_number(arg[0]):
-                return self._run(torch._foreach_add, values, [alpha * a for a in arg])
-            return self._run(torch._foreach_add, values, arg, alpha=alpha)
-        if isinstance(arg, Tensor):
-            return self._run(torch._foreach_add, values, arg, alpha=alpha)
+            return self._run(torch._foreach_add, values, [alpha * a for a in arg])
         return self._run(torch._foreach_add, values, alpha * arg)
 
     def mul(self, other: Operand, /) -> Self:
@@ -340,8 +334,6 @@ class _Operators(_Container):
             tensor([1., 4.])
         """
         arg = self._operand_or_raise(exponent, "`pow`")
-        if isinstance(arg, Tensor):
-            arg = [arg] * len(self)
         return self._run(torch._foreach_pow, self._values(), arg)
 
     def lerp(self, end: Mapping[str, Tensor], /, weight: Operand) -> Self:
@@ -367,8 +359,6 @@ class _Operators(_Container):
         """
         ends = self._aligned(end, what="`lerp`")
         w = self._operand_or_raise(weight, "`lerp`")
-        if isinstance(w, Tensor):
-            w = [w] * len(self)
         return self._run(torch._foreach_lerp, self._values(), ends, w)
 
     def _addc(
@@ -383,9 +373,7 @@ class _Operators(_Container):
         b = self._aligned(t2, what=what)
         v = self._operand_or_raise(value, what)
         values = self._values()
-        if isinstance(v, Tensor) or (
-            isinstance(v, list) and v and isinstance(v[0], Tensor)
-        ):
+        if _holds_tensors(v):
             # A tensor `value` stays differentiable: form the product, then scale.
             combine = (
                 torch._foreach_mul
@@ -393,7 +381,9 @@ class _Operators(_Container):
                 else torch._foreach_div
             )
             return self._run(
-                torch._foreach_add, values, torch._foreach_mul(combine(a, b), v)
+                torch._foreach_add,
+                values,
+                call(torch._foreach_mul, call(combine, a, b), v),
             )
         return self._run(op, values, a, b, v)
 
@@ -457,7 +447,7 @@ class _Operators(_Container):
         return self._addc(torch._foreach_addcdiv, tensor1, tensor2, value, "`addcdiv`")
 
     def _unary(self, op: Callable[[list[Tensor]], Sequence[Tensor]]) -> Self:
-        return self._derive(op(self._values()))
+        return self._run(op, self._values())
 
     def sqrt(self) -> Self:
         """Return the elementwise square root (`torch.sqrt`) as a new ParamDict.
@@ -565,10 +555,7 @@ class _Operators(_Container):
     def _bound(
         self, op: Callable[..., Sequence[Tensor]], other: object, what: str
     ) -> Self:
-        arg = self._operand_or_raise(other, what)
-        if isinstance(arg, Tensor):
-            arg = [arg] * len(self)
-        return self._run(op, self._values(), arg)
+        return self._run(op, self._values(), self._operand_or_raise(other, what))
 
     def maximum(self, other: Operand, /) -> Self:
         """Return the elementwise maximum with `other`, like `torch.maximum`.
