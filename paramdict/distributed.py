@@ -38,12 +38,15 @@ P = TypeVar("P", bound=ParamDict)
 ReduceOpName = Literal["sum", "mean", "max", "min", "product"]
 """How `all_reduce` combines the processes' values."""
 
-_REDUCE_OPS: dict[str, Any] = {
-    "sum": dist.ReduceOp.SUM,
-    "mean": dist.ReduceOp.SUM,  # then divided by the group size
-    "max": dist.ReduceOp.MAX,
-    "min": dist.ReduceOp.MIN,
-    "product": dist.ReduceOp.PRODUCT,
+# Names of `torch.distributed.ReduceOp` members, looked up when called: builds of
+# torch without distributed support have no `ReduceOp`, and `import paramdict` must
+# still work there.
+_REDUCE_OPS = {
+    "sum": "SUM",
+    "mean": "SUM",  # then divided by the group size
+    "max": "MAX",
+    "min": "MIN",
+    "product": "PRODUCT",
 }
 
 _Entry = tuple[str, tuple[int, ...], str, str, str]
@@ -63,6 +66,9 @@ def _check_paramdict(p: object, name: str) -> None:
 
 
 def _check_group(group: dist.ProcessGroup | None, name: str) -> None:
+    if not dist.is_available():
+        msg = f"`{name}` needs `torch.distributed`, which this build of torch lacks."
+        raise ValueError(msg)
     if not dist.is_initialized():
         msg = (
             f"`{name}` needs a process group: call "
@@ -295,7 +301,7 @@ def all_reduce(
     if op not in _REDUCE_OPS:
         fix = (
             " Pass the name instead of a `torch.distributed.ReduceOp`."
-            if isinstance(cast(object, op), dist.ReduceOp | dist.ReduceOp.RedOpType)
+            if type(op).__qualname__.startswith("ReduceOp")
             else ""
         )
         names = list(get_args(ReduceOpName))
@@ -321,13 +327,14 @@ def all_reduce(
             f'real entries for `op="{op}"`',
             "Compare absolute values or real parts instead.",
         )
+    reduce_op = getattr(dist.ReduceOp, _REDUCE_OPS[op])
     values = list(p.values())
     out = list(values)
     size = dist.get_world_size(group)
     for bucket in _buckets.plan(values, cap):
         buffer = _buckets.pack(values, bucket)
         if bucket.numel:
-            dist.all_reduce(buffer, op=_REDUCE_OPS[op], group=group)
+            dist.all_reduce(buffer, op=reduce_op, group=group)
             if op == "mean":
                 buffer.div_(size)
         _buckets.unpack(buffer, bucket, values, out)

@@ -1,15 +1,16 @@
 """Run scenarios in several gloo processes on 127.0.0.1 and bring their results back.
 
-`run(world_size, scenarios, tmp)` starts `world_size` processes with the `spawn` start
-method, joins them into one gloo group through a `TCPStore` that the calling process
-serves on a free port, runs the named scenarios in order on every rank (warnings are
-errors there, as under pytest), and returns `{scenario: [result of rank 0, ...]}`.
-Everything is bounded: the group has a short timeout, the caller waits at most
-`timeout` seconds and kills what is left, and children die with their parent.
+`run(world_size, module, scenarios, tmp)` starts `world_size` processes with the
+`spawn` start method, joins them into one gloo group through a `TCPStore` that the
+calling process serves on a port the OS picks, runs the named scenarios in order on
+every rank (warnings are errors there, as under pytest), and returns
+`{scenario: [result of rank 0, ...]}`. Scenarios named in `then=` run afterwards, in
+torchrun's environment, and make their own group. Everything is bounded: the group has
+a short timeout, the caller waits at most `timeout` seconds and kills what is left,
+and children die with their parent.
 
-Scenarios are plain functions of `(rank, world_size)` registered in `SCENARIOS` by the
-test module that defines them; they live in the children, so they must be importable
-from this module's directory.
+Scenarios are plain functions of `(rank, world_size)` in the `SCENARIOS` table of an
+importable module; they run in the children, which import that module by name.
 """
 
 from __future__ import annotations
@@ -39,38 +40,39 @@ def _child(
     port: int,
     module: str,
     scenarios: Sequence[str],
+    then: Sequence[str],
     out: str,
-    init: bool,
 ) -> None:
     torch.set_num_threads(1)
     table: dict[str, Scenario] = importlib.import_module(module).SCENARIOS
-    if init:
-        store = TCPStore(
-            "127.0.0.1", port, world_size, is_master=False, timeout=GROUP_TIMEOUT
-        )
-        dist.init_process_group(
-            "gloo", store=store, rank=rank, world_size=world_size, timeout=GROUP_TIMEOUT
-        )
-    else:  # the scenario sets up its own group, as under torchrun
-        os.environ.update(
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-            # Connect to the caller's store rather than serve one, as torchrun's
-            # workers do.
-            TORCHELASTIC_USE_AGENT_STORE="True",
-        )
     results: dict[str, Any] = {}
+    store = TCPStore(
+        "127.0.0.1", port, world_size, is_master=False, timeout=GROUP_TIMEOUT
+    )
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=world_size, timeout=GROUP_TIMEOUT
+    )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             for name in scenarios:
                 results[name] = table[name](rank, world_size)
     finally:
-        if init:
-            dist.destroy_process_group()
+        dist.destroy_process_group()
+    # The next scenarios make their own group from torchrun's environment; they
+    # connect to the caller's store rather than serve one, as torchrun's workers do.
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        TORCHELASTIC_USE_AGENT_STORE="True",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in then:
+            results[name] = table[name](rank, world_size)
     torch.save(results, Path(out) / f"rank{rank}.pt")
 
 
@@ -80,20 +82,22 @@ def run(
     scenarios: Sequence[str],
     tmp: Path,
     *,
+    then: Sequence[str] = (),
     timeout: float = 120.0,
-    init: bool = True,
 ) -> dict[str, list[Any]]:
-    """Run `scenarios` from `module.SCENARIOS` on `world_size` gloo processes.
+    """Run `scenarios`, then `then`, from `module.SCENARIOS` on `world_size` processes.
 
     Args:
         world_size: How many processes.
         module: The importable name of the module holding `SCENARIOS`.
-        scenarios: Names of the scenarios, run in this order on every rank.
+        scenarios: Names of the scenarios to run, in this order on every rank, in a
+            gloo group made for them.
         tmp: An empty directory for the results.
+        then: Names of scenarios to run after that group is destroyed, with
+            torchrun's environment variables set (`MASTER_ADDR`, `MASTER_PORT`,
+            `RANK`, `WORLD_SIZE`), so they can call `init_process_group("gloo")`
+            as a script under torchrun does.
         timeout: The most seconds to wait for all processes.
-        init: Join the processes into a gloo group before the scenarios. When false,
-            set torchrun's environment variables instead (`MASTER_ADDR`,
-            `MASTER_PORT`, `RANK`, `WORLD_SIZE`) and let the scenario do it.
 
     Returns:
         For each scenario, its results on ranks 0, 1, ...
@@ -119,7 +123,7 @@ def run(
     start = cast("Callable[..., ProcessContext]", start_processes)  # unannotated
     context = start(
         _child,
-        args=(world_size, port, module, tuple(scenarios), str(tmp), init),
+        args=(world_size, port, module, tuple(scenarios), tuple(then), str(tmp)),
         nprocs=world_size,
         join=False,
         start_method="spawn",
@@ -139,4 +143,4 @@ def run(
         torch.load(tmp / f"rank{rank}.pt", weights_only=False)
         for rank in range(world_size)
     ]
-    return {name: [r[name] for r in per_rank] for name in scenarios}
+    return {name: [r[name] for r in per_rank] for name in (*scenarios, *then)}
