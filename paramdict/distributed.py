@@ -9,7 +9,7 @@ collectives, not one per tensor.
 Before any data moves, the processes check with one small collective that they all
 hold the same keys, in the same order, with the same shapes, dtypes and devices, and
 call the same operation with the same options. When they do not, every process raises
-the same `ValueError` naming what differs, instead of hanging or mixing up entries.
+a `ValueError` naming what differs, instead of hanging or mixing up entries.
 
 The collectives are not recorded by autograd: results never require grad, even when
 the inputs do. All-reduce gradients after computing them (`params.grad(loss)`), which
@@ -20,6 +20,7 @@ view into a flat buffer shared with the other entries of its bucket.
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast, get_args
@@ -97,7 +98,8 @@ def _cap_bytes(bucket_cap_mb: float, name: str) -> int:
             "largest flat buffer in MiB; 25 is the default."
         )
         raise ValueError(msg)
-    return max(1, int(bucket_cap_mb * 2**20))
+    cap = bucket_cap_mb * 2**20
+    return max(1, int(cap)) if math.isfinite(cap) else sys.maxsize
 
 
 # ---------------------------------------------------------------- agreement

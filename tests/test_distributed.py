@@ -1,3 +1,10 @@
+"""Keyed collectives on 2 and 3 gloo processes, checked against plain-torch references.
+
+Each module fixture starts its processes once (`_distributed_worker.run`) and runs every
+scenario of `_distributed_scenarios` there; the tests compare what came back with
+single-process references computed here.
+"""
+
 from __future__ import annotations
 
 import functools
@@ -394,6 +401,32 @@ def test_bucket_cap_must_be_a_positive_number() -> None:
         all_reduce(p, bucket_cap_mb=0)
     with pytest.raises(TypeError, match=r"takes a number for `bucket_cap_mb`, got str"):
         broadcast(p, bucket_cap_mb="25")  # type: ignore[arg-type]  # under test
+
+
+@pytest.mark.usefixtures("one_process_group")
+def test_infinite_bucket_cap_means_one_buffer_per_dtype() -> None:
+    """`bucket_cap_mb=inf` puts everything of one dtype in one buffer."""
+    p = ParamDict(w=torch.ones(2), b=torch.zeros(3))
+    out = all_reduce(p, bucket_cap_mb=math.inf)
+    assert (
+        out["w"].untyped_storage().data_ptr() == out["b"].untyped_storage().data_ptr()
+    )
+    torch.testing.assert_close(dict(out), dict(p))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_and_cpu_entries_reduce_on_their_own_backends() -> None:
+    """With gloo for CPU and NCCL for CUDA, mixed entries keep devices and values."""
+    dist.init_process_group(
+        "cpu:gloo,cuda:nccl", init_method="tcp://127.0.0.1:0", rank=0, world_size=1
+    )
+    try:
+        p = ParamDict(w=torch.ones(3, device="cuda"), b=torch.arange(2.0))
+        out = all_reduce(p, op="mean")
+        assert [v.device.type for v in out.values()] == ["cuda", "cpu"]
+        torch.testing.assert_close(dict(out), dict(p))
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.mark.usefixtures("one_process_group")
