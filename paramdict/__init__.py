@@ -13,8 +13,9 @@ from . import distributed
 from ._autograd import Outputs
 from ._operators import Operand
 from ._paramdict import ParamDict
+from ._tensors import Device
 
-__all__ = ["Operand", "Outputs", "ParamDict", "__version__", "distributed"]
+__all__ = ["Device", "Operand", "Outputs", "ParamDict", "__version__", "distributed"]
 
 
 def __getattr__(name: str) -> Any:

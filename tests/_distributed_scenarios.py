@@ -61,9 +61,12 @@ def entries(rank: int, *, dtypes: tuple[torch.dtype, ...] = DTYPES) -> ParamDict
 
 def floating(p: ParamDict) -> ParamDict:
     """Return the floating-point and complex entries of `p`."""
-    return ParamDict(
-        {k: v for k, v in p.items() if v.is_floating_point() or v.is_complex()}
-    )
+    return p.filter(lambda _, v: v.is_floating_point() or v.is_complex())
+
+
+def real(p: ParamDict) -> ParamDict:
+    """Return the entries of `p` that are not complex."""
+    return p.filter(lambda _, v: not v.is_complex())
 
 
 def mlp(seed: int, dtype: torch.dtype = torch.float32) -> nn.Sequential:
@@ -142,15 +145,11 @@ def reduce(rank: int, world_size: int) -> dict[str, Any]:
     results: dict[str, Any] = {
         "sum": all_reduce(p, op="sum"),
         "mean": all_reduce(floating(p), op="mean"),
-        "max": all_reduce(_real(p), op="max"),
-        "min": all_reduce(_real(p), op="min"),
+        "max": all_reduce(real(p), op="max"),
+        "min": all_reduce(real(p), op="min"),
     }
     results["unchanged"] = p == before
     return results
-
-
-def _real(p: ParamDict) -> ParamDict:
-    return ParamDict({k: v for k, v in p.items() if not v.is_complex()})
 
 
 def count(rank: int, world_size: int) -> dict[str, Any]:
@@ -255,7 +254,7 @@ def autograd(rank: int, world_size: int) -> dict[str, Any]:
         ],
         "params untouched": all(params[k] is v for k, v in model.named_parameters()),
         "reduced params": reduced_params,
-        "params": ParamDict({k: v.detach() for k, v in params.items()}),
+        "params": params.detach(),
     }
 
 

@@ -27,6 +27,7 @@ from _distributed_scenarios import (
     entries,
     floating,
     mlp,
+    real,
     regression_batch,
     sinusoid_tasks,
 )
@@ -96,10 +97,6 @@ def reference(
     }
 
 
-def _real(p: ParamDict) -> ParamDict:
-    return ParamDict({k: v for k, v in p.items() if not v.is_complex()})
-
-
 # ---------------------------------------------------------------- all_reduce
 
 
@@ -132,8 +129,8 @@ def test_all_reduce_max_and_min_equal_the_single_process_ones(
 ) -> None:
     """`max` and `min` are the per-key elementwise extremes over the processes."""
     size, results = world
-    highest = reference(size, torch.maximum, _real)
-    lowest = reference(size, torch.minimum, _real)
+    highest = reference(size, torch.maximum, real)
+    lowest = reference(size, torch.minimum, real)
     for result in results["reduce"]:
         torch.testing.assert_close(dict(result["max"]), highest, rtol=0, atol=0)
         torch.testing.assert_close(dict(result["min"]), lowest, rtol=0, atol=0)
