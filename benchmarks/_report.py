@@ -174,11 +174,10 @@ class Section:
 
 
 def format_bytes(count: float) -> str:
-    """Format a byte count with a binary unit, three significant digits."""
-    for unit, scale in (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
-        if abs(count) >= scale:
-            return f"{count / scale:.3g} {unit}"
-    return f"{count:.0f} B"
+    """Format a byte count in KiB (below 10 MiB) or MiB."""
+    if abs(count) >= 10 * 2**20:
+        return f"{count / 2**20:,.1f} MiB"
+    return f"{count / 2**10:,.0f} KiB"
 
 
 def format_value(value: float, unit: Unit) -> str:

@@ -30,7 +30,7 @@ from paramdict import ParamDict
 
 from . import _peers
 from ._agree import check_agreement
-from ._report import OURS, Config, Row, Section
+from ._report import OURS, Config, Row, Section, Target, ratio_target
 
 __all__ = ["measure"]
 
@@ -112,9 +112,18 @@ def measure(config: Config) -> Section:
         section.notes.append(
             "Optimizer step: skipped, this paramdict has no `paramdict.optim`."
         )
+        section.targets.append(
+            Target(
+                "`paramdict.optim.Adam` step within 1.10x of `torch.optim.Adam` "
+                "(foreach), 160 x 64",
+                "no `paramdict.optim`",
+                None,
+            )
+        )
         return section
     if _peers.load("torchopt") is None:
         section.notes.append(_peers.skipped("torchopt", what="torchopt"))
+    adam_row = None
     for setting in SETTINGS:
         for entries, elements in config.sizes:
             candidates = _candidates(setting, entries, elements)
@@ -122,10 +131,22 @@ def measure(config: Config) -> Section:
             check_agreement(
                 {name: fn() for name, fn in candidates.items()}, keys, reference=OURS
             )
-            timings = config.time(candidates)
-            section.rows.append(
-                Row.from_timings(
-                    f"{setting[0]} step", f"{entries} x {elements:,}", timings
-                )
+            row = Row.from_timings(
+                f"{setting[0]} step",
+                f"{entries} x {elements:,}",
+                config.time(candidates),
             )
+            if setting[0] == "Adam" and (entries, elements) == (160, 64):
+                adam_row = row
+            section.rows.append(row)
+    section.targets.append(
+        ratio_target(
+            "`paramdict.optim.Adam` step within 1.10x of `torch.optim.Adam` "
+            "(foreach), 160 x 64",
+            adam_row,
+            OURS,
+            "torch.optim (foreach)",
+            1.10,
+        )
+    )
     return section

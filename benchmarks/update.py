@@ -10,6 +10,10 @@ Candidates, at every size, each computing the same values from the same tensors:
 - `foreach (lists)`: bare `torch._foreach_*` calls on prepared lists, the floor;
 - `foreach + dict`: the floor plus `dict(zip(keys, ...))`, a keyed result.
 
+`p - lr * g, recorded` is the same update with `p` requiring grad, so autograd
+records it (as in a MAML inner step); there ParamDict runs per entry on CPU, which
+keeps less memory alive for the backward pass than the foreach kernels do.
+
 Part of `python -m benchmarks` (run only this with `--only update`).
 """
 
@@ -90,6 +94,18 @@ def _candidates(
             "per-entry loop": stacked_norm,
             "foreach (lists)": floor_norm,
         },
+    }
+    # The same update while autograd records it (the MAML inner step): `p` requires
+    # grad. ParamDict then runs per entry on CPU, to save memory (see `_foreach`).
+    rp = ParamDict({k: v.detach().requires_grad_() for k, v in pd.items()})
+    rd = dict(rp)
+    rvalues = list(rd.values())
+    cases["p - lr * g, recorded"] = {
+        OURS: lambda: rp - LR * g,
+        "dict comprehension": lambda: {k: rd[k] - LR * gd[k] for k in rd},
+        "foreach + dict": lambda: dict(
+            zip(keys, torch._foreach_sub(rvalues, torch._foreach_mul(grads, LR)))
+        ),
     }
     td = _peers.load("tensordict")
     if td is not None:
