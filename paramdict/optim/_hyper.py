@@ -1,0 +1,194 @@
+"""Hyperparameters: the `Rate` type, their validation, and the arithmetic on them.
+
+A rate (a learning rate or a weight decay) is a number, a 0-dim tensor or a
+ParamDict of per-key values. The helpers here apply one to a ParamDict with the
+cheapest exact operation: a number goes to a foreach call as a Python scalar, as
+`torch.optim` passes it, so the arithmetic (rounding included) is the same; a tensor
+or a ParamDict stays in the autograd graph, so it can be learned (Meta-SGD).
+"""
+
+from __future__ import annotations
+
+from numbers import Real
+from typing import Any, TypeAlias, TypeVar
+
+import torch
+from torch import Tensor
+
+from .._container import key_mismatch_message
+from .._paramdict import ParamDict
+
+__all__ = [
+    "Rate",
+    "add_scaled",
+    "check_betas",
+    "check_fraction",
+    "check_non_negative",
+    "check_number",
+    "check_rate",
+    "check_rate_keys",
+    "decay_factor",
+    "is_zero",
+    "new_counter",
+    "quotient",
+    "scalar_dtype",
+    "sub_scaled",
+]
+
+Rate: TypeAlias = float | Tensor | ParamDict
+"""A number, a 0-dim tensor (may require grad), or a ParamDict of per-key values."""
+
+P = TypeVar("P", bound=ParamDict)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+# ---------------------------------------------------------------- attrs validators
+
+
+def check_number(instance: object, attribute: Any, value: object) -> None:
+    """Raise `TypeError` unless `value` is a real number (not a bool)."""
+    if not _is_number(value):
+        msg = f"`{attribute.name}` must be a number, got {type(value).__name__}."
+        raise TypeError(msg)
+
+
+def check_non_negative(instance: object, attribute: Any, value: object) -> None:
+    """Raise unless `value` is a number `>= 0`, naming the argument."""
+    check_number(instance, attribute, value)
+    if not value >= 0:  # type: ignore[operator]  # a Real, checked just above
+        msg = f"`{attribute.name}` must be non-negative, got {value!r}."
+        raise ValueError(msg)
+
+
+def check_fraction(instance: object, attribute: Any, value: object) -> None:
+    """Raise unless `value` is a number in `[0, 1]`, naming the argument."""
+    check_number(instance, attribute, value)
+    if not 0 <= value <= 1:  # type: ignore[operator]  # a Real, checked just above
+        msg = f"`{attribute.name}` must be in [0, 1], got {value!r}."
+        raise ValueError(msg)
+
+
+def check_betas(instance: object, attribute: Any, value: object) -> None:
+    """Raise unless `value` is a pair of numbers, each in `[0, 1)`."""
+    if not (
+        isinstance(value, tuple) and len(value) == 2 and all(map(_is_number, value))
+    ):
+        msg = f"`{attribute.name}` must be a pair of numbers, got {value!r}."
+        raise TypeError(msg)
+    for i, beta in enumerate(value):
+        if not 0 <= beta < 1:
+            msg = f"`{attribute.name}[{i}]` must be in [0, 1), got {beta!r}."
+            raise ValueError(msg)
+
+
+def check_rate(instance: object, attribute: Any, value: object) -> None:
+    """Raise unless `value` is a valid `Rate`, naming the argument.
+
+    A number must be non-negative. A tensor must be a 0-dim floating-point tensor;
+    its value is not read (that would synchronize with an accelerator), and neither
+    are a ParamDict's values, whose keys are checked by `init`.
+    """
+    name = attribute.name
+    if isinstance(value, ParamDict):
+        return
+    if isinstance(value, Tensor):
+        if value.dim() != 0:
+            msg = (
+                f"`{name}` must be a 0-dim tensor (one value for every entry), got "
+                f"shape {tuple(value.shape)}. For per-entry values pass a ParamDict."
+            )
+            raise ValueError(msg)
+        if not value.is_floating_point():
+            msg = f"`{name}` must be a floating-point tensor, got {value.dtype}."
+            raise TypeError(msg)
+        return
+    if not _is_number(value):
+        msg = (
+            f"`{name}` must be a number, a 0-dim tensor or a ParamDict of per-key "
+            f"values, got {type(value).__name__}."
+        )
+        raise TypeError(msg)
+    check_non_negative(instance, attribute, value)
+
+
+def check_rate_keys(params: ParamDict, name: str, rate: Rate) -> None:
+    """Raise `ValueError` if `rate` is a ParamDict whose keys are not `params`'."""
+    if isinstance(rate, ParamDict) and set(rate) != set(params):
+        msg = key_mismatch_message(
+            tuple(params),
+            rate.keys(),
+            what=f"`{name}` (per-key values) and the params",
+            fix=f"Give `{name}` exactly one value per parameter.",
+        )
+        raise ValueError(msg)
+
+
+# ---------------------------------------------------------------- arithmetic
+
+
+def is_zero(rate: Rate) -> bool:
+    """Return whether `rate` is the number zero (a tensor is never known to be)."""
+    return _is_number(rate) and rate == 0
+
+
+def add_scaled(x: P, y: ParamDict, rate: Rate) -> P:
+    """Return `x + rate * y`; a number `rate` makes it one fused foreach call."""
+    if isinstance(rate, ParamDict):
+        return x.add(y.mul(rate))
+    return x.add(y, alpha=rate)
+
+
+def sub_scaled(x: P, y: ParamDict, rate: Rate) -> P:
+    """Return `x - rate * y`; a number `rate` makes it one fused foreach call."""
+    if isinstance(rate, ParamDict):
+        return x.sub(y.mul(rate))
+    return x.sub(y, alpha=rate)
+
+
+def quotient(rate: Rate, divisor: Tensor) -> Tensor | ParamDict:
+    """Return `rate / divisor` for a 0-dim `divisor` (a tensor or a ParamDict)."""
+    if isinstance(rate, ParamDict):
+        return rate.div(divisor)
+    if isinstance(rate, Tensor):
+        return rate / divisor
+    # `number / tensor` would be `reciprocal(tensor) * number`, rounded twice.
+    return torch.div(divisor.new_full((), rate), divisor)
+
+
+def decay_factor(lr: Rate, weight_decay: Rate) -> Rate:
+    """Return `1 - lr * weight_decay`, the decoupled (AdamW) decay multiplier.
+
+    With two numbers this is a Python float computed exactly as `torch.optim` does.
+    """
+    if isinstance(weight_decay, ParamDict):
+        return 1 - weight_decay.mul(lr)
+    if isinstance(lr, ParamDict):
+        return 1 - lr.mul(weight_decay)
+    return 1 - lr * weight_decay
+
+
+# ---------------------------------------------------------------- the step counter
+
+
+def scalar_dtype(device: torch.device) -> torch.dtype:
+    """Return the dtype for step counters and bias corrections on `device`.
+
+    Double precision, so `1 - beta ** step` is the same number `torch.optim`
+    computes with Python floats (in single precision `1 - 0.999 ** 1` already loses
+    four digits); single precision where the device has no doubles (MPS).
+    """
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def new_counter(params: ParamDict) -> Tensor:
+    """Return a 0-dim zero step counter on the device of the first entry.
+
+    A tensor rather than a Python int, so that `torch.compile` does not specialize
+    on it and `torch.func` transforms and accelerators need no host round trip.
+    """
+    first = next(iter(params.values()), None)
+    device = first.device if first is not None else torch.device("cpu")
+    return torch.zeros((), dtype=scalar_dtype(device), device=device)
