@@ -41,9 +41,9 @@ def clip_grad_norm(grads: P, /, max_norm: float, *, norm_type: float = 2.0) -> P
     return grads.mul(coefficient)
 
 
-def _check_norm_type(instance: object, attribute: Any, value: object) -> None:
+def _check_norm_type(instance: object, attribute: Any, value: Any) -> None:
     check_number(instance, attribute, value)
-    if not value > 0:  # type: ignore[operator]  # a number, checked just above
+    if not value > 0:
         msg = f"`{attribute.name}` must be positive or `math.inf`, got {value!r}."
         raise ValueError(msg)
 

@@ -91,7 +91,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         default: Optimizer[S] | None = None,
     ) -> None:
         pairs = tuple((_as_patterns(k), opt) for k, opt in groups.items())
-        members = [opt for _, opt in pairs]
+        members: list[object] = [opt for _, opt in pairs]
         if default is not None:
             members.append(default)
         bad = [type(m).__name__ for m in members if not isinstance(m, Optimizer)]
@@ -101,7 +101,10 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 f"`optim.AdamW(...)`), got {', '.join(bad)}."
             )
             raise TypeError(msg)
-        if len({m.differentiable for m in members}) > 1:
+        flags = {opt.differentiable for _, opt in pairs}
+        if default is not None:
+            flags.add(default.differentiable)
+        if len(flags) > 1:
             msg = (
                 "All groups must share one `differentiable` setting; they disagree "
                 "here. Set the same value on every optimizer."

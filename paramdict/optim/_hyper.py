@@ -27,9 +27,11 @@ __all__ = [
     "check_number",
     "check_rate",
     "check_rate_keys",
+    "compute_dtype",
     "decay_factor",
     "is_zero",
     "new_counter",
+    "operand",
     "quotient",
     "scalar_dtype",
     "sub_scaled",
@@ -48,30 +50,30 @@ def _is_number(value: object) -> bool:
 # ---------------------------------------------------------------- attrs validators
 
 
-def check_number(instance: object, attribute: Any, value: object) -> None:
+def check_number(instance: object, attribute: Any, value: Any) -> None:
     """Raise `TypeError` unless `value` is a real number (not a bool)."""
     if not _is_number(value):
         msg = f"`{attribute.name}` must be a number, got {type(value).__name__}."
         raise TypeError(msg)
 
 
-def check_non_negative(instance: object, attribute: Any, value: object) -> None:
+def check_non_negative(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is a number `>= 0`, naming the argument."""
     check_number(instance, attribute, value)
-    if not value >= 0:  # type: ignore[operator]  # a Real, checked just above
+    if not value >= 0:
         msg = f"`{attribute.name}` must be non-negative, got {value!r}."
         raise ValueError(msg)
 
 
-def check_fraction(instance: object, attribute: Any, value: object) -> None:
+def check_fraction(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is a number in `[0, 1]`, naming the argument."""
     check_number(instance, attribute, value)
-    if not 0 <= value <= 1:  # type: ignore[operator]  # a Real, checked just above
+    if not 0 <= value <= 1:
         msg = f"`{attribute.name}` must be in [0, 1], got {value!r}."
         raise ValueError(msg)
 
 
-def check_betas(instance: object, attribute: Any, value: object) -> None:
+def check_betas(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is a pair of numbers, each in `[0, 1)`."""
     if not (
         isinstance(value, tuple) and len(value) == 2 and all(map(_is_number, value))
@@ -84,7 +86,7 @@ def check_betas(instance: object, attribute: Any, value: object) -> None:
             raise ValueError(msg)
 
 
-def check_rate(instance: object, attribute: Any, value: object) -> None:
+def check_rate(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is a valid `Rate`, naming the argument.
 
     A number must be non-negative. A tensor must be a 0-dim floating-point tensor;
@@ -131,7 +133,7 @@ def check_rate_keys(params: ParamDict, name: str, rate: Rate) -> None:
 
 def is_zero(rate: Rate) -> bool:
     """Return whether `rate` is the number zero (a tensor is never known to be)."""
-    return _is_number(rate) and rate == 0
+    return _is_number(rate) and bool(rate == 0)
 
 
 def add_scaled(x: P, y: ParamDict, rate: Rate) -> P:
@@ -168,6 +170,37 @@ def decay_factor(lr: Rate, weight_decay: Rate) -> Rate:
     if isinstance(lr, ParamDict):
         return 1 - lr.mul(weight_decay)
     return 1 - lr * weight_decay
+
+
+def compute_dtype(params: ParamDict) -> torch.dtype | None:
+    """Return the dtype all entries share when it is `float32` or `float64`.
+
+    Scalars of that dtype (see `operand`) take torch's faster foreach path; for
+    half precision or mixed dtypes the answer is `None` and scalars stay as they
+    are, since rounding them to a half dtype would change the arithmetic.
+    """
+    dtypes = {v.dtype for v in params.values()}
+    if len(dtypes) == 1:
+        (dtype,) = dtypes
+        if dtype in (torch.float32, torch.float64):
+            return dtype
+    return None
+
+
+def operand(value: float | Tensor, dtype: torch.dtype | None, like: Tensor) -> Any:
+    """Return a scalar for a foreach call on entries of `dtype`.
+
+    A 0-dim tensor of `dtype` on `like`'s device when `dtype` is known, else
+    `value` unchanged. Both give the same result: torch rounds a scalar to the
+    entries' dtype before the arithmetic; on the CPU, foreach calls with a
+    matching 0-dim tensor skip re-wrapping the scalar for every entry and run
+    about twice as fast.
+    """
+    if dtype is None:
+        return value
+    if isinstance(value, Tensor):
+        return value.to(dtype)
+    return like.new_full((), value, dtype=dtype)
 
 
 # ---------------------------------------------------------------- the step counter

@@ -14,8 +14,10 @@ from ._hyper import (
     check_non_negative,
     check_rate,
     check_rate_keys,
+    compute_dtype,
     is_zero,
     new_counter,
+    operand,
     quotient,
 )
 from ._keyed import check_real, full_like
@@ -113,6 +115,8 @@ class Adagrad(Optimizer[AdagradState]):
         if not is_zero(self.weight_decay):
             grads = add_scaled(grads, params, self.weight_decay)
         minus_clr = -quotient(self.lr, 1 + (step - 1) * self.lr_decay)
+        if isinstance(minus_clr, Tensor):
+            minus_clr = operand(minus_clr, compute_dtype(params), step)
         total = state.sum.addcmul(grads, grads)
         std = total.sqrt().add(self.eps)
         # `p + (-clr * g) / std`, torch's rounding with the rate as a tensor.

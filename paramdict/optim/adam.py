@@ -15,9 +15,11 @@ from ._hyper import (
     check_non_negative,
     check_rate,
     check_rate_keys,
+    compute_dtype,
     decay_factor,
     is_zero,
     new_counter,
+    operand,
     quotient,
 )
 from ._keyed import check_real, zeros_like
@@ -69,15 +71,20 @@ def _update(
     beta1, beta2 = opt.betas
     lr = opt.lr
     step = state.step + 1
+    dtype = compute_dtype(params)
     if opt.maximize:
         grads = grads.neg()
     if not is_zero(opt.weight_decay):
         if decoupled:
-            params = params.mul(decay_factor(lr, opt.weight_decay))
+            factor = decay_factor(lr, opt.weight_decay)
+            if not isinstance(factor, ParamDict):
+                factor = operand(factor, dtype, step)
+            params = params.mul(factor)
         else:
             grads = add_scaled(grads, params, opt.weight_decay)
     exp_avg = state.exp_avg.lerp(grads, 1 - beta1)
-    exp_avg_sq = state.exp_avg_sq.mul(beta2).addcmul(grads, grads, value=1 - beta2)
+    exp_avg_sq = state.exp_avg_sq.mul(operand(beta2, dtype, step))
+    exp_avg_sq = exp_avg_sq.addcmul(grads, grads, value=1 - beta2)
     max_exp_avg_sq = state.max_exp_avg_sq
     second = exp_avg_sq
     if opt.amsgrad:
@@ -88,7 +95,10 @@ def _update(
     bias_correction1 = 1 - beta1**step
     bias_correction2_sqrt = (1 - beta2**step).sqrt()
     step_size = -quotient(lr, bias_correction1)
-    denom = second.sqrt().div(bias_correction2_sqrt).add(opt.eps)
+    if isinstance(step_size, Tensor):
+        step_size = operand(step_size, dtype, step)
+    denom = second.sqrt().div(operand(bias_correction2_sqrt, dtype, step))
+    denom = denom.add(opt.eps)
     # `p + (step_size * m) / denom`: the same rounding as torch's
     # `addcdiv(m, denom, value=step_size)`, with `step_size` a tensor.
     new_params = params.addcdiv(exp_avg.mul(step_size), denom)

@@ -15,8 +15,10 @@ from ._hyper import (
     check_non_negative,
     check_rate,
     check_rate_keys,
+    compute_dtype,
     is_zero,
     new_counter,
+    operand,
     sub_scaled,
 )
 from ._keyed import check_real, zeros_like
@@ -120,7 +122,9 @@ class RMSprop(Optimizer[RMSpropState]):
             grads = grads.neg()
         if not is_zero(self.weight_decay):
             grads = add_scaled(grads, params, self.weight_decay)
-        square_avg = state.square_avg.mul(alpha).addcmul(grads, grads, value=1 - alpha)
+        dtype = compute_dtype(params)
+        square_avg = state.square_avg.mul(operand(alpha, dtype, state.step))
+        square_avg = square_avg.addcmul(grads, grads, value=1 - alpha)
         grad_avg = state.grad_avg
         if self.centered:
             grad_avg = grad_avg.lerp(grads, 1 - alpha)
@@ -130,10 +134,14 @@ class RMSprop(Optimizer[RMSpropState]):
             avg = square_avg.sqrt().add(self.eps)
         buffer = state.momentum_buffer
         if self.momentum > 0:
-            buffer = buffer.mul(self.momentum).addcdiv(grads, avg)
+            momentum = operand(self.momentum, dtype, state.step)
+            buffer = buffer.mul(momentum).addcdiv(grads, avg)
             new_params = sub_scaled(params, buffer, self.lr)
-        elif isinstance(self.lr, ParamDict | Tensor):
+        elif isinstance(self.lr, ParamDict):
             new_params = params.addcdiv(grads.mul(-self.lr), avg)
+        elif isinstance(self.lr, Tensor):
+            minus_lr = operand(-self.lr, dtype, state.step)
+            new_params = params.addcdiv(grads.mul(minus_lr), avg)
         else:
             new_params = params.addcdiv(grads, avg, value=-self.lr)
         new_state = RMSpropState(state.step + 1, square_avg, buffer, grad_avg)

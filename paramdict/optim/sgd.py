@@ -15,8 +15,10 @@ from ._hyper import (
     check_number,
     check_rate,
     check_rate_keys,
+    compute_dtype,
     is_zero,
     new_counter,
+    operand,
     sub_scaled,
 )
 from ._keyed import check_real, zeros_like
@@ -127,7 +129,8 @@ class SGD(Optimizer[SGDState]):
         if self.momentum != 0:
             # torch starts the buffer at the first gradient, undamped, which is
             # the update below from a zero buffer unless there is dampening.
-            buffer = buffer.mul(self.momentum).add(grads, alpha=1 - self.dampening)
+            momentum = operand(self.momentum, compute_dtype(params), step)
+            buffer = buffer.mul(momentum).add(grads, alpha=1 - self.dampening)
             if self.dampening != 0:
                 later = ParamDict.fromkeys(grads, step > 1)
                 buffer = buffer.where(later, grads)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -12,10 +12,16 @@ from torch import Tensor, nn
 from paramdict import ParamDict, optim
 
 STEPS = 100
-TOLERANCE = {
-    torch.float32: {"rtol": 1e-6, "atol": 1e-7},
-    torch.float64: {"rtol": 1e-12, "atol": 1e-13},
-}
+# (rtol, atol) per dtype; atol only matters for entries near zero.
+TOLERANCE = {torch.float32: (1e-6, 1e-7), torch.float64: (1e-12, 1e-13)}
+
+
+def assert_matches(
+    actual: Mapping[str, Tensor], expected: Mapping[str, Tensor], dtype: torch.dtype
+) -> None:
+    """Assert that two keyed results agree within the dtype's tolerance."""
+    rtol, atol = TOLERANCE[dtype]
+    torch.testing.assert_close(dict(actual), dict(expected), rtol=rtol, atol=atol)
 
 
 def make_model(dtype: torch.dtype = torch.float32) -> nn.Module:
@@ -53,7 +59,7 @@ def run_torch(
     opt = make(model)
     for x, y in batches(dtype, steps):
         opt.zero_grad()
-        F.mse_loss(model(x), y).backward()
+        torch.autograd.backward(F.mse_loss(model(x), y))
         if max_norm is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         opt.step()

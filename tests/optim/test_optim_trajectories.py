@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-from optim_cases import TOLERANCE, run_ours, run_torch
+from optim_cases import assert_matches, run_ours, run_torch
 
 from paramdict import optim
 
 # Each case: our class, torch's class, and keyword arguments both accept as they are.
 Case = tuple[
-    str, type[optim.Optimizer[Any]], type[torch.optim.Optimizer], dict[str, Any]
+    str,
+    Callable[..., optim.Optimizer[Any]],
+    Callable[..., torch.optim.Optimizer],
+    dict[str, Any],
 ]
 CASES: list[Case] = [
     ("sgd", optim.SGD, torch.optim.SGD, {"lr": 0.05}),
@@ -130,15 +134,15 @@ DTYPES = pytest.mark.parametrize(
     ("ours", "theirs", "kwargs"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
 def test_trajectory_matches_torch(
-    ours: type[optim.Optimizer[Any]],
-    theirs: type[torch.optim.Optimizer],
+    ours: Callable[..., optim.Optimizer[Any]],
+    theirs: Callable[..., torch.optim.Optimizer],
     kwargs: dict[str, Any],
     dtype: torch.dtype,
 ) -> None:
     """100 steps give torch.optim's parameters for the same hyperparameters."""
     expected = run_torch(lambda m: theirs(m.parameters(), **kwargs), dtype)
     actual = run_ours(ours(**kwargs), dtype)
-    torch.testing.assert_close(dict(actual), expected, **TOLERANCE[dtype])
+    assert_matches(actual, expected, dtype)
 
 
 @DTYPES
@@ -148,8 +152,8 @@ def test_trajectory_matches_torch(
     ids=[c[0] for c in CASES if c[0] in FOREACH],
 )
 def test_trajectory_matches_torch_foreach(
-    ours: type[optim.Optimizer[Any]],
-    theirs: type[torch.optim.Optimizer],
+    ours: Callable[..., optim.Optimizer[Any]],
+    theirs: Callable[..., torch.optim.Optimizer],
     kwargs: dict[str, Any],
     dtype: torch.dtype,
 ) -> None:
@@ -158,7 +162,7 @@ def test_trajectory_matches_torch_foreach(
         lambda m: theirs(m.parameters(), foreach=True, **kwargs), dtype
     )
     actual = run_ours(ours(**kwargs), dtype)
-    torch.testing.assert_close(dict(actual), expected, **TOLERANCE[dtype])
+    assert_matches(actual, expected, dtype)
 
 
 @DTYPES
@@ -174,8 +178,8 @@ def test_trajectory_matches_torch_foreach(
     ids=["sgd", "adam", "adamw", "rmsprop", "adagrad"],
 )
 def test_tensor_lr_matches_torch(
-    ours: type[optim.Optimizer[Any]],
-    theirs: type[torch.optim.Optimizer],
+    ours: Callable[..., optim.Optimizer[Any]],
+    theirs: Callable[..., torch.optim.Optimizer],
     kwargs: dict[str, Any],
     dtype: torch.dtype,
 ) -> None:
@@ -185,4 +189,4 @@ def test_tensor_lr_matches_torch(
         dtype,
     )
     actual = run_ours(ours(lr=torch.tensor(0.02, dtype=dtype), **kwargs), dtype)
-    torch.testing.assert_close(dict(actual), expected, **TOLERANCE[dtype])
+    assert_matches(actual, expected, dtype)
