@@ -8,7 +8,7 @@ import attrs
 import torch
 
 from .._paramdict import ParamDict
-from ._hyper import check_non_negative, check_number
+from ._hyper import check_non_negative, check_number, spread
 from ._protocol import Optimizer
 
 __all__ = ["ClipGradNorm", "clip_grad_norm"]
@@ -38,7 +38,7 @@ def clip_grad_norm(grads: P, /, max_norm: float, *, norm_type: float = 2.0) -> P
     norms = torch._foreach_norm(list(grads.values()), norm_type)
     total = torch.linalg.vector_norm(torch.stack(list(norms)), norm_type)
     coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    return grads.mul(coefficient)
+    return grads.mul(spread(coefficient, grads))
 
 
 def _check_norm_type(instance: object, attribute: Any, value: Any) -> None:

@@ -20,6 +20,7 @@ from .._paramdict import ParamDict
 
 __all__ = [
     "Rate",
+    "add_ratio",
     "add_scaled",
     "check_betas",
     "check_fraction",
@@ -34,6 +35,7 @@ __all__ = [
     "operand",
     "quotient",
     "scalar_dtype",
+    "spread",
     "sub_scaled",
 ]
 
@@ -136,18 +138,49 @@ def is_zero(rate: Rate) -> bool:
     return _is_number(rate) and bool(rate == 0)
 
 
+def spread(value: Any, like: ParamDict) -> Any:
+    """Return a 0-dim tensor that requires grad as a ParamDict of it, else `value`.
+
+    torch's foreach calls that take one tensor for all entries cannot yet
+    backpropagate into it when there are several entries (pytorch/pytorch#144580);
+    a per-key mapping of that tensor takes the list form, which can. Tensors that
+    do not require grad keep the faster single-tensor form.
+    """
+    if isinstance(value, Tensor) and value.requires_grad:
+        return ParamDict.fromkeys(like, value)
+    return value
+
+
 def add_scaled(x: P, y: ParamDict, rate: Rate) -> P:
     """Return `x + rate * y`; a number `rate` makes it one fused foreach call."""
-    if isinstance(rate, ParamDict):
-        return x.add(y.mul(rate))
+    if isinstance(rate, ParamDict) or (isinstance(rate, Tensor) and rate.requires_grad):
+        return x.add(y.mul(spread(rate, y)))
     return x.add(y, alpha=rate)
 
 
 def sub_scaled(x: P, y: ParamDict, rate: Rate) -> P:
     """Return `x - rate * y`; a number `rate` makes it one fused foreach call."""
-    if isinstance(rate, ParamDict):
-        return x.sub(y.mul(rate))
+    if isinstance(rate, ParamDict) or (isinstance(rate, Tensor) and rate.requires_grad):
+        return x.sub(y.mul(spread(rate, y)))
     return x.sub(y, alpha=rate)
+
+
+def add_ratio(
+    x: P, numerator: ParamDict, denominator: ParamDict, value: float = 1
+) -> P:
+    """Return `x + value * numerator / denominator`, rounded as `addcdiv` rounds it.
+
+    One fused `addcdiv` call when autograd is off. With autograd on it is a
+    multiplication, a division and an addition, which round the same way, because
+    torch's foreach `addcdiv` cannot yet backpropagate into the divisor for every
+    mix of entry shapes (its backward fails once an entry is shorter than its
+    index in the list).
+    """
+    if not torch.is_grad_enabled():
+        return x.addcdiv(numerator, denominator, value=value)
+    if value != 1:
+        numerator = numerator.mul(value)
+    return x.add(numerator.div(denominator))
 
 
 def quotient(rate: Rate, divisor: Tensor) -> Tensor | ParamDict:
@@ -187,20 +220,23 @@ def compute_dtype(params: ParamDict) -> torch.dtype | None:
     return None
 
 
-def operand(value: float | Tensor, dtype: torch.dtype | None, like: Tensor) -> Any:
-    """Return a scalar for a foreach call on entries of `dtype`.
+def operand(
+    value: float | Tensor, params: ParamDict, dtype: torch.dtype | None, like: Tensor
+) -> Any:
+    """Return `value` as the operand of a foreach call on entries like `params`'.
 
     A 0-dim tensor of `dtype` on `like`'s device when `dtype` is known, else
     `value` unchanged. Both give the same result: torch rounds a scalar to the
     entries' dtype before the arithmetic; on the CPU, foreach calls with a
     matching 0-dim tensor skip re-wrapping the scalar for every entry and run
-    about twice as fast.
+    about twice as fast. A tensor that requires grad is `spread` over the keys.
     """
-    if dtype is None:
-        return value
-    if isinstance(value, Tensor):
-        return value.to(dtype)
-    return like.new_full((), value, dtype=dtype)
+    if dtype is not None:
+        if isinstance(value, Tensor):
+            value = value.to(dtype)
+        else:
+            value = like.new_full((), value, dtype=dtype)
+    return spread(value, params)
 
 
 # ---------------------------------------------------------------- the step counter

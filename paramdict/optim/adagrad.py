@@ -10,6 +10,7 @@ from torch import Tensor
 from .._paramdict import ParamDict
 from ._hyper import (
     Rate,
+    add_ratio,
     add_scaled,
     check_non_negative,
     check_rate,
@@ -116,9 +117,9 @@ class Adagrad(Optimizer[AdagradState]):
             grads = add_scaled(grads, params, self.weight_decay)
         minus_clr = -quotient(self.lr, 1 + (step - 1) * self.lr_decay)
         if isinstance(minus_clr, Tensor):
-            minus_clr = operand(minus_clr, compute_dtype(params), step)
+            minus_clr = operand(minus_clr, params, compute_dtype(params), step)
         total = state.sum.addcmul(grads, grads)
         std = total.sqrt().add(self.eps)
         # `p + (-clr * g) / std`, torch's rounding with the rate as a tensor.
-        new_params = params.addcdiv(grads.mul(minus_clr), std)
+        new_params = add_ratio(params, grads.mul(minus_clr), std)
         return new_params, AdagradState(step, total)

@@ -10,6 +10,7 @@ from torch import Tensor
 from .._paramdict import ParamDict
 from ._hyper import (
     Rate,
+    add_ratio,
     add_scaled,
     check_betas,
     check_non_negative,
@@ -78,12 +79,12 @@ def _update(
         if decoupled:
             factor = decay_factor(lr, opt.weight_decay)
             if not isinstance(factor, ParamDict):
-                factor = operand(factor, dtype, step)
+                factor = operand(factor, params, dtype, step)
             params = params.mul(factor)
         else:
             grads = add_scaled(grads, params, opt.weight_decay)
     exp_avg = state.exp_avg.lerp(grads, 1 - beta1)
-    exp_avg_sq = state.exp_avg_sq.mul(operand(beta2, dtype, step))
+    exp_avg_sq = state.exp_avg_sq.mul(operand(beta2, params, dtype, step))
     exp_avg_sq = exp_avg_sq.addcmul(grads, grads, value=1 - beta2)
     max_exp_avg_sq = state.max_exp_avg_sq
     second = exp_avg_sq
@@ -96,12 +97,12 @@ def _update(
     bias_correction2_sqrt = (1 - beta2**step).sqrt()
     step_size = -quotient(lr, bias_correction1)
     if isinstance(step_size, Tensor):
-        step_size = operand(step_size, dtype, step)
-    denom = second.sqrt().div(operand(bias_correction2_sqrt, dtype, step))
+        step_size = operand(step_size, params, dtype, step)
+    denom = second.sqrt().div(operand(bias_correction2_sqrt, params, dtype, step))
     denom = denom.add(opt.eps)
     # `p + (step_size * m) / denom`: the same rounding as torch's
     # `addcdiv(m, denom, value=step_size)`, with `step_size` a tensor.
-    new_params = params.addcdiv(exp_avg.mul(step_size), denom)
+    new_params = add_ratio(params, exp_avg.mul(step_size), denom)
     return new_params, AdamState(step, exp_avg, exp_avg_sq, max_exp_avg_sq)
 
 

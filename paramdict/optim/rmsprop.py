@@ -10,6 +10,7 @@ from torch import Tensor
 from .._paramdict import ParamDict
 from ._hyper import (
     Rate,
+    add_ratio,
     add_scaled,
     check_fraction,
     check_non_negative,
@@ -123,7 +124,7 @@ class RMSprop(Optimizer[RMSpropState]):
         if not is_zero(self.weight_decay):
             grads = add_scaled(grads, params, self.weight_decay)
         dtype = compute_dtype(params)
-        square_avg = state.square_avg.mul(operand(alpha, dtype, state.step))
+        square_avg = state.square_avg.mul(operand(alpha, params, dtype, state.step))
         square_avg = square_avg.addcmul(grads, grads, value=1 - alpha)
         grad_avg = state.grad_avg
         if self.centered:
@@ -134,15 +135,15 @@ class RMSprop(Optimizer[RMSpropState]):
             avg = square_avg.sqrt().add(self.eps)
         buffer = state.momentum_buffer
         if self.momentum > 0:
-            momentum = operand(self.momentum, dtype, state.step)
-            buffer = buffer.mul(momentum).addcdiv(grads, avg)
+            momentum = operand(self.momentum, params, dtype, state.step)
+            buffer = add_ratio(buffer.mul(momentum), grads, avg)
             new_params = sub_scaled(params, buffer, self.lr)
         elif isinstance(self.lr, ParamDict):
-            new_params = params.addcdiv(grads.mul(-self.lr), avg)
+            new_params = add_ratio(params, grads.mul(-self.lr), avg)
         elif isinstance(self.lr, Tensor):
-            minus_lr = operand(-self.lr, dtype, state.step)
-            new_params = params.addcdiv(grads.mul(minus_lr), avg)
+            minus_lr = operand(-self.lr, params, dtype, state.step)
+            new_params = add_ratio(params, grads.mul(minus_lr), avg)
         else:
-            new_params = params.addcdiv(grads, avg, value=-self.lr)
+            new_params = add_ratio(params, grads, avg, value=-self.lr)
         new_state = RMSpropState(state.step + 1, square_avg, buffer, grad_avg)
         return new_params, new_state

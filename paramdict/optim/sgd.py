@@ -129,7 +129,7 @@ class SGD(Optimizer[SGDState]):
         if self.momentum != 0:
             # torch starts the buffer at the first gradient, undamped, which is
             # the update below from a zero buffer unless there is dampening.
-            momentum = operand(self.momentum, compute_dtype(params), step)
+            momentum = operand(self.momentum, params, compute_dtype(params), step)
             buffer = buffer.mul(momentum).add(grads, alpha=1 - self.dampening)
             if self.dampening != 0:
                 later = ParamDict.fromkeys(grads, step > 1)
