@@ -196,6 +196,9 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         merged: dict[str, Tensor] = {}
         states = []
         for opt, keys, sub_state in zip(self._members(), routes, state):
+            if not keys:  # a group whose patterns only match keys taken before
+                states.append(sub_state)
+                continue
             new, new_state = opt._update(
                 subset(params, keys), subset(grads, keys), sub_state
             )

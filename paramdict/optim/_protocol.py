@@ -117,13 +117,15 @@ class Optimizer(abc.ABC, Generic[S]):
 
         Returns:
             `(new_params, new_state)`; `new_params` has the type and key order of
-            `params`.
+            `params`. An empty `params` comes back as it is, with `state`.
 
         Raises:
             ValueError: If the keys of `grads` (or of a per-key hyperparameter)
                 differ from those of `params`; the message names them.
         """
         aligned = aligned_grads(params, grads)
+        if not params:  # nothing to update: torch's foreach calls refuse empty lists
+            return params, state
         if self.differentiable:
             return self._update(params, aligned, state)
         with torch.no_grad():

@@ -53,6 +53,7 @@ def run_torch(
     *,
     steps: int = STEPS,
     max_norm: float | None = None,
+    norm_type: float = 2.0,
 ) -> dict[str, Tensor]:
     """Train with a torch.optim optimizer the usual way; return the parameters."""
     model = make_model(dtype)
@@ -61,7 +62,7 @@ def run_torch(
         opt.zero_grad()
         torch.autograd.backward(F.mse_loss(model(x), y))
         if max_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)
         opt.step()
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
