@@ -9,14 +9,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import distributed
 from ._autograd import Outputs
 from ._operators import Operand
 from ._paramdict import ParamDict
+from ._tensors import Device
 
 if TYPE_CHECKING:
     from . import optim
 
-__all__ = ["Operand", "Outputs", "ParamDict", "__version__", "optim"]
+__all__ = [
+    "Device",
+    "Operand",
+    "Outputs",
+    "ParamDict",
+    "__version__",
+    "distributed",
+    "optim",
+]
 
 
 def __getattr__(name: str) -> Any:

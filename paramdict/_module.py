@@ -108,7 +108,7 @@ class _ModuleIO(_Container):
             ValueError: If a key names no parameter or buffer of the module.
 
         Example:
-            >>> model = torch.nn.Linear(2, 1)
+            >>> model = torch.nn.Linear(2, 1).requires_grad_(False)
             >>> p = ParamDict.from_module(model) * 0
             >>> p.call(model, torch.ones(1, 2))
             tensor([[0.]])
@@ -144,7 +144,7 @@ class _ModuleIO(_Container):
                 module is not touched.
 
         Example:
-            >>> model = torch.nn.Linear(2, 1)
+            >>> model = torch.nn.Linear(2, 1).requires_grad_(False)
             >>> p = ParamDict.from_module(model) * 0
             >>> with p.swapped_into(model):
             ...     model(torch.ones(1, 2))

@@ -17,6 +17,7 @@ from torch import Tensor
 from typing_extensions import Self
 
 from ._container import _Container
+from ._foreach import call
 
 __all__ = ["Operand"]
 
@@ -28,7 +29,45 @@ _broadcast_shapes = cast("Callable[..., torch.Size]", torch.broadcast_shapes)
 
 
 def _is_number(value: object) -> bool:
+    kind = type(value)
+    if kind is float or kind is int:  # the common case, without the ABC check
+        return True
     return isinstance(value, Number) and not isinstance(value, Tensor)
+
+
+def _holds_tensors(arg: object) -> bool:
+    """Whether a foreach argument from `_operand` is a list of tensors."""
+    return isinstance(arg, list) and bool(arg) and isinstance(arg[0], Tensor)
+
+
+def _add_scaled(values: list[Tensor], other: Any, alpha: Tensor) -> list[Tensor]:
+    """Return `values + alpha * other` for a 0-dim tensor `alpha`, kept in the graph."""
+    n = len(values)
+    if _holds_tensors(other):
+        scaled = call(torch._foreach_mul, other, [alpha] * n)
+    elif isinstance(other, list):  # per-entry numbers
+        scaled = call(torch._foreach_mul, [alpha] * n, other)
+    else:
+        scaled = [alpha * other] * n
+    return call(torch._foreach_add, values, scaled)
+
+
+def _add_combined(
+    combine: Callable[..., Sequence[Tensor]],
+    values: list[Tensor],
+    tensor1: list[Tensor],
+    tensor2: list[Tensor],
+    value: list[Tensor],
+) -> list[Tensor]:
+    """Return `values + value * combine(tensor1, tensor2)`, kept in the graph."""
+    combined = call(combine, tensor1, tensor2)
+    return call(torch._foreach_add, values, call(torch._foreach_mul, combined, value))
+
+
+def _where(
+    conds: list[Tensor], values: list[Tensor], others: list[Any]
+) -> list[Tensor]:
+    return [torch.where(c, v, o) for c, v, o in zip(conds, values, others)]
 
 
 class _Operators(_Container):
@@ -44,6 +83,9 @@ class _Operators(_Container):
         Returns a Python number, a 0-dim tensor, or a list (tensors or numbers) in
         `self`'s key order.
         """
+        if isinstance(other, _Container):
+            # A ParamDict holds tensors by construction: no need to scan them.
+            return self._aligned(other, what=what)
         if isinstance(other, Tensor):
             if other.dim() != 0:
                 msg = (
@@ -52,7 +94,11 @@ class _Operators(_Container):
                     "values pass a mapping, e.g. `ParamDict.fromkeys(p, t)`."
                 )
                 raise TypeError(msg)
-            return other
+            # Repeat it per entry for the list overloads: the foreach `.Tensor`
+            # overloads neither differentiate with respect to the scalar tensor
+            # ("inconsistent range for TensorList output") nor have vmap batching
+            # rules, in torch 2.13.
+            return [other] * len(self._keys)
         if _is_number(other):
             return other
         if isinstance(other, Mapping):
@@ -86,16 +132,42 @@ class _Operators(_Container):
     ) -> Self:
         """Call a foreach `op`, naming the entry if it fails, and wrap the result."""
         try:
-            out = op(*args, **kwargs)
+            out = call(op, *args, **kwargs)
         except RuntimeError as err:
-            raise self._explain(err, args) from err
+            return self._failed(err, args)
         return self._derive(out)
 
+    def _compose(self, fn: Callable[..., Sequence[Tensor]], *args: Any) -> Self:
+        """Like `_run`, for a function that makes several foreach calls itself."""
+        try:
+            out = fn(*args)
+        except RuntimeError as err:
+            return self._failed(err, args)
+        return self._derive(out)
+
+    def _failed(self, err: RuntimeError, args: tuple[Any, ...]) -> Self:
+        """Handle a kernel's error: empty results, or an error naming the entry."""
+        if not self._keys:  # foreach kernels refuse empty lists
+            return self._derive(())
+        explained = self._explain(err, args)
+        if explained is err:
+            raise err
+        raise explained from err
+
     def _explain(self, err: RuntimeError, args: tuple[Any, ...]) -> Exception:
-        """Find the entry whose operands do not fit together; name it."""
+        """Find the entry whose operands do not fit together; name it.
+
+        Returns `err` itself when no entry is to blame.
+        """
         lists = [a for a in args if isinstance(a, list) and len(a) == len(self._keys)]
-        for i, key in enumerate(self._keys):
-            tensors = [a[i] for a in lists if isinstance(a[i], Tensor)]
+        shared = [a for a in args if isinstance(a, Tensor)]
+        entries = [
+            (key, [a[i] for a in lists if isinstance(a[i], Tensor)] + shared)
+            for i, key in enumerate(self._keys)
+        ]
+        # Shapes first, then devices, then dtypes: a clash of the first kind
+        # anywhere is a surer cause than one of the last kind.
+        for key, tensors in entries:
             try:
                 _broadcast_shapes(*(t.shape for t in tensors))
             except RuntimeError:
@@ -105,12 +177,22 @@ class _Operators(_Container):
                     "Per-entry values must broadcast to the entry's shape."
                 )
                 return ValueError(msg)
+        for key, tensors in entries:
             devices = {t.device for t in tensors}
             if len(devices) > 1:
                 shown = ", ".join(sorted(str(d) for d in devices))
                 msg = (
                     f"Entry {key!r}: tensors are on different devices ({shown}). "
                     "Move them first, e.g. with `.to(device)`."
+                )
+                return ValueError(msg)
+        for key, tensors in entries:
+            dtypes = {t.dtype for t in tensors if t.dtype != torch.bool}
+            if len(dtypes) > 1:
+                shown = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
+                msg = (
+                    f"Entry {key!r}: the dtypes {shown} do not work together here "
+                    f"({err}). Convert first, e.g. with `.to(dtype)`."
                 )
                 return ValueError(msg)
         return err
@@ -132,25 +214,17 @@ class _Operators(_Container):
         arg = self._operand(other, "`-`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, Tensor):
-            return self._run(torch._foreach_add, self._values(), arg, alpha=-1)
         return self._run(torch._foreach_sub, self._values(), arg)
 
     def __rsub__(self, other: Operand) -> Self:
         arg = self._operand(other, "`-`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, list):
-            if arg and _is_number(arg[0]):
-                out = torch._foreach_neg(self._values())
-                torch._foreach_add_(out, arg)
-                return self._derive(out)
+        if _holds_tensors(arg):
             return self._run(torch._foreach_sub, arg, self._values())
-        if isinstance(arg, Tensor):
-            return self._run(torch._foreach_sub, [arg] * len(self), self._values())
-        out = torch._foreach_neg(self._values())
-        torch._foreach_add_(out, arg)
-        return self._derive(out)
+        # No foreach kernel takes numbers on the left: negate, then add.
+        neg = self._unary(torch._foreach_neg)
+        return neg._run(torch._foreach_add, neg._values(), arg)
 
     def __mul__(self, other: Operand) -> Self:
         arg = self._operand(other, "`*`")
@@ -170,40 +244,34 @@ class _Operators(_Container):
         arg = self._operand(other, "`/`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, list) and not (arg and _is_number(arg[0])):
+        if _holds_tensors(arg):
             return self._run(torch._foreach_div, arg, self._values())
-        if isinstance(arg, Tensor):
-            return self._run(torch._foreach_div, [arg] * len(self), self._values())
-        out = torch._foreach_reciprocal(self._values())
-        torch._foreach_mul_(out, arg)
-        return self._derive(out)
+        # No foreach kernel takes numbers on the left: invert, then scale.
+        inv = self._unary(torch._foreach_reciprocal)
+        return inv._run(torch._foreach_mul, inv._values(), arg)
 
     def __pow__(self, exponent: Operand) -> Self:
         arg = self._operand(exponent, "`**`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, Tensor):
-            arg = [arg] * len(self)
         return self._run(torch._foreach_pow, self._values(), arg)
 
     def __rpow__(self, base: Operand) -> Self:
         arg = self._operand(base, "`**`")
         if arg is NotImplemented:
             return NotImplemented
-        if isinstance(arg, Tensor):
-            arg = [arg] * len(self)
-        if isinstance(arg, list) and arg and _is_number(arg[0]):
-            arg = [torch.as_tensor(b) for b in arg]
+        if isinstance(arg, list) and not _holds_tensors(arg):
+            arg = [torch.as_tensor(b) for b in arg]  # no kernel takes a number list
         return self._run(torch._foreach_pow, arg, self._values())
 
     def __neg__(self) -> Self:
-        return self._derive(torch._foreach_neg(self._values()))
+        return self._unary(torch._foreach_neg)
 
     def __pos__(self) -> Self:
         return self
 
     def __abs__(self) -> Self:
-        return self._derive(torch._foreach_abs(self._values()))
+        return self._unary(torch._foreach_abs)
 
     # ------------------------------------------------------------ fused, torch-named
 
@@ -251,33 +319,52 @@ class _Operators(_Container):
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
-            >>> g = ParamDict(w=torch.tensor([10.0, 10.0]))
-            >>> p.sub(g, alpha=0.1)["w"]
+            >>> g = ParamDict(w=torch.tensor([4.0, 4.0]))
+            >>> p.sub(g, alpha=0.25)["w"]
             tensor([0., 1.])
         """
-        return self._axpy(other, -alpha, "`sub`")
+        return self._axpy(other, alpha, "`sub`", negate=True)
 
-    def _axpy(self, other: object, alpha: float | Tensor, what: str) -> Self:
+    def _axpy(
+        self, other: object, alpha: object, what: str, *, negate: bool = False
+    ) -> Self:
+        kind = type(alpha)
+        if (
+            (kind is float or kind is int)
+            and isinstance(other, _Container)
+            and (other._keys is self._keys or other._keys == self._keys)
+        ):
+            # The optimizer step `p.sub(g, alpha=lr)`: straight to the kernel.
+            scale = -alpha if negate else alpha  # type: ignore[operator]  # a number
+            return self._run(
+                torch._foreach_add,
+                list(self.values()),
+                list(other.values()),
+                alpha=scale,
+            )
         arg = self._operand_or_raise(other, what)
         values = self._values()
         if isinstance(alpha, Tensor):
             # A tensor `alpha` must stay in the graph, so scale first, then add.
             if alpha.dim() != 0:
-                msg = f"{what}: `alpha` must be a number or a 0-dim tensor."
+                msg = (
+                    f"{what}: `alpha` must be a number or a 0-dim tensor, got a "
+                    f"tensor of shape {tuple(alpha.shape)}."
+                )
                 raise TypeError(msg)
-            if not isinstance(arg, list):
-                scaled = [alpha * arg] * len(values)
-            elif arg and isinstance(arg[0], Tensor):
-                scaled = list(torch._foreach_mul(arg, alpha))
-            else:
-                scaled = [alpha * a for a in arg]
-            return self._run(torch._foreach_add, values, scaled)
+            return self._compose(_add_scaled, values, arg, -alpha if negate else alpha)
+        if not _is_number(alpha):
+            msg = (
+                f"{what}: `alpha` must be a number or a 0-dim tensor, got "
+                f"{type(alpha).__name__}."
+            )
+            raise TypeError(msg)
+        if negate:
+            alpha = -alpha  # type: ignore[operator]  # a number, checked above
+        if _holds_tensors(arg):
+            return self._run(torch._foreach_add, values, arg, alpha=alpha)
         if isinstance(arg, list):
-            if arg and _is_number(arg[0]):
-                return self._run(torch._foreach_add, values, [alpha * a for a in arg])
-            return self._run(torch._foreach_add, values, arg, alpha=alpha)
-        if isinstance(arg, Tensor):
-            return self._run(torch._foreach_add, values, arg, alpha=alpha)
+            return self._run(torch._foreach_add, values, [alpha * a for a in arg])
         return self._run(torch._foreach_add, values, alpha * arg)
 
     def mul(self, other: Operand, /) -> Self:
@@ -340,8 +427,6 @@ class _Operators(_Container):
             tensor([1., 4.])
         """
         arg = self._operand_or_raise(exponent, "`pow`")
-        if isinstance(arg, Tensor):
-            arg = [arg] * len(self)
         return self._run(torch._foreach_pow, self._values(), arg)
 
     def lerp(self, end: Mapping[str, Tensor], /, weight: Operand) -> Self:
@@ -367,8 +452,6 @@ class _Operators(_Container):
         """
         ends = self._aligned(end, what="`lerp`")
         w = self._operand_or_raise(weight, "`lerp`")
-        if isinstance(w, Tensor):
-            w = [w] * len(self)
         return self._run(torch._foreach_lerp, self._values(), ends, w)
 
     def _addc(
@@ -383,18 +466,14 @@ class _Operators(_Container):
         b = self._aligned(t2, what=what)
         v = self._operand_or_raise(value, what)
         values = self._values()
-        if isinstance(v, Tensor) or (
-            isinstance(v, list) and v and isinstance(v[0], Tensor)
-        ):
+        if _holds_tensors(v):
             # A tensor `value` stays differentiable: form the product, then scale.
             combine = (
                 torch._foreach_mul
                 if op is torch._foreach_addcmul
                 else torch._foreach_div
             )
-            return self._run(
-                torch._foreach_add, values, torch._foreach_mul(combine(a, b), v)
-            )
+            return self._compose(_add_combined, combine, values, a, b, v)
         return self._run(op, values, a, b, v)
 
     def addcmul(
@@ -457,7 +536,7 @@ class _Operators(_Container):
         return self._addc(torch._foreach_addcdiv, tensor1, tensor2, value, "`addcdiv`")
 
     def _unary(self, op: Callable[[list[Tensor]], Sequence[Tensor]]) -> Self:
-        return self._derive(op(self._values()))
+        return self._run(op, self._values())
 
     def sqrt(self) -> Self:
         """Return the elementwise square root (`torch.sqrt`) as a new ParamDict.
@@ -565,10 +644,7 @@ class _Operators(_Container):
     def _bound(
         self, op: Callable[..., Sequence[Tensor]], other: object, what: str
     ) -> Self:
-        arg = self._operand_or_raise(other, what)
-        if isinstance(arg, Tensor):
-            arg = [arg] * len(self)
-        return self._run(op, self._values(), arg)
+        return self._run(op, self._values(), self._operand_or_raise(other, what))
 
     def maximum(self, other: Operand, /) -> Self:
         """Return the elementwise maximum with `other`, like `torch.maximum`.
@@ -609,11 +685,18 @@ class _Operators(_Container):
             tensor([1., 0.])
         """
         conds = self._aligned(condition, what="`where`")
+        not_bool = sorted(
+            k
+            for k, c in zip(self._keys, conds)
+            if not (isinstance(c, Tensor) and c.dtype == torch.bool)
+        )
+        if not_bool:
+            msg = (
+                "`where` takes a mapping of boolean tensors as `condition`; the "
+                f"entries {not_bool!r} are not. Compare first, e.g. `p.map(lambda v: "
+                "v > 0)`."
+            )
+            raise TypeError(msg)
         arg = self._operand_or_raise(other, "`where`")
         others = arg if isinstance(arg, list) else [arg] * len(self)
-        values = self._values()
-        try:
-            out = [torch.where(c, v, o) for c, v, o in zip(conds, values, others)]
-        except RuntimeError as err:
-            raise self._explain(err, (conds, values, others)) from err
-        return self._derive(out)
+        return self._compose(_where, conds, self._values(), others)
