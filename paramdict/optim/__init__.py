@@ -34,7 +34,7 @@ Example:
     ...     grads = params.grad((params["w"] ** 2).sum())
     ...     params, state = opt.step(params, grads, state)
     >>> params["w"], params["w"].is_leaf, int(state.step)
-    (tensor([ 0.7000, -0.7000], requires_grad=True), True, 3)
+    (tensor([ 0.7016, -0.7016], requires_grad=True), True, 3)
 """
 
 from __future__ import annotations

@@ -5,40 +5,15 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import attrs
-import torch
 
 from .._paramdict import ParamDict
-from ._hyper import check_non_negative, check_number, spread
+from ._hyper import check_non_negative, check_number
 from ._protocol import Optimizer
 
-__all__ = ["ClipGradNorm", "clip_grad_norm"]
+__all__ = ["ClipGradNorm"]
 
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
-
-
-def clip_grad_norm(grads: P, /, max_norm: float, *, norm_type: float = 2.0) -> P:
-    """Return `grads` scaled so that their global norm is at most `max_norm`.
-
-    The arithmetic of `torch.nn.utils.clip_grad_norm_`, out of place and without
-    reading anything back to the host: the global norm is the norm of the
-    per-entry norms, and every entry is multiplied by
-    `min(1, max_norm / (norm + 1e-6))`. `grads` is unchanged.
-
-    Args:
-        grads: The gradients.
-        max_norm: The largest global norm allowed.
-        norm_type: The order of the norm; `math.inf` for the largest absolute value.
-
-    Returns:
-        A new ParamDict of the same type and keys.
-    """
-    if not grads:
-        return grads
-    norms = torch._foreach_norm(list(grads.values()), norm_type)
-    total = torch.linalg.vector_norm(torch.stack(list(norms)), norm_type)
-    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    return grads.mul(spread(coefficient, grads))
 
 
 def _check_norm_type(instance: object, attribute: Any, value: Any) -> None:
@@ -53,9 +28,10 @@ class ClipGradNorm(Optimizer[S]):
     """Clip the gradients by their global norm, then step `optimizer`.
 
     Wraps any optimizer (a `ParamGroups` too, so the norm is over all groups):
-    `step` replaces `grads` by `clip_grad_norm(grads, max_norm)` and hands them
-    to `optimizer`, whose state it uses unchanged. Differentiable exactly when
-    `optimizer` is.
+    `step` replaces `grads` by `grads.clip_norm(max_norm, p=norm_type)` (the
+    arithmetic of `torch.nn.utils.clip_grad_norm_`, without a host sync) and hands
+    them to `optimizer`, whose state it uses unchanged. Differentiable exactly
+    when `optimizer` is.
 
     Args:
         optimizer: The optimizer that takes the clipped gradients.
@@ -99,5 +75,5 @@ class ClipGradNorm(Optimizer[S]):
         return self.optimizer.init(params)
 
     def _update(self, params: P, grads: ParamDict, state: S, /) -> tuple[P, S]:
-        clipped = clip_grad_norm(grads, self.max_norm, norm_type=self.norm_type)
+        clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
         return self.optimizer._update(params, clipped, state)

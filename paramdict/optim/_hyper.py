@@ -35,7 +35,6 @@ __all__ = [
     "operand",
     "quotient",
     "scalar_dtype",
-    "spread",
     "sub_scaled",
 ]
 
@@ -138,30 +137,17 @@ def is_zero(rate: Rate) -> bool:
     return _is_number(rate) and bool(rate == 0)
 
 
-def spread(value: Any, like: ParamDict) -> Any:
-    """Return a 0-dim tensor that requires grad as a ParamDict of it, else `value`.
-
-    torch's foreach calls that take one tensor for all entries cannot yet
-    backpropagate into it when there are several entries (pytorch/pytorch#144580);
-    a per-key mapping of that tensor takes the list form, which can. Tensors that
-    do not require grad keep the faster single-tensor form.
-    """
-    if isinstance(value, Tensor) and value.requires_grad:
-        return ParamDict.fromkeys(like, value)
-    return value
-
-
 def add_scaled(x: P, y: ParamDict, rate: Rate) -> P:
     """Return `x + rate * y`; a number `rate` makes it one fused foreach call."""
-    if isinstance(rate, ParamDict) or (isinstance(rate, Tensor) and rate.requires_grad):
-        return x.add(y.mul(spread(rate, y)))
+    if isinstance(rate, ParamDict):
+        return x.add(y.mul(rate))
     return x.add(y, alpha=rate)
 
 
 def sub_scaled(x: P, y: ParamDict, rate: Rate) -> P:
     """Return `x - rate * y`; a number `rate` makes it one fused foreach call."""
-    if isinstance(rate, ParamDict) or (isinstance(rate, Tensor) and rate.requires_grad):
-        return x.sub(y.mul(spread(rate, y)))
+    if isinstance(rate, ParamDict):
+        return x.sub(y.mul(rate))
     return x.sub(y, alpha=rate)
 
 
@@ -220,23 +206,20 @@ def compute_dtype(params: ParamDict) -> torch.dtype | None:
     return None
 
 
-def operand(
-    value: float | Tensor, params: ParamDict, dtype: torch.dtype | None, like: Tensor
-) -> Any:
-    """Return `value` as the operand of a foreach call on entries like `params`'.
+def operand(value: float | Tensor, dtype: torch.dtype | None, like: Tensor) -> Any:
+    """Return `value` as the scalar operand of arithmetic on entries of `dtype`.
 
     A 0-dim tensor of `dtype` on `like`'s device when `dtype` is known, else
     `value` unchanged. Both give the same result: torch rounds a scalar to the
-    entries' dtype before the arithmetic; on the CPU, foreach calls with a
-    matching 0-dim tensor skip re-wrapping the scalar for every entry and run
-    about twice as fast. A tensor that requires grad is `spread` over the keys.
+    entries' dtype before the arithmetic. But on the CPU a foreach call with a
+    Python number wraps it into a tensor again for every entry, which makes it
+    about twice as slow as with a matching 0-dim tensor.
     """
-    if dtype is not None:
-        if isinstance(value, Tensor):
-            value = value.to(dtype)
-        else:
-            value = like.new_full((), value, dtype=dtype)
-    return spread(value, params)
+    if dtype is None:
+        return value
+    if isinstance(value, Tensor):
+        return value.to(dtype)
+    return like.new_full((), value, dtype=dtype)
 
 
 # ---------------------------------------------------------------- the step counter

@@ -1,4 +1,4 @@
-"""Keyed plumbing the optimizers share: aligned gradients, fresh buffers, subsets.
+"""Keyed plumbing the optimizers share: aligned gradients, subsets, leaf flags.
 
 These are the few steps an optimizer takes that are about keys and autograd flags
 rather than arithmetic; the arithmetic itself is ParamDict's own vocabulary.
@@ -9,19 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
 
-__all__ = [
-    "aligned_grads",
-    "check_real",
-    "full_like",
-    "requires_grad_like",
-    "subset",
-    "zeros_like",
-]
+__all__ = ["aligned_grads", "check_real", "requires_grad_like", "subset"]
 
 P = TypeVar("P", bound=ParamDict)
 
@@ -42,30 +34,24 @@ def aligned_grads(params: ParamDict, grads: Mapping[str, Tensor], /) -> ParamDic
     return ParamDict(zip(params, values))
 
 
-def zeros_like(params: ParamDict, /) -> ParamDict:
-    """Return zeros shaped like each value, not requiring grad, in a new ParamDict."""
-    return ParamDict((k, torch.zeros_like(v)) for k, v in params.items())
-
-
-def full_like(params: ParamDict, value: float, /) -> ParamDict:
-    """Return `value` filled like each value, not requiring grad, in a new ParamDict."""
-    return ParamDict((k, torch.full_like(v, value)) for k, v in params.items())
-
-
 def subset(params: P, keys: Iterable[str], /) -> P:
-    """Return the entries of `params` under `keys`, in that order, same type."""
+    """Return the entries of `params` under exactly `keys`, in that order.
+
+    Unlike `select`, keys are not patterns, so any character in them is literal.
+    """
     return type(params)((k, params[k]) for k in keys)
 
 
 def requires_grad_like(new: P, old: ParamDict, /) -> P:
     """Mark each fresh value of `new` as requiring grad where `old`'s value did.
 
-    `new` holds tensors made under `torch.no_grad()`, so they are leaves with no
-    history; this sets the flag in place on them and returns `new`.
+    `new` holds tensors made under `torch.no_grad()`, leaves with no history, so
+    setting the flag on them in place changes nothing anyone else holds.
+
+    Returns:
+        `new` itself.
     """
-    for fresh, before in zip(new.values(), old.values()):
-        if before.requires_grad and not fresh.requires_grad:
-            fresh.requires_grad_()
+    new.filter(lambda key, _: old[key].requires_grad).requires_grad_()
     return new
 
 

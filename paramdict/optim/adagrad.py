@@ -21,7 +21,7 @@ from ._hyper import (
     operand,
     quotient,
 )
-from ._keyed import check_real, full_like
+from ._keyed import check_real
 from ._protocol import Optimizer, register_state
 
 __all__ = ["Adagrad", "AdagradState"]
@@ -104,7 +104,7 @@ class Adagrad(Optimizer[AdagradState]):
         check_rate_keys(params, "lr", self.lr)
         check_rate_keys(params, "weight_decay", self.weight_decay)
         return AdagradState(
-            new_counter(params), full_like(params, self.initial_accumulator_value)
+            new_counter(params), params.full_like(self.initial_accumulator_value)
         )
 
     def _update(
@@ -115,11 +115,12 @@ class Adagrad(Optimizer[AdagradState]):
             grads = grads.neg()
         if not is_zero(self.weight_decay):
             grads = add_scaled(grads, params, self.weight_decay)
+        dtype = compute_dtype(params)
         minus_clr = -quotient(self.lr, 1 + (step - 1) * self.lr_decay)
         if isinstance(minus_clr, Tensor):
-            minus_clr = operand(minus_clr, params, compute_dtype(params), step)
+            minus_clr = operand(minus_clr, dtype, step)
         total = state.sum.addcmul(grads, grads)
-        std = total.sqrt().add(self.eps)
+        std = total.sqrt().add(operand(self.eps, dtype, step))
         # `p + (-clr * g) / std`, torch's rounding with the rate as a tensor.
         new_params = add_ratio(params, grads.mul(minus_clr), std)
         return new_params, AdagradState(step, total)

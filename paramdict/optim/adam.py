@@ -23,7 +23,7 @@ from ._hyper import (
     operand,
     quotient,
 )
-from ._keyed import check_real, zeros_like
+from ._keyed import check_real
 from ._protocol import Optimizer, register_state
 
 __all__ = ["Adam", "AdamState", "AdamW"]
@@ -55,9 +55,9 @@ def _init(opt: Adam | AdamW, params: ParamDict) -> AdamState:
     check_rate_keys(params, "weight_decay", opt.weight_decay)
     return AdamState(
         new_counter(params),
-        zeros_like(params),
-        zeros_like(params),
-        zeros_like(params) if opt.amsgrad else ParamDict(),
+        params.zeros_like(),
+        params.zeros_like(),
+        params.zeros_like() if opt.amsgrad else ParamDict(),
     )
 
 
@@ -79,12 +79,12 @@ def _update(
         if decoupled:
             factor = decay_factor(lr, opt.weight_decay)
             if not isinstance(factor, ParamDict):
-                factor = operand(factor, params, dtype, step)
+                factor = operand(factor, dtype, step)
             params = params.mul(factor)
         else:
             grads = add_scaled(grads, params, opt.weight_decay)
     exp_avg = state.exp_avg.lerp(grads, 1 - beta1)
-    exp_avg_sq = state.exp_avg_sq.mul(operand(beta2, params, dtype, step))
+    exp_avg_sq = state.exp_avg_sq.mul(operand(beta2, dtype, step))
     exp_avg_sq = exp_avg_sq.addcmul(grads, grads, value=1 - beta2)
     max_exp_avg_sq = state.max_exp_avg_sq
     second = exp_avg_sq
@@ -97,9 +97,9 @@ def _update(
     bias_correction2_sqrt = (1 - beta2**step).sqrt()
     step_size = -quotient(lr, bias_correction1)
     if isinstance(step_size, Tensor):
-        step_size = operand(step_size, params, dtype, step)
-    denom = second.sqrt().div(operand(bias_correction2_sqrt, params, dtype, step))
-    denom = denom.add(opt.eps)
+        step_size = operand(step_size, dtype, step)
+    denom = second.sqrt().div(operand(bias_correction2_sqrt, dtype, step))
+    denom = denom.add(operand(opt.eps, dtype, step))
     # `p + (step_size * m) / denom`: the same rounding as torch's
     # `addcdiv(m, denom, value=step_size)`, with `step_size` a tensor.
     new_params = add_ratio(params, exp_avg.mul(step_size), denom)

@@ -22,7 +22,7 @@ from ._hyper import (
     operand,
     sub_scaled,
 )
-from ._keyed import check_real, zeros_like
+from ._keyed import check_real
 from ._protocol import Optimizer, register_state
 
 __all__ = ["RMSprop", "RMSpropState"]
@@ -110,9 +110,9 @@ class RMSprop(Optimizer[RMSpropState]):
         check_rate_keys(params, "weight_decay", self.weight_decay)
         return RMSpropState(
             new_counter(params),
-            zeros_like(params),
-            zeros_like(params) if self.momentum > 0 else ParamDict(),
-            zeros_like(params) if self.centered else ParamDict(),
+            params.zeros_like(),
+            params.zeros_like() if self.momentum > 0 else ParamDict(),
+            params.zeros_like() if self.centered else ParamDict(),
         )
 
     def _update(
@@ -124,24 +124,25 @@ class RMSprop(Optimizer[RMSpropState]):
         if not is_zero(self.weight_decay):
             grads = add_scaled(grads, params, self.weight_decay)
         dtype = compute_dtype(params)
-        square_avg = state.square_avg.mul(operand(alpha, params, dtype, state.step))
+        square_avg = state.square_avg.mul(operand(alpha, dtype, state.step))
         square_avg = square_avg.addcmul(grads, grads, value=1 - alpha)
         grad_avg = state.grad_avg
         if self.centered:
             grad_avg = grad_avg.lerp(grads, 1 - alpha)
             variance = square_avg.addcmul(grad_avg, grad_avg, value=-1)
-            avg = variance.sqrt().add(self.eps)
+            avg = variance.sqrt()
         else:
-            avg = square_avg.sqrt().add(self.eps)
+            avg = square_avg.sqrt()
+        avg = avg.add(operand(self.eps, dtype, state.step))
         buffer = state.momentum_buffer
         if self.momentum > 0:
-            momentum = operand(self.momentum, params, dtype, state.step)
+            momentum = operand(self.momentum, dtype, state.step)
             buffer = add_ratio(buffer.mul(momentum), grads, avg)
             new_params = sub_scaled(params, buffer, self.lr)
         elif isinstance(self.lr, ParamDict):
             new_params = add_ratio(params, grads.mul(-self.lr), avg)
         elif isinstance(self.lr, Tensor):
-            minus_lr = operand(-self.lr, params, dtype, state.step)
+            minus_lr = operand(-self.lr, dtype, state.step)
             new_params = add_ratio(params, grads.mul(minus_lr), avg)
         else:
             new_params = add_ratio(params, grads, avg, value=-self.lr)

@@ -21,7 +21,7 @@ from ._hyper import (
     operand,
     sub_scaled,
 )
-from ._keyed import check_real, zeros_like
+from ._keyed import check_real
 from ._protocol import Optimizer, register_state
 
 __all__ = ["SGD", "SGDState"]
@@ -114,7 +114,7 @@ class SGD(Optimizer[SGDState]):
         check_real(params)
         check_rate_keys(params, "lr", self.lr)
         check_rate_keys(params, "weight_decay", self.weight_decay)
-        buffer = zeros_like(params) if self.momentum != 0 else ParamDict()
+        buffer = params.zeros_like() if self.momentum != 0 else ParamDict()
         return SGDState(new_counter(params), buffer)
 
     def _update(
@@ -129,7 +129,7 @@ class SGD(Optimizer[SGDState]):
         if self.momentum != 0:
             # torch starts the buffer at the first gradient, undamped, which is
             # the update below from a zero buffer unless there is dampening.
-            momentum = operand(self.momentum, params, compute_dtype(params), step)
+            momentum = operand(self.momentum, compute_dtype(params), step)
             buffer = buffer.mul(momentum).add(grads, alpha=1 - self.dampening)
             if self.dampening != 0:
                 later = ParamDict.fromkeys(grads, step > 1)

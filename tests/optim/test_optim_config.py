@@ -104,7 +104,7 @@ def test_configurations_are_immutable() -> None:
 def test_hyperparameters_are_keyword_only() -> None:
     """Hyperparameters are options: passing one by position is a TypeError."""
     with pytest.raises(TypeError, match="positional"):
-        optim.SGD(0.1)  # type: ignore[misc]  # the point of the test
+        optim.SGD(0.1)  # type: ignore[call-arg]  # the point of the test
 
 
 def test_repr_shows_every_hyperparameter() -> None:

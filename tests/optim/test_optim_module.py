@@ -52,19 +52,22 @@ def test_step_module_returns_the_loss_before_the_step() -> None:
 
 def test_step_module_leaves_frozen_parameters_and_buffers_alone() -> None:
     """Parameters that do not require grad and buffers are not stepped."""
-    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
-    model[0].bias.requires_grad_(False)
-    frozen = model[0].bias.detach().clone()
-    trainable = ParamDict(
-        (k, v) for k, v in ParamDict.from_module(model).items() if v.requires_grad
-    )
+    linear, norm = torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)
+    model = torch.nn.Sequential(linear, norm)
+    linear.bias.requires_grad_(False)
+    frozen = linear.bias.detach().clone()
+    assert norm.running_mean is not None
+    stats = norm.running_mean.clone()
+    trainable = ParamDict.from_module(model).trainable()
     opt = optim.SGD(lr=0.1, weight_decay=0.5)
     state = opt.init(trainable)
     x = torch.randn(8, 3)
-    weight = model[0].weight.detach().clone()
+    weight = linear.weight.detach().clone()
     _, state = opt.step_module(model, lambda: model(x).pow(2).mean(), state)
-    torch.testing.assert_close(model[0].bias.detach(), frozen, rtol=0, atol=0)
-    assert not torch.equal(model[0].weight.detach(), weight)
+    torch.testing.assert_close(linear.bias.detach(), frozen, rtol=0, atol=0)
+    assert not torch.equal(linear.weight.detach(), weight)
+    # BatchNorm updated its running mean in the forward pass, not in the step.
+    assert not torch.equal(norm.running_mean, stats)
     assert list(state.momentum_buffer) == []
     assert int(state.step) == 1
 

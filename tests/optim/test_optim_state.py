@@ -87,13 +87,13 @@ def test_state_is_a_pytree_of_tensors(opt: optim.Optimizer[Any]) -> None:
 def test_state_tree_spec_serializes(state_type: type) -> None:
     """A tree spec holding a state (as torch.export stores one) dumps and loads."""
     params = ParamDict(w=torch.zeros(2))
-    opt = {
+    opts: dict[type, optim.Optimizer[Any]] = {
         optim.SGDState: optim.SGD(momentum=0.5),
         optim.AdamState: optim.Adam(),
         optim.RMSpropState: optim.RMSprop(),
         optim.AdagradState: optim.Adagrad(),
-    }[state_type]
-    spec = pytree.tree_structure(opt.init(params))
+    }
+    spec = pytree.tree_structure(opts[state_type].init(params))
     assert pytree.treespec_loads(pytree.treespec_dumps(spec)) == spec
 
 
@@ -121,3 +121,25 @@ def test_adagrad_accumulator_starts_at_the_initial_value() -> None:
     params = ParamDict(w=torch.zeros(2, dtype=torch.float64))
     state = optim.Adagrad(initial_accumulator_value=0.25).init(params)
     torch.testing.assert_close(state.sum["w"], torch.full((2,), 0.25).double())
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS[:5], ids=IDS[:5])
+def test_vmap_steps_an_ensemble_like_separate_runs(opt: optim.Optimizer[Any]) -> None:
+    """`torch.func.vmap` over init and step trains stacked members independently."""
+    members = [
+        ParamDict(
+            (k, torch.randn_like(v))
+            for k, v in ParamDict.from_module(make_model()).items()
+        )
+        for _ in range(3)
+    ]
+    grads = [ParamDict((k, torch.randn_like(v)) for k, v in m.items()) for m in members]
+    stacked, stacked_grads = ParamDict.stack(members), ParamDict.stack(grads)
+    state = torch.func.vmap(opt.init)(stacked)
+    for _ in range(2):
+        stacked, state = torch.func.vmap(opt.step)(stacked, stacked_grads, state)
+    for member, grad, result in zip(members, grads, stacked.unstack()):
+        expected, member_state = member, opt.init(member)
+        for _ in range(2):
+            expected, member_state = opt.step(expected, grad, member_state)
+        torch.testing.assert_close(dict(result), dict(expected))
