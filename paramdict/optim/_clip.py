@@ -31,9 +31,9 @@ class ClipGradNorm(Optimizer[S]):
     `step` replaces `grads` by `grads.clip_norm(max_norm, p=norm_type)` (the
     arithmetic of `torch.nn.utils.clip_grad_norm_`, without a host sync) and hands
     them to `optimizer`, whose state it uses unchanged. Differentiable exactly
-    when `optimizer` is.
+    when `optimizer` is. Built as `ClipGradNorm(optimizer, max_norm=...)`.
 
-    Args:
+    Attributes:
         optimizer: The optimizer that takes the clipped gradients.
         max_norm: The largest global gradient norm allowed.
         norm_type: The order of the norm; `math.inf` for the largest absolute value.

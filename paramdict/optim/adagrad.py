@@ -49,9 +49,10 @@ class Adagrad(Optimizer[AdagradState]):
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adagrad`, so a
     run gives the same parameters. The decayed learning rate
     `lr / (1 + (step - 1) * lr_decay)` is computed in double precision from a
-    step-count tensor.
+    step-count tensor. The attributes below are the constructor's keyword
+    arguments.
 
-    Args:
+    Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
             `differentiable=True`) or a ParamDict of per-key values.
         lr_decay: Learning-rate decay per step.

@@ -115,10 +115,10 @@ class Adam(Optimizer[AdamState]):
     precision from a step-count tensor, so nothing is read back to the host and
     `torch.compile` does not specialize on the step.
 
-    Configurations are immutable and compared by identity (hyperparameters may be
-    tensors).
+    The attributes below are the constructor's keyword arguments. Configurations
+    are immutable and compared by identity (hyperparameters may be tensors).
 
-    Args:
+    Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
             `differentiable=True`) or a ParamDict of per-key values.
         betas: Coefficients of the running averages of the gradient and its
@@ -188,9 +188,10 @@ class AdamW(Optimizer[AdamState]):
     """AdamW, the functional `torch.optim.AdamW`: Adam with decoupled weight decay.
 
     The parameters are multiplied by `1 - lr * weight_decay` before the Adam
-    update, as in `torch.optim.AdamW`; everything else is `Adam`.
+    update, as in `torch.optim.AdamW`; everything else is `Adam`. The attributes
+    below are the constructor's keyword arguments.
 
-    Args:
+    Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
             `differentiable=True`) or a ParamDict of per-key values.
         betas: Coefficients of the running averages, each in [0, 1).

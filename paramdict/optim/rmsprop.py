@@ -52,9 +52,10 @@ class RMSprop(Optimizer[RMSpropState]):
     """RMSprop, the functional `torch.optim.RMSprop`.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.RMSprop`, so a
-    run gives the same parameters.
+    run gives the same parameters. The attributes below are the constructor's
+    keyword arguments.
 
-    Args:
+    Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
             `differentiable=True`) or a ParamDict of per-key values.
         alpha: Smoothing constant of the running averages, in [0, 1].

@@ -51,10 +51,10 @@ class SGD(Optimizer[SGDState]):
     gives the same parameters. The momentum buffer starts at zero; on the first
     step it becomes the gradient itself (no dampening), as in torch.
 
-    Configurations are immutable and compared by identity (hyperparameters may be
-    tensors).
+    The attributes below are the constructor's keyword arguments. Configurations
+    are immutable and compared by identity (hyperparameters may be tensors).
 
-    Args:
+    Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
             `differentiable=True`, as in Meta-SGD) or a ParamDict of per-key
             values (any shape that broadcasts to the entry).
