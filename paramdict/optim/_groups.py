@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from fnmatch import fnmatchcase
 from typing import TypeVar
 
 import attrs
@@ -124,31 +123,27 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             members.append(self.default)
         return members
 
-    def _route(self, keys: tuple[str, ...]) -> _Routes:
-        """Split `keys` among the groups (then the default), first match wins."""
-        taken: set[str] = set()
-        routes: list[tuple[str, ...]] = []
-        unmatched: list[str] = []
-        for patterns, _ in self.groups:
-            for pattern in patterns:
-                if not any(fnmatchcase(k, pattern) for k in keys):
-                    unmatched.append(pattern)
-            mine = tuple(
-                k
-                for k in keys
-                if k not in taken and any(fnmatchcase(k, p) for p in patterns)
-            )
-            taken.update(mine)
-            routes.append(mine)
+    def _route(self, params: ParamDict) -> _Routes:
+        """Split the keys among the groups (then the default), first match wins."""
+        unmatched = sorted(
+            pattern
+            for patterns, _ in self.groups
+            for pattern in patterns
+            if not params.select(pattern, missing_ok=True)
+        )
         if unmatched:
             msg = (
-                f"The group patterns {sorted(unmatched)!r} match no key. Check them "
-                f"against the parameter names, e.g. {list(keys[:4])!r}."
+                f"The group patterns {unmatched!r} match no key. Check them against "
+                f"the parameter names, e.g. {list(params)[:4]!r}."
             )
             raise ValueError(msg)
-        rest = tuple(k for k in keys if k not in taken)
+        routes: list[tuple[str, ...]] = []
+        rest = params
+        for patterns, _ in self.groups:
+            routes.append(tuple(rest.select(*patterns, missing_ok=True)))
+            rest = rest.exclude(*patterns, missing_ok=True)
         if self.default is not None:
-            routes.append(rest)
+            routes.append(tuple(rest))
         elif rest:
             msg = (
                 f"The keys {sorted(rest)!r} match no group. Add a pattern for them "
@@ -161,7 +156,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         keys = tuple(params)
         routes = self._routes.get(keys)
         if routes is None:
-            routes = self._route(keys)
+            routes = self._route(params)
             self._routes[keys] = routes
         return routes
 
