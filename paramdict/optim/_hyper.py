@@ -2,9 +2,11 @@
 
 A rate (a learning rate or a weight decay) is a number, a 0-dim tensor or a
 ParamDict of per-key values. The helpers here apply one to a ParamDict with the
-cheapest exact operation: a number goes to a foreach call as a Python scalar, as
-`torch.optim` passes it, so the arithmetic (rounding included) is the same; a tensor
-or a ParamDict stays in the autograd graph, so it can be learned (Meta-SGD).
+cheapest operation that rounds as `torch.optim` does: a number goes to a fused
+foreach call as a scalar, as torch passes it; a tensor or a ParamDict stays in the
+autograd graph, so it can be learned (Meta-SGD). Step-dependent scalars (bias
+corrections, decayed rates) are 0-dim double-precision tensors computed from the
+step counter, the numbers torch computes with Python floats.
 """
 
 from __future__ import annotations

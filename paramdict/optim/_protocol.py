@@ -122,6 +122,18 @@ class Optimizer(abc.ABC, Generic[S]):
         Raises:
             ValueError: If the keys of `grads` (or of a per-key hyperparameter)
                 differ from those of `params`; the message names them.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import ParamDict, optim
+            >>> params = ParamDict(w=torch.tensor([1.0], requires_grad=True))
+            >>> opt = optim.SGD(lr=0.25)
+            >>> grads = {"w": torch.tensor([2.0])}
+            >>> new, state = opt.step(params, grads, opt.init(params))
+            >>> new["w"], new["w"].is_leaf
+            (tensor([0.5000], requires_grad=True), True)
+            >>> params["w"]  # unchanged
+            tensor([1.], requires_grad=True)
         """
         aligned = aligned_grads(params, grads)
         if not params:  # nothing to update: torch's foreach calls refuse empty lists
@@ -178,9 +190,7 @@ class Optimizer(abc.ABC, Generic[S]):
                 "with `params.call(module, ...)`."
             )
             raise ValueError(msg)
-        params = ParamDict(
-            (k, v) for k, v in module.named_parameters() if v.requires_grad
-        )
+        params = ParamDict.from_module(module).trainable()
         loss = loss_fn()
         grads = params.grad(loss)
         new_params, new_state = self.step(params, grads, state)
