@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from . import _peers, autograd, imports, maml, optimizers, pytree, update
+from . import _peers, autograd, imports, maml, optim, pytree, update
 from ._report import Config, Section, render_markdown
 
 __all__ = ["SECTIONS", "main"]
@@ -38,7 +38,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "update": update.measure,
     "grad": autograd.measure,
     "pytree": pytree.measure,
-    "optim": optimizers.measure,
+    "optim": optim.measure,
     "maml": maml.measure,
     "memory": maml.measure_memory,
     "import": imports.measure,
