@@ -65,7 +65,9 @@ def measure(config: Config) -> Section:
         "torch (medians over processes, alternating); `import torch` for scale.",
     )
     modules = {OURS: "paramdict"}
-    if _peers.load("tensordict") is not None:
+    if config.quick:
+        section.notes.append("tensordict: not measured in a quick run (seconds each).")
+    elif _peers.load("tensordict") is not None:
         modules["tensordict"] = "tensordict"
     else:
         section.notes.append(_peers.skipped("tensordict", what="tensordict"))
