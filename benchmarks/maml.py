@@ -8,6 +8,8 @@ a Python loop, as each library's own MAML example writes them. Candidates:
 
 - `ParamDict`: `fast = params - lr * params.grad(loss, create_graph=True)`, the
   model run with `params.call(model, x)`, the meta-gradient from `params.grad`;
+- `ParamDict, fused sub`: the same with the fused step
+  `params.sub(params.grad(loss, create_graph=True), alpha=lr)`;
 - `plain dicts`: the same with `dict`s, `torch.func.functional_call`,
   `torch.autograd.grad` on a tuple and a dict comprehension for the step;
 - `torchopt (MetaSGD)`: `torchopt.MetaSGD` stepping the module, with
@@ -19,9 +21,9 @@ a Python loop, as each library's own MAML example writes them. Candidates:
 
 Before anything is timed, every candidate's meta-gradient is computed in float64 and
 must equal ParamDict's (`torch.testing.assert_close`), so all of them do the same
-computation. Timing is in float32. Peak memory (ParamDict against plain dicts) is
-measured in fresh processes: `python -m benchmarks.maml --peak-memory NAME` prints
-the growth of the resident set's high-water mark over one meta-iteration.
+computation. Timing is in float32. Peak memory (both ParamDict forms and plain
+dicts) is measured in fresh processes: `python -m benchmarks.maml --peak-memory NAME`
+prints the growth of the resident set's high-water mark over one meta-iteration.
 
 Part of `python -m benchmarks` (run only this with `--only maml,memory`).
 """
@@ -56,6 +58,7 @@ __all__ = ["VARIANTS", "measure", "measure_memory"]
 MetaGradient = Callable[[], dict[str, Tensor]]
 Variant = Callable[[nn.Module, list[Task]], MetaGradient]
 PLAIN = "plain dicts"
+FUSED = "ParamDict, fused sub"
 
 
 def paramdict_variant(model: nn.Module, tasks: list[Task]) -> MetaGradient:
@@ -67,6 +70,21 @@ def paramdict_variant(model: nn.Module, tasks: list[Task]) -> MetaGradient:
         for x, y, x_query, y_query in tasks:
             loss = F.mse_loss(params.call(model, x), y)
             fast = params - INNER_LR * params.grad(loss, create_graph=True)
+            losses.append(F.mse_loss(fast.call(model, x_query), y_query))
+        return params.grad(torch.stack(losses).mean())
+
+    return meta_gradient
+
+
+def paramdict_fused_variant(model: nn.Module, tasks: list[Task]) -> MetaGradient:
+    """MAML written with ParamDict, the inner step as the fused `sub(alpha=)`."""
+    params = ParamDict.from_module(model)
+
+    def meta_gradient() -> dict[str, Tensor]:
+        losses = []
+        for x, y, x_query, y_query in tasks:
+            loss = F.mse_loss(params.call(model, x), y)
+            fast = params.sub(params.grad(loss, create_graph=True), alpha=INNER_LR)
             losses.append(F.mse_loss(fast.call(model, x_query), y_query))
         return params.grad(torch.stack(losses).mean())
 
@@ -156,6 +174,7 @@ def higher_variant(model: nn.Module, tasks: list[Task]) -> MetaGradient:
 
 VARIANTS: dict[str, tuple[Variant, str | None]] = {
     OURS: (paramdict_variant, None),
+    FUSED: (paramdict_fused_variant, None),
     PLAIN: (plain_variant, None),
     "torchopt (MetaSGD)": (torchopt_metasgd_variant, "torchopt"),
     "torchopt (functional)": (torchopt_functional_variant, "torchopt"),
@@ -304,7 +323,7 @@ def measure_memory(config: Config) -> Section:
         "meta-iteration (as timed above), each sample in a fresh process after a "
         "one-task warm-up; processes of the candidates alternate; medians.",
     )
-    names = (OURS, PLAIN)
+    names = (OURS, PLAIN) if config.quick else (OURS, FUSED, PLAIN)
     samples: dict[str, list[float]] = {name: [] for name in names}
     exact = True
     for i in range(config.processes):
@@ -352,7 +371,7 @@ def _main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--peak-memory",
-        choices=[OURS, PLAIN],
+        choices=[OURS, FUSED, PLAIN],
         help="run one meta-iteration of this candidate and print its peak growth",
     )
     args, rest = parser.parse_known_args(argv)
