@@ -64,8 +64,8 @@ def _config(args: argparse.Namespace) -> Config:
         )
     return Config(
         quick=False,
-        rounds=args.rounds or 25,
-        target=0.02,
+        rounds=args.rounds or 41,
+        target=0.01,
         warmup=2,
         threads=args.threads,
         processes=args.processes or 7,
