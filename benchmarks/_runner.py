@@ -64,9 +64,9 @@ def _config(args: argparse.Namespace) -> Config:
         )
     return Config(
         quick=False,
-        rounds=args.rounds or 41,
-        target=0.01,
-        warmup=2,
+        rounds=args.rounds or 101,
+        target=0.003,
+        warmup=3,
         threads=args.threads,
         processes=args.processes or 7,
         sizes=SIZES,
