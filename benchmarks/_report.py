@@ -2,12 +2,13 @@
 
 A `Section` holds rows of medians (one row per case and size, one column per
 candidate), the targets it checked and notes (peers that were skipped). Ratios are
-always "this candidate's median over ParamDict's": above 1 means slower (or bigger)
-than ParamDict.
+always "this candidate over ParamDict", taken round by round (see `Row.ratio`): above
+1 means slower (or bigger) than ParamDict.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -102,7 +103,16 @@ class Row:
         )
 
     def ratio(self, name: str, /, over: str = OURS) -> float:
-        """Return `name`'s median divided by `over`'s."""
+        """Return how many times `over`'s cost `name`'s is, round by round.
+
+        The median over rounds of `name`'s sample divided by `over`'s sample of the
+        same round: samples of one round are taken back to back, under the same
+        load, so a burst of load on a shared machine cancels out of each quotient.
+        Falls back to the quotient of the medians where a sample is zero.
+        """
+        pairs = list(zip(self.samples[name], self.samples[over]))
+        if pairs and all(below > 0 for _, below in pairs):
+            return statistics.median(above / below for above, below in pairs)
         return self.medians[name] / self.medians[over]
 
 
@@ -247,7 +257,8 @@ def ratio_target(
     ratio = row.ratio(numerator, over=denominator)
     met = ratio >= limit if at_least else ratio <= limit
     measured = (
-        f"{ratio:.2f}x ({numerator} {format_value(row.medians[numerator], row.unit)}"
-        f", {denominator} {format_value(row.medians[denominator], row.unit)})"
+        f"{ratio:.2f}x (medians: {numerator} "
+        f"{format_value(row.medians[numerator], row.unit)}, {denominator} "
+        f"{format_value(row.medians[denominator], row.unit)})"
     )
     return Target(goal, measured, met)

@@ -149,7 +149,8 @@ def _header(meta: dict[str, Any]) -> list[str]:
         f"{load['after']} after",
         f"- {meta['rounds']} interleaved rounds per timing (medians); "
         f"{meta['processes']} fresh process(es) per memory/import candidate; "
-        "ratios are each candidate's median over ParamDict's",
+        "ratios: the median over rounds of the candidate's sample over ParamDict's "
+        "sample of the same round",
     ]
 
 
