@@ -85,7 +85,6 @@ def _per_entry(
 
 
 _LINEAR = frozenset({torch._foreach_add, torch._foreach_sub})
-_SCALING = frozenset({torch._foreach_mul, torch._foreach_div})
 _BINARY: dict[ForeachOp, Callable[..., Tensor]] = {
     torch._foreach_add: torch.add,
     torch._foreach_sub: torch.sub,
@@ -95,31 +94,30 @@ _BINARY: dict[ForeachOp, Callable[..., Tensor]] = {
 
 
 def _records_needlessly(
-    op: ForeachOp, args: Sequence[Any], kwargs: dict[str, Any]
+    op: ForeachOp, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> bool:
-    """Whether autograd would record `op` on CPU, saving its inputs for nothing.
+    """Whether autograd would record `op` (one of `_BINARY`) on CPU, for nothing.
 
     True for `values (+|-) other` and `values (*|/) numbers` on CPU tensors while
     grad mode is on and an operand requires grad, judged by the first entry of each
     list (either answer computes the same thing; this one only picks the cheaper
-    way). False for anything `call`'s per-entry loop below does not handle.
+    way). False for anything `call`'s per-entry loop does not handle.
     """
-    linear = op in _LINEAR
-    if not (linear or op in _SCALING) or len(args) != 2:
+    if len(args) != 2:
         return False
     values, other = args
-    if not isinstance(values, list) or not values:
+    if type(values) is not list or not values:
         return False
     first = values[0]
     if not isinstance(first, Tensor):
         return False
-    if isinstance(other, list):
+    if type(other) is list:
         if len(other) != len(values):
             return False  # let the kernel raise its error
         other = other[0]
     if isinstance(other, Tensor):
         # mul and div by tensors save them per entry too: nothing to gain.
-        records = linear and (first.requires_grad or other.requires_grad)
+        records = op in _LINEAR and (first.requires_grad or other.requires_grad)
     else:
         records = first.requires_grad
     return (
@@ -144,12 +142,16 @@ def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
     Raises:
         RuntimeError: Whatever the kernel raised, when not caused by vmap.
     """
-    if _records_needlessly(op, args, kwargs):
-        fn = _BINARY[op]
+    fn = _BINARY.get(op)
+    if fn is not None and _records_needlessly(op, args, kwargs):
         values, other = args  # two arguments, lists of equal length
-        if isinstance(other, list):
-            return [fn(v, o, **kwargs) for v, o in zip(values, other)]
-        return [fn(v, other, **kwargs) for v in values]
+        if type(other) is list:
+            if kwargs:
+                return [fn(v, o, **kwargs) for v, o in zip(values, other)]
+            return [fn(v, o) for v, o in zip(values, other)]
+        if kwargs:
+            return [fn(v, other, **kwargs) for v in values]
+        return [fn(v, other) for v in values]
     try:
         return list(op(*args, **kwargs))
     except RuntimeError:
