@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -39,7 +41,11 @@ def test_code_blocks_run(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     torch.manual_seed(0)
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    # A registered module, as for an imported file: `dataclasses` and pickling look
+    # the defining module up in `sys.modules`.
+    module = types.ModuleType(f"docs_{page.stem}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
     for line, code in _blocks(page):
         # Pad so tracebacks point at the page's own line numbers.
         exec(
