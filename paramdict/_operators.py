@@ -327,7 +327,8 @@ class _Operators(_Container):
             >>> p.add(p, alpha=0.5)["w"]
             tensor([1.5000, 3.0000])
         """
-        return self._axpy(other, alpha, "`add`")
+        out = self._add_paired(other, alpha, False)
+        return self._axpy(other, alpha, "`add`") if out is None else out
 
     def sub(self, other: Operand, /, *, alpha: float | Tensor = 1) -> Self:
         """Return `self - alpha * other`, like `torch.sub`; `self` is unchanged.
@@ -353,25 +354,36 @@ class _Operators(_Container):
             >>> p.sub(g, alpha=0.25)["w"]
             tensor([0., 1.])
         """
-        return self._axpy(other, alpha, "`sub`", negate=True)
+        out = self._add_paired(other, alpha, True)
+        return self._axpy(other, alpha, "`sub`", negate=True) if out is None else out
+
+    def _add_paired(self, other: object, alpha: object, negate: bool) -> Self | None:
+        """Return `self ± alpha * other` in one kernel call, or `None`.
+
+        The optimizer step `p.sub(g, alpha=lr)` goes straight to the kernel when
+        `alpha` is a plain number and `other` a ParamDict with the same keys. In
+        every other case, and when the kernel refuses (an error to explain, or
+        batched tensors under vmap), it returns `None` for `_axpy` to handle.
+        """
+        if not (type(alpha) is float or type(alpha) is int):
+            return None
+        if not isinstance(other, _Container):
+            return None
+        if other._keys is not self._keys and other._keys != self._keys:
+            return None
+        try:
+            out = torch._foreach_add(
+                list(self.values()),
+                list(other.values()),
+                alpha=-alpha if negate else alpha,
+            )
+        except RuntimeError:
+            return None
+        return self._derive(out)
 
     def _axpy(
         self, other: object, alpha: object, what: str, *, negate: bool = False
     ) -> Self:
-        kind = type(alpha)
-        if (
-            (kind is float or kind is int)
-            and isinstance(other, _Container)
-            and (other._keys is self._keys or other._keys == self._keys)
-        ):
-            # The optimizer step `p.sub(g, alpha=lr)`: straight to the kernel.
-            scale = -alpha if negate else alpha  # type: ignore[operator]  # a number
-            return self._run(
-                torch._foreach_add,
-                list(self.values()),
-                list(other.values()),
-                alpha=scale,
-            )
         arg = self._operand_or_raise(other, what)
         values = self._values()
         if isinstance(alpha, Tensor):

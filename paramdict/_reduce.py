@@ -60,14 +60,18 @@ def _flattened(values: list[Tensor]) -> Tensor | None:
     if not first.is_cpu or not _floating(first):
         return None
     total = 0
+    vectors = True  # 1-dim entries go to `cat` as they are, without views
     for value in values:
         if value.dtype is not dtype:
             return None
         total += value.numel()
+        vectors = vectors and value.dim() == 1
     if total > _FLAT_TOTAL_LIMIT or total > _FLAT_MEAN_LIMIT * len(values):
         return None
     try:
-        # `cat` inside refuses other devices, so one CPU entry checks them all.
+        # `cat` refuses other devices, so one CPU entry checks them all.
+        if vectors:
+            return torch.cat(values)
         return torch._C._nn.flatten_dense_tensors(values)
     except RuntimeError:  # another device, or batched tensors inside vmap
         return None
