@@ -2,11 +2,15 @@
 
 Blocks of one page share a namespace and run in order, like a reader pasting them into
 one session. A block whose first line is `# not run: <reason>` is shown but skipped
-(commands for several processes, say); the reason is part of the page.
+(commands for several processes, say); the reason is part of the page. A plain `text`
+block right after a Python block is that block's printed output and must match it; a
+`text` block with a title (`text title="output"`) shows output without checking it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 from pathlib import Path
@@ -17,9 +21,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+OUTPUT = re.compile(r"\s*```text\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
-def _blocks(page: Path) -> list[tuple[int, str]]:
+def _blocks(page: Path) -> list[tuple[int, str, str | None]]:
+    """Return each runnable block's first line, its code and its expected output."""
     text = page.read_text(encoding="utf-8")
     found = []
     for match in FENCE.finditer(text):
@@ -27,7 +33,8 @@ def _blocks(page: Path) -> list[tuple[int, str]]:
         if code.lstrip().startswith("# not run:"):
             continue
         line = text.count("\n", 0, match.start()) + 2
-        found.append((line, code))
+        shown = OUTPUT.match(text, match.end())
+        found.append((line, code, shown.group(1) if shown else None))
     return found
 
 
@@ -40,11 +47,18 @@ def test_code_blocks_run(
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     torch.manual_seed(0)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
-    for line, code in _blocks(page):
-        # Pad so tracebacks point at the page's own line numbers.
-        exec(
-            compile("\n" * (line - 1) + code, str(page), "exec"), namespace
-        )  # running the docs is the point
+    for line, code, expected in _blocks(page):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            # Pad so tracebacks point at the page's own line numbers.
+            exec(
+                compile("\n" * (line - 1) + code, str(page), "exec"), namespace
+            )  # running the docs is the point
+        if expected is not None:
+            assert printed.getvalue().strip() == expected.strip(), (
+                f"{page.name}:{line}: the block prints something else than the "
+                "output shown after it"
+            )
 
 
 def test_skipped_blocks_give_a_reason() -> None:
