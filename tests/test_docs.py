@@ -72,3 +72,61 @@ def test_skipped_blocks_give_a_reason() -> None:
             )
             if first.startswith("# not run"):
                 assert re.match(r"# not run: \S", first), f"{page}: {first!r}"
+
+
+def _referenced() -> set[str]:
+    """Return the dotted names that the API reference renders with `:::`."""
+    names: set[str] = set()
+    for page in (ROOT / "docs" / "api").rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(r"^::: ([\w.]+)\n((?:[ \t]+\S.*\n)*)", text, re.M):
+            names.add(match.group(1))
+            members = re.findall(r"^\s+- (\w+)\s*$", match.group(2), re.M)
+            names.update(f"{match.group(1)}.{m}" for m in members)
+    return names
+
+
+def _public() -> dict[str, object]:
+    """Return every public name of the package, dotted, with its object."""
+    import importlib
+    import pkgutil
+
+    import paramdict
+
+    found: dict[str, object] = {}
+    modules = [paramdict]
+    for info in pkgutil.iter_modules(paramdict.__path__):
+        if not info.name.startswith("_"):
+            modules.append(importlib.import_module(f"paramdict.{info.name}"))
+    for module in modules:
+        for name in getattr(module, "__all__", []):
+            if name != "__version__":
+                found[f"{module.__name__}.{name}"] = getattr(module, name)
+    for dotted, obj in list(found.items()):
+        if not isinstance(obj, type):
+            continue
+        for klass in obj.__mro__:
+            if not klass.__module__.startswith("paramdict"):
+                continue
+            for name, attr in vars(klass).items():
+                if not name.startswith("_"):
+                    found.setdefault(f"{dotted}.{name}", attr)
+    return found
+
+
+def _refuses(obj: object) -> bool:
+    """Whether `obj` is a mapping method that only raises (ParamDict is immutable)."""
+    return getattr(obj, "__annotations__", {}).get("return") in ("NoReturn",)
+
+
+def test_every_public_name_is_in_the_reference() -> None:
+    """Each public name has a `:::` entry (or a members entry) in docs/api."""
+    referenced = _referenced()
+    container = (ROOT / "docs" / "api" / "container.md").read_text(encoding="utf-8")
+    missing = sorted(
+        name
+        for name, obj in _public().items()
+        if name not in referenced
+        and not (_refuses(obj) and f"`{name.rsplit('.', 1)[1]}`" in container)
+    )
+    assert not missing, f"not in the API reference: {missing}"
