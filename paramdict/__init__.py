@@ -12,8 +12,9 @@ from typing import Any
 from ._autograd import Outputs
 from ._operators import Operand
 from ._paramdict import ParamDict
+from ._tensors import Device
 
-__all__ = ["Operand", "Outputs", "ParamDict", "__version__"]
+__all__ = ["Device", "Operand", "Outputs", "ParamDict", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
