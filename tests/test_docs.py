@@ -52,7 +52,8 @@ def test_code_blocks_run(
         with contextlib.redirect_stdout(printed):
             # Pad so tracebacks point at the page's own line numbers.
             exec(
-                compile("\n" * (line - 1) + code, str(page), "exec"), namespace
+                compile("\n" * (line - 1) + code, str(page), "exec", dont_inherit=True),
+                namespace,
             )  # running the docs is the point
         if expected is not None:
             assert printed.getvalue().strip() == expected.strip(), (
