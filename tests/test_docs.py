@@ -143,3 +143,40 @@ def test_every_public_name_is_in_the_reference() -> None:
 
     missing = sorted(name for name, obj in _public().items() if not covered(name, obj))
     assert not missing, f"not in the API reference: {missing}"
+
+
+def _sections_missing(obj: object) -> list[str]:
+    """Return the docstring parts the reference needs that `obj` lacks."""
+    import inspect
+
+    fn = obj.__func__ if isinstance(obj, (classmethod, staticmethod)) else obj
+    if not (inspect.isfunction(fn) or inspect.isclass(fn)) or _refuses(fn):
+        return []  # aliases and constants carry an attribute docstring instead
+    doc = inspect.getdoc(fn) or ""
+    missing = [] if doc.strip() else ["a summary"]
+    signature = inspect.signature(fn)
+    if [p for p in signature.parameters if p not in ("self", "cls")] and (
+        "Args:" not in doc
+    ):
+        missing.append("Args")
+    returns = signature.return_annotation
+    if (
+        not inspect.isclass(fn)
+        and returns not in (None, "None", inspect.Signature.empty)
+        and "Returns:" not in doc
+        and "Yields:" not in doc
+    ):
+        missing.append("Returns")
+    if "Example:" not in doc and "Examples:" not in doc:
+        missing.append("Example")
+    return missing
+
+
+def test_public_docstrings_have_the_reference_sections() -> None:
+    """Each public function and class documents its arguments, result and an example."""
+    gaps = {
+        name: missing
+        for name, obj in _public().items()
+        if (missing := _sections_missing(obj))
+    }
+    assert not gaps, f"docstrings lacking sections: {gaps}"
