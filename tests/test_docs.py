@@ -8,11 +8,16 @@ block right after a Python block is that block's printed output and must match i
 """
 
 from __future__ import annotations
+import __future__
 
 import contextlib
+import functools
 import io
+import operator
 import os
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -21,6 +26,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+FUTURE_FLAGS = functools.reduce(
+    operator.or_,
+    (getattr(__future__, name).compiler_flag for name in __future__.all_feature_names),
+)
 OUTPUT = re.compile(r"\s*```text\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
@@ -46,15 +55,22 @@ def test_code_blocks_run(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     torch.manual_seed(0)
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    # A registered module, as for an imported file: `dataclasses` and pickling look
+    # the defining module up in `sys.modules`.
+    module = types.ModuleType(f"docs_{page.stem}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
+    flags = 0  # `from __future__` imports of earlier blocks, as in a session
     for line, code, expected in _blocks(page):
+        # Pad so tracebacks point at the page's own line numbers. The page's code
+        # does not inherit this file's `from __future__ import annotations`.
+        compiled = compile(
+            "\n" * (line - 1) + code, str(page), "exec", flags, dont_inherit=True
+        )
+        flags |= compiled.co_flags & FUTURE_FLAGS
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            # Pad so tracebacks point at the page's own line numbers.
-            exec(
-                compile("\n" * (line - 1) + code, str(page), "exec", dont_inherit=True),
-                namespace,
-            )  # running the docs is the point
+            exec(compiled, namespace)  # running the docs is the point
         if expected is not None:
             assert printed.getvalue().strip() == expected.strip(), (
                 f"{page.name}:{line}: the block prints something else than the "
