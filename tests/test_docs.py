@@ -171,9 +171,8 @@ def _sections_missing(obj: object) -> list[str]:
     doc = inspect.getdoc(fn) or ""
     missing = [] if doc.strip() else ["a summary"]
     signature = inspect.signature(fn)
-    if [p for p in signature.parameters if p not in ("self", "cls")] and (
-        "Args:" not in doc
-    ):
+    documented = "Args:" in doc or (inspect.isclass(fn) and "Attributes:" in doc)
+    if [p for p in signature.parameters if p not in ("self", "cls")] and not documented:
         missing.append("Args")
     returns = signature.return_annotation
     if (
