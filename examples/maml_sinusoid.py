@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from paramdict import ParamDict
+from paramdict import ParamDict, optim
 
 Batching = Literal["vmap", "loop"]
 
@@ -280,8 +280,9 @@ def train(
     meta_lr: float = META_LR,
 ) -> float:
     """Meta-train `model` in place; return the final running meta-loss."""
-    params = ParamDict.from_module(model)  # the live nn.Parameters, keyed by name
-    optimizer = torch.optim.Adam(params.values(), lr=meta_lr)
+    params = ParamDict.from_module(model)  # the module's weights, keyed by name
+    meta_optimizer = optim.Adam(lr=meta_lr)
+    state = meta_optimizer.init(params)
     progress = _Progress(iterations)
     for _ in range(iterations):
         tasks = sample_tasks(meta_batch, generator=generator)
@@ -293,11 +294,11 @@ def train(
             first_order=first_order,
             batching=batching,
         )
-        optimizer.zero_grad()
-        params.backward(loss)  # the meta-gradient, into each parameter's `.grad`
-        optimizer.step()
+        meta_grads = params.grad(loss)  # the meta-gradient, keyed like params
+        params, state = meta_optimizer.step(params, meta_grads, state)
         progress.update(loss.item())
     progress.close()
+    params.to_module(model)  # copy the meta-trained weights into the module
     return progress.running_loss
 
 
@@ -551,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{how[args.batching]}, {order} meta-gradient"
     )
     print(
-        f"  inner SGD lr {INNER_LR}, torch.optim.Adam lr {META_LR}; seed "
+        f"  inner SGD lr {INNER_LR}, paramdict.optim.Adam lr {META_LR}; seed "
         f"{args.seed}, {args.threads} thread(s)"
     )
     start = time.perf_counter()

@@ -579,6 +579,9 @@ class _Operators(_Container):
     def sqrt(self) -> Self:
         """Return the elementwise square root (`torch.sqrt`) as a new ParamDict.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0, 9.0])).sqrt()["w"]
             tensor([2., 3.])
@@ -587,6 +590,9 @@ class _Operators(_Container):
 
     def rsqrt(self) -> Self:
         """Return the elementwise reciprocal square root (`torch.rsqrt`).
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).rsqrt()["w"]
@@ -597,6 +603,9 @@ class _Operators(_Container):
     def exp(self) -> Self:
         """Return the elementwise exponential (`torch.exp`) as a new ParamDict.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([0.0])).exp()["w"]
             tensor([1.])
@@ -605,6 +614,9 @@ class _Operators(_Container):
 
     def log(self) -> Self:
         """Return the elementwise natural logarithm (`torch.log`).
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0])).log()["w"]
@@ -615,6 +627,9 @@ class _Operators(_Container):
     def sign(self) -> Self:
         """Return the elementwise sign (`torch.sign`) as a new ParamDict.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([-2.0, 0.0, 3.0])).sign()["w"]
             tensor([-1.,  0.,  1.])
@@ -623,6 +638,9 @@ class _Operators(_Container):
 
     def abs(self) -> Self:
         """Return the elementwise absolute value (`torch.abs`); same as `abs(p)`.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([-2.0, 3.0])).abs()["w"]
@@ -633,6 +651,9 @@ class _Operators(_Container):
     def neg(self) -> Self:
         """Return the elementwise negation (`torch.neg`); same as `-p`.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0])).neg()["w"]
             tensor([-1.])
@@ -641,6 +662,9 @@ class _Operators(_Container):
 
     def reciprocal(self) -> Self:
         """Return the elementwise reciprocal `1 / p` (`torch.reciprocal`).
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).reciprocal()["w"]
@@ -687,6 +711,16 @@ class _Operators(_Container):
     def maximum(self, other: Operand, /) -> Self:
         """Return the elementwise maximum with `other`, like `torch.maximum`.
 
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 5.0])).maximum(2)["w"]
             tensor([2., 5.])
@@ -695,6 +729,16 @@ class _Operators(_Container):
 
     def minimum(self, other: Operand, /) -> Self:
         """Return the elementwise minimum with `other`, like `torch.minimum`.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 5.0])).minimum(2)["w"]
