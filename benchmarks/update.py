@@ -152,8 +152,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--rounds", type=int, default=None, help="samples per case")
     args = parser.parse_args(argv)
-    rounds = args.rounds or (3 if args.quick else 25)
-    target = 0.002 if args.quick else 0.02
+    rounds = args.rounds or (3 if args.quick else 101)
+    target = 0.001 if args.quick else 0.004
     run(sizes=SIZES, rounds=rounds, target=target)
 
 
