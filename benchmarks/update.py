@@ -155,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     rounds = args.rounds or (3 if args.quick else 101)
     target = 0.001 if args.quick else 0.004
     run(sizes=SIZES, rounds=rounds, target=target)
+    if args.quick:
+        print(
+            "\n(--quick: a smoke run; the numbers are rough, judge targets on a full run)"
+        )
 
 
 if __name__ == "__main__":
