@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     run(sizes=SIZES, rounds=rounds, target=target)
     if args.quick:
         print(
-            "\n(--quick: a smoke run; the numbers are rough, judge targets on a full run)"
+            "\n(--quick: a smoke run; rough numbers, judge the targets on a full run)"
         )
 
 
