@@ -329,13 +329,11 @@ class _Tensors(_Container):
             >>> ParamDict(w=torch.zeros(2, 3)).randn_like(generator=g)["w"].shape
             torch.Size([2, 3])
         """
+        # `generator` only when given: older torch releases lack the argument.
+        options: dict[str, Any] = {} if generator is None else {"generator": generator}
         return self._each(
             lambda v: torch.randn_like(
-                v,
-                dtype=dtype,
-                device=device,
-                requires_grad=requires_grad,
-                generator=generator,
+                v, dtype=dtype, device=device, requires_grad=requires_grad, **options
             ),
             "randn_like",
         )
