@@ -461,11 +461,14 @@ class _Operators(_Container):
     def rsqrt(self) -> Self:
         """Return the elementwise reciprocal square root (`torch.rsqrt`).
 
+        One `torch._foreach_pow` call with exponent `-0.5`, which every supported
+        torch has (`torch._foreach_rsqrt` is newer than torch 2.4).
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).rsqrt()["w"]
             tensor([0.5000])
         """
-        return self._unary(torch._foreach_rsqrt)
+        return self._run(torch._foreach_pow, self._values(), -0.5)
 
     def exp(self) -> Self:
         """Return the elementwise exponential (`torch.exp`) as a new ParamDict.
