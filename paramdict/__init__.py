@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import distributed
 from ._autograd import Outputs
 from ._operators import Operand
 from ._paramdict import ParamDict
+from ._tensors import Device
 
-__all__ = ["Operand", "Outputs", "ParamDict", "__version__"]
+__all__ = ["Device", "Operand", "Outputs", "ParamDict", "__version__", "distributed"]
 
 
 def __getattr__(name: str) -> Any:

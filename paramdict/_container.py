@@ -115,7 +115,12 @@ class _Container(dict[str, Tensor]):
 
     def _derive(self, values: Iterable[Tensor], /) -> Self:
         """A ParamDict of the same type and keys as `self`, holding `values`."""
-        return self._from_parts(self._keys, values)
+        # `_from_parts`, inlined: every operation ends here.
+        obj = dict.__new__(type(self))
+        keys = self._keys
+        dict.update(obj, zip(keys, values))
+        obj._keys = keys
+        return obj
 
     # ---------------------------------------------------------------- read-only mapping
 
@@ -269,10 +274,13 @@ class _Container(dict[str, Tensor]):
             equal_nan: Whether two NaNs compare equal.
 
         Returns:
-            `True` when `torch.allclose` holds for every key.
+            `True` when `torch.allclose` holds for every key. The result is a plain
+            `bool` (it reads values, so it synchronizes with an accelerator).
 
         Raises:
-            ValueError: If the keys differ (the message names them).
+            ValueError: If the keys differ, or an entry's shape, dtype or device
+                differs from `other`'s (the message names the keys).
+            TypeError: If a value of `other` is not a tensor.
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
@@ -280,6 +288,26 @@ class _Container(dict[str, Tensor]):
             True
         """
         theirs = self._aligned(other, what="`allclose`")
+        not_tensors = sorted(
+            k for k, b in zip(self._keys, theirs) if not isinstance(b, Tensor)
+        )
+        if not_tensors:
+            msg = (
+                f"`allclose` compares tensors; the entries {not_tensors!r} of "
+                "`other` are not. Convert them with `torch.as_tensor`."
+            )
+            raise TypeError(msg)
+        differ = sorted(
+            f"{k!r} ({_describe_kind(a)} vs {_describe_kind(b)})"
+            for k, a, b in zip(self._keys, self.values(), theirs)
+            if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device
+        )
+        if differ:
+            msg = (
+                "`allclose` needs the same shape, dtype and device per entry; they "
+                f"differ for {', '.join(differ)}. Convert with `.to(...)` first."
+            )
+            raise ValueError(msg)
         return all(
             torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
             for a, b in zip(self.values(), theirs)
@@ -305,6 +333,11 @@ class _Container(dict[str, Tensor]):
         )
         entries = "entry" if len(self) == 1 else "entries"
         return f"{name}(  # {len(self)} {entries}, {total:,} elements{body}\n)"
+
+
+def _describe_kind(value: Tensor) -> str:
+    dtype = str(value.dtype).removeprefix("torch.")
+    return f"{dtype}{list(value.shape)} {value.device}"
 
 
 def _numel(value: object) -> int:

@@ -29,12 +29,45 @@ _broadcast_shapes = cast("Callable[..., torch.Size]", torch.broadcast_shapes)
 
 
 def _is_number(value: object) -> bool:
+    kind = type(value)
+    if kind is float or kind is int:  # the common case, without the ABC check
+        return True
     return isinstance(value, Number) and not isinstance(value, Tensor)
 
 
 def _holds_tensors(arg: object) -> bool:
     """Whether a foreach argument from `_operand` is a list of tensors."""
     return isinstance(arg, list) and bool(arg) and isinstance(arg[0], Tensor)
+
+
+def _add_scaled(values: list[Tensor], other: Any, alpha: Tensor) -> list[Tensor]:
+    """Return `values + alpha * other` for a 0-dim tensor `alpha`, kept in the graph."""
+    n = len(values)
+    if _holds_tensors(other):
+        scaled = call(torch._foreach_mul, other, [alpha] * n)
+    elif isinstance(other, list):  # per-entry numbers
+        scaled = call(torch._foreach_mul, [alpha] * n, other)
+    else:
+        scaled = [alpha * other] * n
+    return call(torch._foreach_add, values, scaled)
+
+
+def _add_combined(
+    combine: Callable[..., Sequence[Tensor]],
+    values: list[Tensor],
+    tensor1: list[Tensor],
+    tensor2: list[Tensor],
+    value: list[Tensor],
+) -> list[Tensor]:
+    """Return `values + value * combine(tensor1, tensor2)`, kept in the graph."""
+    combined = call(combine, tensor1, tensor2)
+    return call(torch._foreach_add, values, call(torch._foreach_mul, combined, value))
+
+
+def _where(
+    conds: list[Tensor], values: list[Tensor], others: list[Any]
+) -> list[Tensor]:
+    return [torch.where(c, v, o) for c, v, o in zip(conds, values, others)]
 
 
 class _Operators(_Container):
@@ -50,6 +83,9 @@ class _Operators(_Container):
         Returns a Python number, a 0-dim tensor, or a list (tensors or numbers) in
         `self`'s key order.
         """
+        if isinstance(other, _Container):
+            # A ParamDict holds tensors by construction: no need to scan them.
+            return self._aligned(other, what=what)
         if isinstance(other, Tensor):
             if other.dim() != 0:
                 msg = (
@@ -98,14 +134,40 @@ class _Operators(_Container):
         try:
             out = call(op, *args, **kwargs)
         except RuntimeError as err:
-            raise self._explain(err, args) from err
+            return self._failed(err, args)
         return self._derive(out)
 
+    def _compose(self, fn: Callable[..., Sequence[Tensor]], *args: Any) -> Self:
+        """Like `_run`, for a function that makes several foreach calls itself."""
+        try:
+            out = fn(*args)
+        except RuntimeError as err:
+            return self._failed(err, args)
+        return self._derive(out)
+
+    def _failed(self, err: RuntimeError, args: tuple[Any, ...]) -> Self:
+        """Handle a kernel's error: empty results, or an error naming the entry."""
+        if not self._keys:  # foreach kernels refuse empty lists
+            return self._derive(())
+        explained = self._explain(err, args)
+        if explained is err:
+            raise err
+        raise explained from err
+
     def _explain(self, err: RuntimeError, args: tuple[Any, ...]) -> Exception:
-        """Find the entry whose operands do not fit together; name it."""
+        """Find the entry whose operands do not fit together; name it.
+
+        Returns `err` itself when no entry is to blame.
+        """
         lists = [a for a in args if isinstance(a, list) and len(a) == len(self._keys)]
-        for i, key in enumerate(self._keys):
-            tensors = [a[i] for a in lists if isinstance(a[i], Tensor)]
+        shared = [a for a in args if isinstance(a, Tensor)]
+        entries = [
+            (key, [a[i] for a in lists if isinstance(a[i], Tensor)] + shared)
+            for i, key in enumerate(self._keys)
+        ]
+        # Shapes first, then devices, then dtypes: a clash of the first kind
+        # anywhere is a surer cause than one of the last kind.
+        for key, tensors in entries:
             try:
                 _broadcast_shapes(*(t.shape for t in tensors))
             except RuntimeError:
@@ -115,12 +177,22 @@ class _Operators(_Container):
                     "Per-entry values must broadcast to the entry's shape."
                 )
                 return ValueError(msg)
+        for key, tensors in entries:
             devices = {t.device for t in tensors}
             if len(devices) > 1:
                 shown = ", ".join(sorted(str(d) for d in devices))
                 msg = (
                     f"Entry {key!r}: tensors are on different devices ({shown}). "
                     "Move them first, e.g. with `.to(device)`."
+                )
+                return ValueError(msg)
+        for key, tensors in entries:
+            dtypes = {t.dtype for t in tensors if t.dtype != torch.bool}
+            if len(dtypes) > 1:
+                shown = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
+                msg = (
+                    f"Entry {key!r}: the dtypes {shown} do not work together here "
+                    f"({err}). Convert first, e.g. with `.to(dtype)`."
                 )
                 return ValueError(msg)
         return err
@@ -251,23 +323,44 @@ class _Operators(_Container):
             >>> p.sub(g, alpha=0.25)["w"]
             tensor([0., 1.])
         """
-        return self._axpy(other, -alpha, "`sub`")
+        return self._axpy(other, alpha, "`sub`", negate=True)
 
-    def _axpy(self, other: object, alpha: float | Tensor, what: str) -> Self:
+    def _axpy(
+        self, other: object, alpha: object, what: str, *, negate: bool = False
+    ) -> Self:
+        kind = type(alpha)
+        if (
+            (kind is float or kind is int)
+            and isinstance(other, _Container)
+            and (other._keys is self._keys or other._keys == self._keys)
+        ):
+            # The optimizer step `p.sub(g, alpha=lr)`: straight to the kernel.
+            scale = -alpha if negate else alpha  # type: ignore[operator]  # a number
+            return self._run(
+                torch._foreach_add,
+                list(self.values()),
+                list(other.values()),
+                alpha=scale,
+            )
         arg = self._operand_or_raise(other, what)
         values = self._values()
         if isinstance(alpha, Tensor):
             # A tensor `alpha` must stay in the graph, so scale first, then add.
             if alpha.dim() != 0:
-                msg = f"{what}: `alpha` must be a number or a 0-dim tensor."
+                msg = (
+                    f"{what}: `alpha` must be a number or a 0-dim tensor, got a "
+                    f"tensor of shape {tuple(alpha.shape)}."
+                )
                 raise TypeError(msg)
-            if _holds_tensors(arg):
-                scaled = call(torch._foreach_mul, arg, [alpha] * len(arg))
-            elif isinstance(arg, list):
-                scaled = [alpha * a for a in arg]
-            else:
-                scaled = [alpha * arg] * len(values)
-            return self._run(torch._foreach_add, values, scaled)
+            return self._compose(_add_scaled, values, arg, -alpha if negate else alpha)
+        if not _is_number(alpha):
+            msg = (
+                f"{what}: `alpha` must be a number or a 0-dim tensor, got "
+                f"{type(alpha).__name__}."
+            )
+            raise TypeError(msg)
+        if negate:
+            alpha = -alpha  # type: ignore[operator]  # a number, checked above
         if _holds_tensors(arg):
             return self._run(torch._foreach_add, values, arg, alpha=alpha)
         if isinstance(arg, list):
@@ -380,11 +473,7 @@ class _Operators(_Container):
                 if op is torch._foreach_addcmul
                 else torch._foreach_div
             )
-            return self._run(
-                torch._foreach_add,
-                values,
-                call(torch._foreach_mul, call(combine, a, b), v),
-            )
+            return self._compose(_add_combined, combine, values, a, b, v)
         return self._run(op, values, a, b, v)
 
     def addcmul(
@@ -599,11 +688,18 @@ class _Operators(_Container):
             tensor([1., 0.])
         """
         conds = self._aligned(condition, what="`where`")
+        not_bool = sorted(
+            k
+            for k, c in zip(self._keys, conds)
+            if not (isinstance(c, Tensor) and c.dtype == torch.bool)
+        )
+        if not_bool:
+            msg = (
+                "`where` takes a mapping of boolean tensors as `condition`; the "
+                f"entries {not_bool!r} are not. Compare first, e.g. `p.map(lambda v: "
+                "v > 0)`."
+            )
+            raise TypeError(msg)
         arg = self._operand_or_raise(other, "`where`")
         others = arg if isinstance(arg, list) else [arg] * len(self)
-        values = self._values()
-        try:
-            out = [torch.where(c, v, o) for c, v, o in zip(conds, values, others)]
-        except RuntimeError as err:
-            raise self._explain(err, (conds, values, others)) from err
-        return self._derive(out)
+        return self._compose(_where, conds, self._values(), others)

@@ -8,18 +8,25 @@ from ._autograd import _Autograd
 from ._module import _ModuleIO
 from ._operators import _Operators
 from ._pytree import register
+from ._reduce import _Reduce
+from ._select import _Select
+from ._stack import _Stack
+from ._tensors import _Tensors
 
 __all__ = ["ParamDict"]
 
 
-class ParamDict(_Operators, _Autograd, _ModuleIO):
+class ParamDict(_Operators, _Reduce, _Select, _Tensors, _Stack, _Autograd, _ModuleIO):
     """An immutable mapping from names to tensors that keeps parameters keyed.
 
     A `dict[str, Tensor]` that cannot be changed in place and that supports what
-    functional training needs: arithmetic (`params - lr * grads`), gradients keyed
-    like the parameters (`params.grad(loss)`), module in/out (`from_module`,
-    `call`, `to_module`, `swapped_into`), and pytree behaviour, so `torch.func` and
-    `torch.compile` see through it.
+    functional training needs: arithmetic (`params - lr * grads`) and fused
+    torch-named math (`p.sub(g, alpha=lr)`, `m.lerp(g, 0.1)`, `v.addcmul(g, g)`),
+    gradients keyed like the parameters (`params.grad(loss)`), reductions (`norm`,
+    `dot`, `clip_norm`), selection by key (`select("*.bias")`, `scoped("encoder")`),
+    per-tensor methods (`detach`, `to`, `zeros_like`, `map`), ensembles (`stack`),
+    module in/out (`from_module`, `call`, `to_module`, `swapped_into`), and pytree
+    behaviour, so `torch.func` and `torch.compile` see through it.
 
     Insertion order is kept and is the order of every result. Since a ParamDict is
     a real `dict`, anything that wants one (`torch.func.functional_call`,
