@@ -452,7 +452,15 @@ class _Operators(_Container):
         """
         ends = self._aligned(end, what="`lerp`")
         w = self._operand_or_raise(weight, "`lerp`")
-        return self._run(torch._foreach_lerp, self._values(), ends, w)
+        values = self._values()
+        if isinstance(w, list) and not _holds_tensors(w):
+            # Per-key numbers become 0-dim tensors: every supported torch has the
+            # tensor-list kernel, only newer ones a number-list kernel.
+            w = [
+                torch.as_tensor(x, dtype=v.dtype, device=v.device)
+                for x, v in zip(w, values)
+            ]
+        return self._run(torch._foreach_lerp, values, ends, w)
 
     def _addc(
         self,
