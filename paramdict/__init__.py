@@ -7,7 +7,7 @@ end, so `torch.func.functional_call`, autograd and optimizers meet without
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import distributed
 from ._autograd import Outputs
@@ -15,10 +15,27 @@ from ._operators import Operand
 from ._paramdict import ParamDict
 from ._tensors import Device
 
-__all__ = ["Device", "Operand", "Outputs", "ParamDict", "__version__", "distributed"]
+if TYPE_CHECKING:
+    from . import optim
+
+__all__ = [
+    "Device",
+    "Operand",
+    "Outputs",
+    "ParamDict",
+    "__version__",
+    "distributed",
+    "optim",
+]
 
 
 def __getattr__(name: str) -> Any:
+    # `optim` is imported on first use: it brings in attrs and builds its classes,
+    # which costs about as much as the rest of the package.
+    if name == "optim":
+        import importlib
+
+        return importlib.import_module(".optim", __name__)
     # Read lazily: importing importlib.metadata costs more than the rest of the
     # package together.
     if name == "__version__":

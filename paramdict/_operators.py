@@ -549,6 +549,9 @@ class _Operators(_Container):
     def sqrt(self) -> Self:
         """Return the elementwise square root (`torch.sqrt`) as a new ParamDict.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0, 9.0])).sqrt()["w"]
             tensor([2., 3.])
@@ -561,6 +564,9 @@ class _Operators(_Container):
         One `torch._foreach_pow` call with exponent `-0.5`, which every supported
         torch has (`torch._foreach_rsqrt` is newer than torch 2.4).
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).rsqrt()["w"]
             tensor([0.5000])
@@ -569,6 +575,9 @@ class _Operators(_Container):
 
     def exp(self) -> Self:
         """Return the elementwise exponential (`torch.exp`) as a new ParamDict.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([0.0])).exp()["w"]
@@ -579,6 +588,9 @@ class _Operators(_Container):
     def log(self) -> Self:
         """Return the elementwise natural logarithm (`torch.log`).
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0])).log()["w"]
             tensor([0.])
@@ -587,6 +599,9 @@ class _Operators(_Container):
 
     def sign(self) -> Self:
         """Return the elementwise sign (`torch.sign`) as a new ParamDict.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([-2.0, 0.0, 3.0])).sign()["w"]
@@ -597,6 +612,9 @@ class _Operators(_Container):
     def abs(self) -> Self:
         """Return the elementwise absolute value (`torch.abs`); same as `abs(p)`.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([-2.0, 3.0])).abs()["w"]
             tensor([2., 3.])
@@ -606,6 +624,9 @@ class _Operators(_Container):
     def neg(self) -> Self:
         """Return the elementwise negation (`torch.neg`); same as `-p`.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0])).neg()["w"]
             tensor([-1.])
@@ -614,6 +635,9 @@ class _Operators(_Container):
 
     def reciprocal(self) -> Self:
         """Return the elementwise reciprocal `1 / p` (`torch.reciprocal`).
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).reciprocal()["w"]
@@ -660,6 +684,16 @@ class _Operators(_Container):
     def maximum(self, other: Operand, /) -> Self:
         """Return the elementwise maximum with `other`, like `torch.maximum`.
 
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 5.0])).maximum(2)["w"]
             tensor([2., 5.])
@@ -668,6 +702,16 @@ class _Operators(_Container):
 
     def minimum(self, other: Operand, /) -> Self:
         """Return the elementwise minimum with `other`, like `torch.minimum`.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 5.0])).minimum(2)["w"]

@@ -130,6 +130,12 @@ class _Tensors(_Container):
         that already matches is returned as is, not copied, unless `copy=True`;
         conversions are differentiable.
 
+        Args:
+            *args: What `Tensor.to` takes positionally: a dtype, a device, a
+                device and a dtype, or a tensor whose device and dtype to match.
+            **kwargs: `Tensor.to`'s keyword arguments (`dtype`, `device`,
+                `non_blocking`, `copy`, `memory_format`).
+
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
 

@@ -84,7 +84,7 @@ def run(
     tmp: Path,
     *,
     then: Sequence[str] = (),
-    timeout: float = 120.0,
+    timeout: float = 300.0,
 ) -> dict[str, list[Any]]:
     """Run `scenarios`, then `then`, from `module.SCENARIOS` on `world_size` processes.
 

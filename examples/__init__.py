@@ -1,0 +1,1 @@
+"""Runnable examples; importable as `examples.<name>` so the tests can reach them."""

@@ -1,0 +1,65 @@
+"""Functional optimizers on ParamDicts that match `torch.optim`.
+
+Each optimizer is an immutable configuration (an attrs class, validated when
+built) with the hyperparameter names and defaults of its `torch.optim`
+counterpart, and two pure methods:
+
+    state = opt.init(params)
+    params, state = opt.step(params, grads, state)
+
+Nothing is changed in place: `step` returns new ParamDicts and a new state. The
+state is a typed `NamedTuple` of step counter and keyed buffers: a pytree for
+`torch.func` and `torch.compile`, and a value for `torch.save` that
+`torch.load(weights_only=True)` accepts.
+
+Two modes, chosen by the `differentiable` flag of the configuration:
+
+- default: the update runs without autograd; the new parameters are fresh leaves
+  that require grad where the old ones did, so long training loops keep no graph.
+- `differentiable=True`: the update is recorded by autograd, so a meta-loss can be
+  differentiated through the steps (MAML with Adam, learned learning rates).
+
+Learning rates and weight decays may be numbers, 0-dim tensors (learnable) or
+ParamDicts of per-key values. `ParamGroups` gives different settings to keys
+matched by pattern, `ClipGradNorm` clips by global norm in front of any optimizer,
+and `Optimizer.step_module` trains an `nn.Module` in place.
+
+Example:
+    >>> import torch
+    >>> from paramdict import ParamDict, optim
+    >>> params = ParamDict(w=torch.tensor([1.0, -1.0], requires_grad=True))
+    >>> opt = optim.Adam(lr=0.1)
+    >>> state = opt.init(params)
+    >>> for _ in range(3):
+    ...     grads = params.grad((params["w"] ** 2).sum())
+    ...     params, state = opt.step(params, grads, state)
+    >>> params["w"], params["w"].is_leaf, int(state.step)
+    (tensor([ 0.7016, -0.7016], requires_grad=True), True, 3)
+"""
+
+from __future__ import annotations
+
+from ._clip import ClipGradNorm
+from ._groups import ParamGroups
+from ._hyper import Rate
+from ._protocol import Optimizer
+from .adagrad import Adagrad, AdagradState
+from .adam import Adam, AdamState, AdamW
+from .rmsprop import RMSprop, RMSpropState
+from .sgd import SGD, SGDState
+
+__all__ = [
+    "SGD",
+    "Adagrad",
+    "AdagradState",
+    "Adam",
+    "AdamState",
+    "AdamW",
+    "ClipGradNorm",
+    "Optimizer",
+    "ParamGroups",
+    "RMSprop",
+    "RMSpropState",
+    "Rate",
+    "SGDState",
+]

@@ -1,0 +1,85 @@
+"""Gradient clipping by global norm, as a step in front of any optimizer."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import attrs
+
+from .._paramdict import ParamDict
+from ._hyper import check_non_negative, check_number
+from ._protocol import Optimizer
+
+__all__ = ["ClipGradNorm"]
+
+S = TypeVar("S")
+P = TypeVar("P", bound=ParamDict)
+
+
+def _check_norm_type(instance: object, attribute: Any, value: Any) -> None:
+    check_number(instance, attribute, value)
+    if not value > 0:
+        msg = f"`{attribute.name}` must be positive or `math.inf`, got {value!r}."
+        raise ValueError(msg)
+
+
+@attrs.frozen(eq=False)
+class ClipGradNorm(Optimizer[S]):
+    """Clip the gradients by their global norm, then step `optimizer`.
+
+    Wraps any optimizer (a `ParamGroups` too, so the norm is over all groups):
+    `step` replaces `grads` by `grads.clip_norm(max_norm, p=norm_type)` (the
+    arithmetic of `torch.nn.utils.clip_grad_norm_`, without a host sync) and hands
+    them to `optimizer`, whose state it uses unchanged. Differentiable exactly
+    when `optimizer` is. Built as `ClipGradNorm(optimizer, max_norm=...)`.
+
+    Attributes:
+        optimizer: The optimizer that takes the clipped gradients.
+        max_norm: The largest global gradient norm allowed.
+        norm_type: The order of the norm; `math.inf` for the largest absolute value.
+
+    Raises:
+        ValueError: If `max_norm` is negative or `norm_type` not positive.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> params = ParamDict(w=torch.tensor([0.0, 0.0]))
+        >>> opt = optim.ClipGradNorm(optim.SGD(lr=1.0), max_norm=1.0)
+        >>> state = opt.init(params)
+        >>> params, state = opt.step(params, {"w": torch.tensor([30.0, 40.0])}, state)
+        >>> params["w"]
+        tensor([-0.6000, -0.8000])
+    """
+
+    optimizer: Optimizer[S]
+    max_norm: float = attrs.field(kw_only=True, validator=check_non_negative)
+    norm_type: float = attrs.field(
+        default=2.0, kw_only=True, validator=_check_norm_type
+    )
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether `step` keeps the graph: the same as the wrapped optimizer's."""
+        return self.optimizer.differentiable
+
+    def init(self, params: ParamDict, /) -> S:
+        """Return the wrapped optimizer's first state for `params`.
+
+        Args:
+            params: The parameters to optimize; unchanged.
+
+        Returns:
+            `optimizer.init(params)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.ClipGradNorm(optim.Adam(), max_norm=1.0)
+            >>> type(opt.init(ParamDict(w=torch.ones(2)))).__name__
+            'AdamState'
+        """
+        return self.optimizer.init(params)
+
+    def _update(self, params: P, grads: ParamDict, state: S, /) -> tuple[P, S]:
+        clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
+        return self.optimizer._update(params, clipped, state)

@@ -1,0 +1,211 @@
+"""Parameter groups: different optimizer settings for keys matched by pattern."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar
+
+import attrs
+from torch import Tensor
+
+from .._paramdict import ParamDict
+from ._keyed import subset
+from ._protocol import Optimizer
+
+__all__ = ["ParamGroups"]
+
+S = TypeVar("S")
+P = TypeVar("P", bound=ParamDict)
+
+_Patterns = tuple[str, ...]
+_Routes = tuple[tuple[str, ...], ...]
+
+
+def _as_patterns(key: object) -> _Patterns:
+    patterns = (key,) if isinstance(key, str) else key
+    if not (
+        isinstance(patterns, tuple)
+        and patterns
+        and all(isinstance(p, str) for p in patterns)
+    ):
+        msg = (
+            "Each group is keyed by a pattern or a non-empty tuple of patterns "
+            f"(str), got {key!r}."
+        )
+        raise TypeError(msg)
+    return patterns
+
+
+@attrs.frozen(eq=False, init=False)
+class ParamGroups(Optimizer[tuple[S, ...]]):
+    """Give different optimizer settings to the parameters matched by patterns.
+
+    The keyed counterpart of `torch.optim` parameter groups: each group is a
+    shell-style pattern, as for `ParamDict.select` (`"*.bias"`, `"encoder.*"`),
+    or a tuple of them, mapped to its own optimizer. Each key goes to the first
+    group with a matching pattern, else to `default`. Each group steps on its
+    subset of the entries with its own state; the results are merged back in the
+    parameters' key order. The state is the tuple of the groups' states (then the
+    default's), so it is a pytree and a `torch.save` value like any other.
+
+    All the optimizers share one state type (`ParamGroups[AdamState]` for any mix
+    of `Adam` and `AdamW`) and one `differentiable` setting. The routing of a key
+    set is computed once and kept, so steps (also compiled ones) do no matching.
+
+    Args:
+        groups: An ordered mapping from a pattern, or a tuple of patterns, to the
+            optimizer for the keys it matches.
+        default: The optimizer for every key no group matches; without it every
+            key must match a group.
+
+    Raises:
+        TypeError: If a group key is not a pattern or tuple of patterns, or a
+            value is not an `Optimizer`.
+        ValueError: If the optimizers disagree on `differentiable`.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> params = ParamDict.from_module(torch.nn.Linear(3, 2))
+        >>> opt = optim.ParamGroups(
+        ...     {"*bias": optim.AdamW(weight_decay=0.0)},
+        ...     default=optim.AdamW(weight_decay=0.01),
+        ... )
+        >>> state = opt.init(params)
+        >>> len(state), list(state[0].exp_avg), list(state[1].exp_avg)
+        (2, ['bias'], ['weight'])
+    """
+
+    groups: tuple[tuple[_Patterns, Optimizer[S]], ...]
+    default: Optimizer[S] | None
+    _routes: dict[tuple[str, ...], _Routes] = attrs.field(
+        init=False, factory=dict, repr=False
+    )
+
+    def __init__(
+        self,
+        groups: Mapping[str | _Patterns, Optimizer[S]],
+        /,
+        *,
+        default: Optimizer[S] | None = None,
+    ) -> None:
+        pairs = tuple((_as_patterns(k), opt) for k, opt in groups.items())
+        members: list[object] = [opt for _, opt in pairs]
+        if default is not None:
+            members.append(default)
+        bad = [type(m).__name__ for m in members if not isinstance(m, Optimizer)]
+        if bad:
+            msg = (
+                "Every group needs a paramdict optimizer (an `Optimizer` such as "
+                f"`optim.AdamW(...)`), got {', '.join(bad)}."
+            )
+            raise TypeError(msg)
+        flags = {opt.differentiable for _, opt in pairs}
+        if default is not None:
+            flags.add(default.differentiable)
+        if len(flags) > 1:
+            msg = (
+                "All groups must share one `differentiable` setting; they disagree "
+                "here. Set the same value on every optimizer."
+            )
+            raise ValueError(msg)
+        self.__attrs_init__(pairs, default)
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether `step` keeps the graph, as every member optimizer agrees."""
+        members = self._members()
+        return bool(members) and members[0].differentiable
+
+    def _members(self) -> list[Optimizer[S]]:
+        members = [opt for _, opt in self.groups]
+        if self.default is not None:
+            members.append(self.default)
+        return members
+
+    def _route(self, params: ParamDict) -> _Routes:
+        """Split the keys among the groups (then the default), first match wins."""
+        unmatched = sorted(
+            pattern
+            for patterns, _ in self.groups
+            for pattern in patterns
+            if not params.select(pattern, missing_ok=True)
+        )
+        if unmatched:
+            msg = (
+                f"The group patterns {unmatched!r} match no key. Check them against "
+                f"the parameter names, e.g. {list(params)[:4]!r}."
+            )
+            raise ValueError(msg)
+        routes: list[tuple[str, ...]] = []
+        rest = params
+        for patterns, _ in self.groups:
+            routes.append(tuple(rest.select(*patterns, missing_ok=True)))
+            rest = rest.exclude(*patterns, missing_ok=True)
+        if self.default is not None:
+            routes.append(tuple(rest))
+        elif rest:
+            msg = (
+                f"The keys {sorted(rest)!r} match no group. Add a pattern for them "
+                "or pass `default=` an optimizer for the rest."
+            )
+            raise ValueError(msg)
+        return tuple(routes)
+
+    def _routes_for(self, params: ParamDict) -> _Routes:
+        keys = tuple(params)
+        routes = self._routes.get(keys)
+        if routes is None:
+            routes = self._route(params)
+            self._routes[keys] = routes
+        return routes
+
+    def init(self, params: ParamDict, /) -> tuple[S, ...]:
+        """Return the tuple of each group's first state, then the default's.
+
+        Args:
+            params: The parameters to optimize; unchanged.
+
+        Returns:
+            One state per group, in order, then one for `default` if given.
+
+        Raises:
+            ValueError: If a pattern matches no key, or a key matches no group and
+                there is no `default`; the message names them.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict.from_module(torch.nn.Linear(3, 2))
+            >>> opt = optim.ParamGroups(
+            ...     {"bias": optim.Adam(lr=0.1)}, default=optim.Adam(lr=0.01)
+            ... )
+            >>> [list(s.exp_avg) for s in opt.init(params)]
+            [['bias'], ['weight']]
+        """
+        routes = self._routes_for(params)
+        return tuple(
+            opt.init(subset(params, keys)) for opt, keys in zip(self._members(), routes)
+        )
+
+    def _update(
+        self, params: P, grads: ParamDict, state: tuple[S, ...], /
+    ) -> tuple[P, tuple[S, ...]]:
+        routes = self._routes_for(params)
+        if len(state) != len(routes):
+            msg = (
+                f"The state has {len(state)} entries but these ParamGroups have "
+                f"{len(routes)} groups. Use the state from this optimizer's `init`."
+            )
+            raise ValueError(msg)
+        merged: dict[str, Tensor] = {}
+        states = []
+        for opt, keys, sub_state in zip(self._members(), routes, state):
+            if not keys:  # a group whose patterns only match keys taken before
+                states.append(sub_state)
+                continue
+            new, new_state = opt._update(
+                subset(params, keys), subset(grads, keys), sub_state
+            )
+            merged.update(new)
+            states.append(new_state)
+        return params | merged, tuple(states)

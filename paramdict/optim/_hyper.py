@@ -1,0 +1,248 @@
+"""Hyperparameters: the `Rate` type, their validation, and the arithmetic on them.
+
+A rate (a learning rate or a weight decay) is a number, a 0-dim tensor or a
+ParamDict of per-key values. The helpers here apply one to a ParamDict with the
+cheapest operation that rounds as `torch.optim` does: a number goes to a fused
+foreach call as a scalar, as torch passes it; a tensor or a ParamDict stays in the
+autograd graph, so it can be learned (Meta-SGD). Step-dependent scalars (bias
+corrections, decayed rates) are 0-dim double-precision tensors computed from the
+step counter, the numbers torch computes with Python floats.
+"""
+
+from __future__ import annotations
+
+from numbers import Real
+from typing import Any, TypeAlias, TypeVar
+
+import torch
+from torch import Tensor
+
+from .._container import key_mismatch_message
+from .._paramdict import ParamDict
+
+__all__ = [
+    "Rate",
+    "add_ratio",
+    "add_scaled",
+    "check_betas",
+    "check_fraction",
+    "check_non_negative",
+    "check_number",
+    "check_rate",
+    "check_rate_keys",
+    "compute_dtype",
+    "decay_factor",
+    "is_zero",
+    "new_counter",
+    "operand",
+    "quotient",
+    "scalar_dtype",
+    "sub_scaled",
+]
+
+Rate: TypeAlias = float | Tensor | ParamDict
+"""A number, a 0-dim tensor (may require grad), or a ParamDict of per-key values."""
+
+P = TypeVar("P", bound=ParamDict)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+# ---------------------------------------------------------------- attrs validators
+
+
+def check_number(instance: object, attribute: Any, value: Any) -> None:
+    """Raise `TypeError` unless `value` is a real number (not a bool)."""
+    if not _is_number(value):
+        msg = f"`{attribute.name}` must be a number, got {type(value).__name__}."
+        raise TypeError(msg)
+
+
+def check_non_negative(instance: object, attribute: Any, value: Any) -> None:
+    """Raise unless `value` is a number `>= 0`, naming the argument."""
+    check_number(instance, attribute, value)
+    if not value >= 0:
+        msg = f"`{attribute.name}` must be non-negative, got {value!r}."
+        raise ValueError(msg)
+
+
+def check_fraction(instance: object, attribute: Any, value: Any) -> None:
+    """Raise unless `value` is a number in `[0, 1]`, naming the argument."""
+    check_number(instance, attribute, value)
+    if not 0 <= value <= 1:
+        msg = f"`{attribute.name}` must be in [0, 1], got {value!r}."
+        raise ValueError(msg)
+
+
+def check_betas(instance: object, attribute: Any, value: Any) -> None:
+    """Raise unless `value` is a pair of numbers, each in `[0, 1)`."""
+    if not (
+        isinstance(value, tuple) and len(value) == 2 and all(map(_is_number, value))
+    ):
+        msg = f"`{attribute.name}` must be a pair of numbers, got {value!r}."
+        raise TypeError(msg)
+    for i, beta in enumerate(value):
+        if not 0 <= beta < 1:
+            msg = f"`{attribute.name}[{i}]` must be in [0, 1), got {beta!r}."
+            raise ValueError(msg)
+
+
+def check_rate(instance: object, attribute: Any, value: Any) -> None:
+    """Raise unless `value` is a valid `Rate`, naming the argument.
+
+    A number must be non-negative. A tensor must be a 0-dim floating-point tensor;
+    its value is not read (that would synchronize with an accelerator), and neither
+    are a ParamDict's values, whose keys are checked by `init`.
+    """
+    name = attribute.name
+    if isinstance(value, ParamDict):
+        return
+    if isinstance(value, Tensor):
+        if value.dim() != 0:
+            msg = (
+                f"`{name}` must be a 0-dim tensor (one value for every entry), got "
+                f"shape {tuple(value.shape)}. For per-entry values pass a ParamDict."
+            )
+            raise ValueError(msg)
+        if not value.is_floating_point():
+            msg = f"`{name}` must be a floating-point tensor, got {value.dtype}."
+            raise TypeError(msg)
+        return
+    if not _is_number(value):
+        msg = (
+            f"`{name}` must be a number, a 0-dim tensor or a ParamDict of per-key "
+            f"values, got {type(value).__name__}."
+        )
+        raise TypeError(msg)
+    check_non_negative(instance, attribute, value)
+
+
+def check_rate_keys(params: ParamDict, name: str, rate: Rate) -> None:
+    """Raise `ValueError` if `rate` is a ParamDict whose keys are not `params`'."""
+    if isinstance(rate, ParamDict) and set(rate) != set(params):
+        msg = key_mismatch_message(
+            tuple(params),
+            rate.keys(),
+            what=f"`{name}` (per-key values) and the params",
+            fix=f"Give `{name}` exactly one value per parameter.",
+        )
+        raise ValueError(msg)
+
+
+# ---------------------------------------------------------------- arithmetic
+
+
+def is_zero(rate: Rate) -> bool:
+    """Return whether `rate` is the number zero (a tensor is never known to be)."""
+    return _is_number(rate) and bool(rate == 0)
+
+
+def add_scaled(x: P, y: ParamDict, rate: Rate) -> P:
+    """Return `x + rate * y`; a number `rate` makes it one fused foreach call."""
+    if isinstance(rate, ParamDict):
+        return x.add(y.mul(rate))
+    return x.add(y, alpha=rate)
+
+
+def sub_scaled(x: P, y: ParamDict, rate: Rate) -> P:
+    """Return `x - rate * y`; a number `rate` makes it one fused foreach call."""
+    if isinstance(rate, ParamDict):
+        return x.sub(y.mul(rate))
+    return x.sub(y, alpha=rate)
+
+
+def add_ratio(
+    x: P, numerator: ParamDict, denominator: ParamDict, value: float = 1
+) -> P:
+    """Return `x + value * numerator / denominator`, rounded as `addcdiv` rounds it.
+
+    One fused `addcdiv` call when autograd is off. With autograd on it is a
+    multiplication, a division and an addition, which round the same way, because
+    torch's foreach `addcdiv` cannot yet backpropagate into the divisor for every
+    mix of entry shapes (its backward fails once an entry is shorter than its
+    index in the list).
+    """
+    if not torch.is_grad_enabled():
+        return x.addcdiv(numerator, denominator, value=value)
+    if value != 1:
+        numerator = numerator.mul(value)
+    return x.add(numerator.div(denominator))
+
+
+def quotient(rate: Rate, divisor: Tensor) -> Tensor | ParamDict:
+    """Return `rate / divisor` for a 0-dim `divisor` (a tensor or a ParamDict)."""
+    if isinstance(rate, ParamDict):
+        return rate.div(divisor)
+    if isinstance(rate, Tensor):
+        return rate / divisor
+    # `number / tensor` would be `reciprocal(tensor) * number`, rounded twice.
+    return torch.div(divisor.new_full((), rate), divisor)
+
+
+def decay_factor(lr: Rate, weight_decay: Rate) -> Rate:
+    """Return `1 - lr * weight_decay`, the decoupled (AdamW) decay multiplier.
+
+    With two numbers this is a Python float computed exactly as `torch.optim` does.
+    """
+    if isinstance(weight_decay, ParamDict):
+        return 1 - weight_decay.mul(lr)
+    if isinstance(lr, ParamDict):
+        return 1 - lr.mul(weight_decay)
+    return 1 - lr * weight_decay
+
+
+def compute_dtype(params: ParamDict) -> torch.dtype | None:
+    """Return the dtype all entries share when it is `float32` or `float64`.
+
+    Scalars of that dtype (see `operand`) take torch's faster foreach path; for
+    half precision or mixed dtypes the answer is `None` and scalars stay as they
+    are, since rounding them to a half dtype would change the arithmetic.
+    """
+    dtypes = {v.dtype for v in params.values()}
+    if len(dtypes) == 1:
+        (dtype,) = dtypes
+        if dtype in (torch.float32, torch.float64):
+            return dtype
+    return None
+
+
+def operand(value: float | Tensor, dtype: torch.dtype | None, like: Tensor) -> Any:
+    """Return `value` as the scalar operand of arithmetic on entries of `dtype`.
+
+    A 0-dim tensor of `dtype` on `like`'s device when `dtype` is known, else
+    `value` unchanged. Both give the same result: torch rounds a scalar to the
+    entries' dtype before the arithmetic. But on the CPU a foreach call with a
+    Python number wraps it into a tensor again for every entry, which makes it
+    about twice as slow as with a matching 0-dim tensor.
+    """
+    if dtype is None:
+        return value
+    if isinstance(value, Tensor):
+        return value.to(dtype)
+    return like.new_full((), value, dtype=dtype)
+
+
+# ---------------------------------------------------------------- the step counter
+
+
+def scalar_dtype(device: torch.device) -> torch.dtype:
+    """Return the dtype for step counters and bias corrections on `device`.
+
+    Double precision, so `1 - beta ** step` is the same number `torch.optim`
+    computes with Python floats (in single precision `1 - 0.999 ** 1` already loses
+    four digits); single precision where the device has no doubles (MPS).
+    """
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def new_counter(params: ParamDict) -> Tensor:
+    """Return a 0-dim zero step counter on the device of the first entry.
+
+    A tensor rather than a Python int, so that `torch.compile` does not specialize
+    on it and `torch.func` transforms and accelerators need no host round trip.
+    """
+    first = next(iter(params.values()), None)
+    device = first.device if first is not None else torch.device("cpu")
+    return torch.zeros((), dtype=scalar_dtype(device), device=device)

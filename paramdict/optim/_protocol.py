@@ -1,0 +1,214 @@
+"""The optimizer protocol: `init`, `step` and its two modes, and `step_module`.
+
+Every optimizer is an immutable configuration with two pure methods:
+
+    state = opt.init(params)
+    params, state = opt.step(params, grads, state)
+
+`step` runs the optimizer's update rule (`_update`, written in ParamDict arithmetic)
+in one of two modes, chosen once by the configuration's `differentiable` flag:
+
+- default: the rule runs under `torch.no_grad()`, so new parameters and state are
+  fresh tensors with no autograd history; each new parameter is then marked as
+  requiring grad where the old one did. A training loop of any length keeps no
+  graph and its memory stays flat.
+- `differentiable=True`: the rule runs with autograd on, so the new parameters and
+  state depend differentiably on the old ones, on the gradients and on tensor
+  hyperparameters: a meta-loss can be differentiated through inner steps.
+
+States are `typing.NamedTuple`s: immutable, typed, registered pytrees (so
+`torch.func` and `torch.compile` see their tensors), constructible inside a
+compiled function without a graph break (a frozen attrs class is not), and
+registered as safe globals so `torch.load(weights_only=True)` accepts them.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+import torch
+from torch import Tensor, nn
+from torch.utils import _pytree as pytree
+
+from .._paramdict import ParamDict
+from ._keyed import aligned_grads, requires_grad_like
+
+__all__ = ["Optimizer", "register_state"]
+
+S = TypeVar("S")
+P = TypeVar("P", bound=ParamDict)
+T = TypeVar("T", bound=type[Any])
+
+
+def register_state(cls: T) -> T:
+    """Make a NamedTuple state class loadable and its pytree spec serializable.
+
+    Adds `cls` to `torch.load`'s safe globals and registers it with a serialized
+    type name, so `torch.export`-style tree specs containing it can be saved.
+
+    Args:
+        cls: The NamedTuple class.
+
+    Returns:
+        `cls` itself, so this can be used as a class decorator.
+    """
+    torch.serialization.add_safe_globals([cls])
+    pytree._register_namedtuple(
+        cls, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}"
+    )
+    return cls
+
+
+class Optimizer(abc.ABC, Generic[S]):
+    """The base of every optimizer: `init`, `step` and `step_module`.
+
+    A subclass is an immutable configuration that defines `init` (the first state)
+    and `_update` (the update rule in ParamDict arithmetic, differentiable, never
+    mutating its inputs). `step` runs `_update` in the mode that `differentiable`
+    selects; see the `paramdict.optim` module documentation.
+
+    Example:
+        >>> from paramdict import optim
+        >>> def train(opt: optim.Optimizer, params: ParamDict) -> ParamDict:
+        ...     state = opt.init(params)
+        ...     for _ in range(3):
+        ...         params, state = opt.step(params, params, state)  # grad of |p|^2 / 2
+        ...     return params
+        >>> train(optim.SGD(lr=0.5), ParamDict(w=torch.tensor([8.0])))["w"]
+        tensor([1.])
+    """
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def differentiable(self) -> bool:
+        """Whether `step` keeps the autograd graph through the update."""
+
+    @abc.abstractmethod
+    def init(self, params: ParamDict, /) -> S:
+        """Return the state for the first step on `params`; `params` is unchanged.
+
+        Args:
+            params: The parameters to optimize.
+
+        Returns:
+            The optimizer's state: buffers keyed like `params`, not requiring grad.
+
+        Example:
+            >>> from paramdict import optim
+            >>> state = optim.SGD(lr=0.1).init(ParamDict(w=torch.ones(2)))
+            >>> state.step
+            tensor(0., dtype=torch.float64)
+        """
+
+    @abc.abstractmethod
+    def _update(self, params: P, grads: ParamDict, state: S, /) -> tuple[P, S]:
+        """Return the updated parameters and state, without mutating anything.
+
+        Written in differentiable ParamDict arithmetic; `step` decides whether
+        autograd records it. `grads` has the keys and order of `params`.
+        """
+
+    def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
+        """Return the parameters after one update, and the next state.
+
+        Pure: `params`, `grads` and `state` are unchanged and new ParamDicts are
+        returned. By default the new parameters are fresh leaves without history,
+        requiring grad wherever the old ones did, and the new state has no history
+        either; with `differentiable=True` both stay in the autograd graph.
+
+        Under `torch.compile(fullgraph=True)`, the default mode compiles when the
+        parameters do not require grad (gradients from `torch.func.grad`), and the
+        differentiable mode always compiles: a compiled function cannot return new
+        leaves that require grad, so marking them is the one step left to eager
+        code (compile without `fullgraph` and it runs after the compiled update).
+
+        Args:
+            params: The current parameters.
+            grads: Their gradients: a mapping with the same keys, in any order.
+            state: The state from `init` or from the previous `step`.
+
+        Returns:
+            `(new_params, new_state)`; `new_params` has the type and key order of
+            `params`. An empty `params` comes back as it is, with `state`.
+
+        Raises:
+            ValueError: If the keys of `grads` (or of a per-key hyperparameter)
+                differ from those of `params`; the message names them.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import ParamDict, optim
+            >>> params = ParamDict(w=torch.tensor([1.0], requires_grad=True))
+            >>> opt = optim.SGD(lr=0.25)
+            >>> grads = {"w": torch.tensor([2.0])}
+            >>> new, state = opt.step(params, grads, opt.init(params))
+            >>> new["w"], new["w"].is_leaf
+            (tensor([0.5000], requires_grad=True), True)
+            >>> params["w"]  # unchanged
+            tensor([1.], requires_grad=True)
+        """
+        aligned = aligned_grads(params, grads)
+        if not params:  # nothing to update: torch's foreach calls refuse empty lists
+            return params, state
+        if self.differentiable:
+            return self._update(params, aligned, state)
+        with torch.no_grad():
+            new_params, new_state = self._update(params, aligned, state)
+        return requires_grad_like(new_params, params), new_state
+
+    def step_module(
+        self, module: nn.Module, loss_fn: Callable[[], Tensor], state: S, /
+    ) -> tuple[Tensor, S]:
+        """Take one training step on `module`, updating its parameters in place.
+
+        Computes `loss = loss_fn()` (which should call `module`), its gradients
+        with respect to the module's parameters that require grad, and one `step`;
+        then copies the new values into the module's own `nn.Parameter` objects
+        (`ParamDict.to_module`), so hooks and references to them stay valid. The
+        parameters' `.grad` fields are not touched.
+
+        Args:
+            module: The module to train.
+            loss_fn: A function of no arguments returning the scalar loss.
+            state: The state from `init(ParamDict.from_module(module))` (on the
+                parameters that require grad) or from the previous call.
+
+        Returns:
+            `(loss, new_state)`, the loss detached from the graph.
+
+        Raises:
+            ValueError: If the optimizer is differentiable (writing into a module
+                cuts the graph; use `step` on ParamDicts instead), or if the keys
+                do not match the state's.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import ParamDict, optim
+            >>> model = torch.nn.Linear(2, 1)
+            >>> opt = optim.SGD(lr=0.1)
+            >>> state = opt.init(ParamDict.from_module(model))
+            >>> x, y = torch.ones(4, 2), torch.zeros(4, 1)
+            >>> loss_fn = lambda: torch.nn.functional.mse_loss(model(x), y)
+            >>> first, state = opt.step_module(model, loss_fn, state)
+            >>> second, state = opt.step_module(model, loss_fn, state)
+            >>> bool(second < first)
+            True
+        """
+        if self.differentiable:
+            msg = (
+                "`step_module` writes the new values into the module, which cuts "
+                "the autograd graph, so it needs `differentiable=False`. For "
+                "differentiable steps call `step` on ParamDicts and run the module "
+                "with `params.call(module, ...)`."
+            )
+            raise ValueError(msg)
+        params = ParamDict.from_module(module).trainable()
+        loss = loss_fn()
+        grads = params.grad(loss)
+        new_params, new_state = self.step(params, grads, state)
+        new_params.to_module(module, strict=False)
+        return loss.detach(), new_state

@@ -1,0 +1,153 @@
+"""Stochastic gradient descent, with momentum and Nesterov momentum."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, TypeVar
+
+import attrs
+from torch import Tensor
+
+from .._paramdict import ParamDict
+from ._hyper import (
+    Rate,
+    add_scaled,
+    check_non_negative,
+    check_number,
+    check_rate,
+    check_rate_keys,
+    compute_dtype,
+    is_zero,
+    new_counter,
+    operand,
+    sub_scaled,
+)
+from ._keyed import check_real
+from ._protocol import Optimizer, register_state
+
+__all__ = ["SGD", "SGDState"]
+
+P = TypeVar("P", bound=ParamDict)
+
+
+@register_state
+class SGDState(NamedTuple):
+    """The state of `SGD`: a step count and the momentum buffer.
+
+    Attributes:
+        step: The number of steps taken, a 0-dim tensor.
+        momentum_buffer: The momentum buffer, keyed like the parameters; empty
+            when `momentum == 0`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.SGD(lr=0.1, momentum=0.9)
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> grads = ParamDict(w=torch.tensor([1.0, 1.0]))
+        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state.step, state.momentum_buffer["w"]
+        (tensor(1., dtype=torch.float64), tensor([1., 1.]))
+    """
+
+    step: Tensor
+    momentum_buffer: ParamDict
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class SGD(Optimizer[SGDState]):
+    """Stochastic gradient descent, the functional `torch.optim.SGD`.
+
+    Same hyperparameters, defaults and arithmetic as `torch.optim.SGD`, so a run
+    gives the same parameters. The momentum buffer starts at zero; on the first
+    step it becomes the gradient itself (no dampening), as in torch.
+
+    The attributes below are the constructor's keyword arguments. Configurations
+    are immutable and compared by identity (hyperparameters may be tensors).
+
+    Attributes:
+        lr: Learning rate: a number, a 0-dim tensor (learnable with
+            `differentiable=True`, as in Meta-SGD) or a ParamDict of per-key
+            values (any shape that broadcasts to the entry).
+        momentum: Momentum factor.
+        dampening: Dampening for momentum.
+        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
+            or a ParamDict of per-key values.
+        nesterov: Use Nesterov momentum (needs `momentum > 0`, `dampening == 0`).
+        maximize: Maximize the objective instead of minimizing it.
+        differentiable: Keep the autograd graph through `step` (see `step`).
+
+    Raises:
+        ValueError: If a rate or `momentum` is negative, or `nesterov` is set
+            without momentum or with dampening; the message names the argument.
+        TypeError: If a hyperparameter is of the wrong kind.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> opt = optim.SGD(lr=0.1)
+        >>> state = opt.init(params)
+        >>> params, state = opt.step(params, {"w": torch.tensor([1.0, 1.0])}, state)
+        >>> params["w"]
+        tensor([0.9000, 1.9000])
+    """
+
+    lr: Rate = attrs.field(default=1e-3, validator=check_rate)
+    momentum: float = attrs.field(default=0.0, validator=check_non_negative)
+    dampening: float = attrs.field(default=0.0, validator=check_number)
+    weight_decay: Rate = attrs.field(default=0.0, validator=check_rate)
+    nesterov: bool = False
+    maximize: bool = False
+    differentiable: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            msg = (
+                "`nesterov=True` needs `momentum > 0` and `dampening == 0`, got "
+                f"momentum={self.momentum!r}, dampening={self.dampening!r}."
+            )
+            raise ValueError(msg)
+
+    def init(self, params: ParamDict, /) -> SGDState:
+        """Return the first state: step 0 and a zero momentum buffer.
+
+        Args:
+            params: The parameters to optimize; unchanged.
+
+        Returns:
+            An `SGDState`; its buffer is empty when `momentum == 0`.
+
+        Raises:
+            TypeError: If a value is not a real floating-point tensor.
+            ValueError: If a per-key rate has other keys than `params`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.SGD(lr=0.1, momentum=0.9)
+            >>> opt.init(ParamDict(w=torch.ones(2))).momentum_buffer["w"]
+            tensor([0., 0.])
+        """
+        check_real(params)
+        check_rate_keys(params, "lr", self.lr)
+        check_rate_keys(params, "weight_decay", self.weight_decay)
+        buffer = params.zeros_like() if self.momentum != 0 else ParamDict()
+        return SGDState(new_counter(params), buffer)
+
+    def _update(
+        self, params: P, grads: ParamDict, state: SGDState, /
+    ) -> tuple[P, SGDState]:
+        step = state.step + 1
+        if self.maximize:
+            grads = grads.neg()
+        if not is_zero(self.weight_decay):
+            grads = add_scaled(grads, params, self.weight_decay)
+        buffer = state.momentum_buffer
+        if self.momentum != 0:
+            # torch starts the buffer at the first gradient, undamped, which is
+            # the update below from a zero buffer unless there is dampening.
+            momentum = operand(self.momentum, compute_dtype(params), step)
+            buffer = buffer.mul(momentum).add(grads, alpha=1 - self.dampening)
+            if self.dampening != 0:
+                later = ParamDict.fromkeys(grads, step > 1)
+                buffer = buffer.where(later, grads)
+            grads = grads.add(buffer, alpha=self.momentum) if self.nesterov else buffer
+        return sub_scaled(params, grads, self.lr), SGDState(step, buffer)

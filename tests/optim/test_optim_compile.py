@@ -1,0 +1,119 @@
+"""torch.compile: a step compiles into one graph and gives eager's result.
+
+Graph breaks are decided by dynamo's capture, which the "eager" backend runs in
+full; "aot_eager" adds AOTAutograd (functionalization, the backward graph) for
+Adam. Inductor is left out to keep the suite fast; it lowers the same graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from optim_cases import batches, make_model
+from torch import Tensor
+
+from paramdict import ParamDict, optim
+
+OPTIMIZERS: list[optim.Optimizer[Any]] = [
+    optim.SGD(lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01),
+    optim.Adam(lr=0.01, amsgrad=True, weight_decay=0.01),
+    optim.AdamW(lr=0.01, maximize=True),
+    optim.RMSprop(lr=0.01, centered=True, momentum=0.9),
+    optim.Adagrad(lr=0.1, lr_decay=0.01),
+    optim.ParamGroups({"*.bias": optim.Adam(lr=0.1)}, default=optim.AdamW(lr=0.01)),
+    optim.ClipGradNorm(optim.RMSprop(lr=0.01), max_norm=0.1),
+]
+IDS = ["sgd", "adam", "adamw", "rmsprop", "adagrad", "groups", "clip"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _loss(params: ParamDict, x: Tensor, y: Tensor) -> Tensor:
+    hidden = torch.tanh(F.linear(x, params["0.weight"], params["0.bias"]))
+    return F.mse_loss(F.linear(hidden, params["2.weight"], params["2.bias"]), y)
+
+
+def _functional_run(opt: optim.Optimizer[Any], step: Any, steps: int = 3) -> ParamDict:
+    """Train torch.func style: values that need no grad, grads from func.grad."""
+    params = ParamDict(
+        (k, v.detach()) for k, v in ParamDict.from_module(make_model()).items()
+    )
+    state = opt.init(params)
+    for i, (x, y) in enumerate(batches(steps=steps)):
+        grads = torch.func.grad(_loss)(params, x, y)
+        if i == 1:  # compiled once; later steps must reuse the graph
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                params, state = step(params, grads, state)
+        else:
+            params, state = step(params, grads, state)
+    return params
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=IDS)
+def test_compiled_step_is_one_graph_and_equals_eager(opt: optim.Optimizer[Any]) -> None:
+    """`torch.compile(opt.step, fullgraph=True)` compiles once and matches eager."""
+    compiled = torch.compile(opt.step, fullgraph=True, backend="eager")
+    expected = _functional_run(opt, opt.step)
+    torch.testing.assert_close(dict(_functional_run(opt, compiled)), dict(expected))
+
+
+def test_compiled_adam_through_aot_autograd_equals_eager() -> None:
+    """With AOTAutograd (backend "aot_eager") Adam still compiles fully."""
+    opt = optim.Adam(lr=0.01, weight_decay=0.1)
+    compiled = torch.compile(opt.step, fullgraph=True, backend="aot_eager")
+    expected = _functional_run(opt, opt.step)
+    torch.testing.assert_close(dict(_functional_run(opt, compiled)), dict(expected))
+
+
+# Dynamo reads `.grad` of every tensor input while tracing; for the non-leaf
+# gradients of a differentiable step that read emits torch's own UserWarning.
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_compiled_differentiable_adam_gives_eager_meta_gradient() -> None:
+    """A differentiable step compiles fully and backpropagates like eager."""
+    opt = optim.Adam(lr=0.05, differentiable=True)
+    compiled = torch.compile(opt.step, fullgraph=True, backend="aot_eager")
+    data = list(batches(steps=3))
+
+    def meta_gradient(step: Any) -> ParamDict:
+        start = ParamDict(
+            (k, v.detach().requires_grad_())
+            for k, v in ParamDict.from_module(make_model()).items()
+        )
+        params, state = start, opt.init(start)
+        for x, y in data[:2]:
+            grads = params.grad(_loss(params, x, y), create_graph=True)
+            params, state = step(params, grads, state)
+        return start.grad(_loss(params, *data[2]))
+
+    expected = meta_gradient(opt.step)
+    torch.testing.assert_close(dict(meta_gradient(compiled)), dict(expected))
+
+
+def test_default_step_on_grad_requiring_values_compiles_up_to_the_flags() -> None:
+    """Default mode on values that require grad: no fullgraph, same result.
+
+    A compiled graph cannot return new leaves that require grad, so `fullgraph`
+    refuses; without it the update compiles and the flags are set after it.
+    """
+    opt = optim.SGD(lr=0.1, momentum=0.9)
+    params = ParamDict.from_module(make_model())
+    grads = ParamDict((k, torch.ones_like(v)) for k, v in params.items())
+    state = opt.init(params)
+    strict = torch.compile(opt.step, fullgraph=True, backend="eager")
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="requires_grad_"):
+        strict(params, grads, state)
+    torch._dynamo.reset()
+    relaxed = torch.compile(opt.step, backend="eager")
+    new, _ = relaxed(params, grads, state)
+    expected, _ = opt.step(params, grads, state)
+    assert all(v.is_leaf and v.requires_grad for v in new.values())
+    torch.testing.assert_close(dict(new), dict(expected))

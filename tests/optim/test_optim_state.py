@@ -1,0 +1,145 @@
+"""Optimizer states: typed pytrees that round-trip through torch.save and pytree."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from optim_cases import batches, forward, make_model
+from torch.utils import _pytree as pytree
+
+from paramdict import ParamDict, optim
+
+OPTIMIZERS: list[optim.Optimizer[Any]] = [
+    optim.SGD(lr=0.1, momentum=0.9, dampening=0.1),
+    optim.Adam(lr=0.01, amsgrad=True),
+    optim.AdamW(lr=0.01),
+    optim.RMSprop(lr=0.01, centered=True, momentum=0.9),
+    optim.Adagrad(lr=0.1, lr_decay=0.01),
+    optim.ParamGroups({"*.bias": optim.Adam(lr=0.1)}, default=optim.AdamW(lr=0.01)),
+    optim.ClipGradNorm(optim.SGD(lr=0.1, momentum=0.5), max_norm=0.5),
+]
+IDS = ["sgd", "adam", "adamw", "rmsprop", "adagrad", "groups", "clip"]
+
+
+def _train(
+    opt: optim.Optimizer[Any], params: ParamDict, state: Any, steps: range
+) -> tuple[ParamDict, Any]:
+    data = list(batches(steps=steps.stop))
+    for i in steps:
+        x, y = data[i]
+        grads = params.grad(F.mse_loss(forward(params, x), y))
+        params, state = opt.step(params, grads, state)
+    return params, state
+
+
+def _roundtrip(value: object) -> Any:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=IDS)
+def test_state_loads_with_weights_only(opt: optim.Optimizer[Any]) -> None:
+    """A state saved with torch.save loads with weights_only=True, same type."""
+    params = ParamDict.from_module(make_model())
+    _, state = _train(opt, params, opt.init(params), range(3))
+    loaded = _roundtrip(state)
+    assert type(loaded) is type(state)
+    assert pytree.tree_structure(loaded) == pytree.tree_structure(state)
+    for a, b in zip(pytree.tree_leaves(loaded), pytree.tree_leaves(state)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=IDS)
+def test_training_resumes_from_a_loaded_state(opt: optim.Optimizer[Any]) -> None:
+    """5 steps, save and load, 5 more steps: the same as 10 steps straight."""
+    start = ParamDict.from_module(make_model())
+    straight, _ = _train(opt, start, opt.init(start), range(10))
+    half, state = _train(opt, start, opt.init(start), range(5))
+    params, state = _roundtrip((half, state))
+    params = ParamDict((k, v.requires_grad_()) for k, v in params.items())
+    resumed, _ = _train(opt, params, state, range(5, 10))
+    torch.testing.assert_close(dict(resumed), dict(straight), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=IDS)
+def test_state_is_a_pytree_of_tensors(opt: optim.Optimizer[Any]) -> None:
+    """States flatten to tensors only and unflatten to an equal state."""
+    params = ParamDict.from_module(make_model())
+    state = opt.init(params)
+    leaves, spec = pytree.tree_flatten(state)
+    assert leaves
+    assert all(isinstance(leaf, torch.Tensor) for leaf in leaves)
+    rebuilt = pytree.tree_unflatten(leaves, spec)
+    assert type(rebuilt) is type(state)
+    assert pytree.tree_structure(rebuilt) == spec
+
+
+@pytest.mark.parametrize(
+    "state_type",
+    [optim.SGDState, optim.AdamState, optim.RMSpropState, optim.AdagradState],
+)
+def test_state_tree_spec_serializes(state_type: type) -> None:
+    """A tree spec holding a state (as torch.export stores one) dumps and loads."""
+    params = ParamDict(w=torch.zeros(2))
+    opts: dict[type, optim.Optimizer[Any]] = {
+        optim.SGDState: optim.SGD(momentum=0.5),
+        optim.AdamState: optim.Adam(),
+        optim.RMSpropState: optim.RMSprop(),
+        optim.AdagradState: optim.Adagrad(),
+    }
+    spec = pytree.tree_structure(opts[state_type].init(params))
+    assert pytree.treespec_loads(pytree.treespec_dumps(spec)) == spec
+
+
+def test_an_empty_paramdict_steps_to_itself() -> None:
+    """An empty ParamDict has a state, and a step returns both unchanged."""
+    opt = optim.Adam(amsgrad=True)
+    state = opt.init(ParamDict())
+    params, new_state = opt.step(ParamDict(), {}, state)
+    assert params == ParamDict()
+    assert new_state is state
+
+
+def test_buffers_for_options_that_are_off_are_empty() -> None:
+    """Options that are off leave empty ParamDicts, not None, in the state."""
+    params = ParamDict(w=torch.zeros(2))
+    assert optim.SGD().init(params).momentum_buffer == ParamDict()
+    assert optim.Adam().init(params).max_exp_avg_sq == ParamDict()
+    state = optim.RMSprop().init(params)
+    assert state.momentum_buffer == ParamDict()
+    assert state.grad_avg == ParamDict()
+
+
+def test_adagrad_accumulator_starts_at_the_initial_value() -> None:
+    """`initial_accumulator_value` fills the first state, as in torch."""
+    params = ParamDict(w=torch.zeros(2, dtype=torch.float64))
+    state = optim.Adagrad(initial_accumulator_value=0.25).init(params)
+    torch.testing.assert_close(state.sum["w"], torch.full((2,), 0.25).double())
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS[:5], ids=IDS[:5])
+def test_vmap_steps_an_ensemble_like_separate_runs(opt: optim.Optimizer[Any]) -> None:
+    """`torch.func.vmap` over init and step trains stacked members independently."""
+    members = [
+        ParamDict(
+            (k, torch.randn_like(v))
+            for k, v in ParamDict.from_module(make_model()).items()
+        )
+        for _ in range(3)
+    ]
+    grads = [ParamDict((k, torch.randn_like(v)) for k, v in m.items()) for m in members]
+    stacked, stacked_grads = ParamDict.stack(members), ParamDict.stack(grads)
+    state = torch.func.vmap(opt.init)(stacked)
+    for _ in range(2):
+        stacked, state = torch.func.vmap(opt.step)(stacked, stacked_grads, state)
+    for member, grad, result in zip(members, grads, stacked.unstack()):
+        expected, member_state = member, opt.init(member)
+        for _ in range(2):
+            expected, member_state = opt.step(expected, grad, member_state)
+        torch.testing.assert_close(dict(result), dict(expected))
