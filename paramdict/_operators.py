@@ -490,7 +490,15 @@ class _Operators(_Container):
         """
         ends = self._aligned(end, what="`lerp`")
         w = self._operand_or_raise(weight, "`lerp`")
-        return self._run(torch._foreach_lerp, self._values(), ends, w)
+        values = self._values()
+        if isinstance(w, list) and not _holds_tensors(w):
+            # Per-key numbers become 0-dim tensors: every supported torch has the
+            # tensor-list kernel, only newer ones a number-list kernel.
+            w = [
+                torch.as_tensor(x, dtype=v.dtype, device=v.device)
+                for x, v in zip(w, values)
+            ]
+        return self._run(torch._foreach_lerp, values, ends, w)
 
     def _addc(
         self,
@@ -591,6 +599,9 @@ class _Operators(_Container):
     def rsqrt(self) -> Self:
         """Return the elementwise reciprocal square root (`torch.rsqrt`).
 
+        One `torch._foreach_pow` call with exponent `-0.5`, which every supported
+        torch has (`torch._foreach_rsqrt` is newer than torch 2.4).
+
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
 
@@ -598,7 +609,7 @@ class _Operators(_Container):
             >>> ParamDict(w=torch.tensor([4.0])).rsqrt()["w"]
             tensor([0.5000])
         """
-        return self._unary(torch._foreach_rsqrt)
+        return self._run(torch._foreach_pow, self._values(), -0.5)
 
     def exp(self) -> Self:
         """Return the elementwise exponential (`torch.exp`) as a new ParamDict.

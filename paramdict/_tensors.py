@@ -329,11 +329,12 @@ class _Tensors(_Container):
             >>> ParamDict(w=torch.zeros(2, 3)).randn_like(generator=g)["w"].shape
             torch.Size([2, 3])
         """
-        # `generator` only when given: older torch releases lack the argument.
-        options: dict[str, Any] = {} if generator is None else {"generator": generator}
+        # What `torch.randn_like` does; its `generator` argument is newer than 2.4.
         return self._each(
-            lambda v: torch.randn_like(
-                v, dtype=dtype, device=device, requires_grad=requires_grad, **options
+            lambda v: (
+                torch.empty_like(v, dtype=dtype, device=device)
+                .normal_(generator=generator)
+                .requires_grad_(requires_grad)
             ),
             "randn_like",
         )

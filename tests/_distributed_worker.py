@@ -68,6 +68,7 @@ def _child(
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world_size),
         TORCHELASTIC_USE_AGENT_STORE="True",
+        TORCHELASTIC_RESTART_COUNT="0",
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -129,9 +130,7 @@ def run(
         start_method="spawn",
     )
     deadline = time.monotonic() + timeout
-    while not context.join(
-        timeout=max(0.0, deadline - time.monotonic()), grace_period=2
-    ):
+    while not context.join(timeout=max(0.0, deadline - time.monotonic())):
         if time.monotonic() >= deadline:
             for process in context.processes:
                 if process.is_alive():
