@@ -2,8 +2,9 @@
 
 Every candidate is a no-argument callable. `compare` times them interleaved (each
 round runs every candidate once, in a rotating order, so drift in machine load hits
-all of them alike), after a warm-up, on one thread, with the garbage collector paused
-while a sample runs, and reports the median time per call over the rounds.
+all of them alike), after a warm-up, on one thread unless told otherwise, with the
+garbage collector paused while a sample runs, and reports the median time per call
+over the rounds.
 
     timings = compare({"fast": lambda: f(x), "slow": lambda: g(x)})
     print(format_table([("case", timings)], baseline="slow"))
@@ -26,6 +27,7 @@ __all__ = [
     "format_seconds",
     "format_table",
     "single_thread",
+    "torch_threads",
 ]
 
 
@@ -58,28 +60,36 @@ class Timing:
 
 
 @contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """Run the block with torch on one intra-op thread, then restore the setting."""
+def torch_threads(count: int) -> Iterator[None]:
+    """Run the block with torch on `count` intra-op threads, then restore it."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(count)
     try:
         yield
     finally:
         torch.set_num_threads(before)
 
 
-def _time(fn: Callable[[], object], number: int) -> float:
-    start = time.perf_counter()
+def single_thread() -> contextlib.AbstractContextManager[None]:
+    """Run the block with torch on one intra-op thread, then restore the setting."""
+    return torch_threads(1)
+
+
+Clock = Callable[[], float]
+
+
+def _time(fn: Callable[[], object], number: int, clock: Clock) -> float:
+    start = clock()
     for _ in range(number):
         fn()
-    return time.perf_counter() - start
+    return clock() - start
 
 
-def _calibrate(fn: Callable[[], object], target: float) -> int:
+def _calibrate(fn: Callable[[], object], target: float, clock: Clock) -> int:
     """Return how many calls take about `target` seconds (at least one)."""
     number = 1
     while True:
-        elapsed = _time(fn, number)
+        elapsed = _time(fn, number, clock)
         if elapsed >= target / 4 or number >= 1 << 20:
             return max(1, round(number * target / max(elapsed, 1e-9)))
         number *= 4
@@ -91,6 +101,8 @@ def compare(
     rounds: int = 15,
     target: float = 0.01,
     warmup: int = 2,
+    threads: int = 1,
+    clock: Clock = time.perf_counter,
 ) -> dict[str, Timing]:
     """Time `candidates` interleaved on one thread; return each one's `Timing`.
 
@@ -99,29 +111,37 @@ def compare(
         rounds: How many samples each candidate gets (the median is over them).
         target: Roughly how long one sample lasts, in seconds.
         warmup: Untimed rounds run first.
+        threads: Torch intra-op threads while timing.
+        clock: The clock: wall time (`time.perf_counter`) or the process's CPU
+            time (`time.process_time`, less sensitive to other processes).
 
     Returns:
         The timings, in the order of `candidates`.
     """
     names = list(candidates)
-    with single_thread():
-        numbers = {name: _calibrate(candidates[name], target) for name in names}
+    with torch_threads(threads):
+        numbers = {name: _calibrate(candidates[name], target, clock) for name in names}
         for _ in range(warmup):
             for name in names:
-                _time(candidates[name], numbers[name])
+                _time(candidates[name], numbers[name], clock)
         samples: dict[str, list[float]] = {name: [] for name in names}
         gc_was_enabled = gc.isenabled()
+        # Everything alive now (torch's own objects included) is set aside, so the
+        # collection before each sample only walks what the candidates left behind.
+        gc.collect()
+        gc.freeze()
         try:
             for i in range(rounds):
                 shift = i % len(names)
                 for name in names[shift:] + names[:shift]:
                     gc.collect()
                     gc.disable()
-                    elapsed = _time(candidates[name], numbers[name])
+                    elapsed = _time(candidates[name], numbers[name], clock)
                     if gc_was_enabled:
                         gc.enable()
                     samples[name].append(elapsed / numbers[name])
         finally:
+            gc.unfreeze()
             if gc_was_enabled:
                 gc.enable()
     return {name: Timing(name, tuple(samples[name]), numbers[name]) for name in names}

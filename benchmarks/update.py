@@ -1,165 +1,176 @@
-"""The parameter update and the global norm: ParamDict against plain-torch code.
+"""The parameter update and the global norm: ParamDict against plain torch and peers.
 
-Run `python -m benchmarks.update` (add `--quick` for a smoke run of a few seconds).
-Each case times a ParamDict expression beside the plain-torch code it replaces, at
-160 entries of 64 elements and at 8 entries of 1,600, single-threaded, interleaved,
-and prints the medians, the ratio and whether the target holds:
+Candidates, at every size, each computing the same values from the same tensors:
 
-- `p.sub(g, alpha=lr)` within 1.10x of a bare `torch._foreach_add(values, grads,
-  alpha=-lr)` on prepared lists plus rebuilding the dict;
-- `p - lr * g` at least 1.3x faster than `{k: p[k] - lr * g[k] for k in p}`;
-- `p.norm()` at least 3x faster than
-  `torch.stack([v.norm() for v in p.values()]).norm()`.
+- `ParamDict`: `p - lr * g`, `p.sub(g, alpha=lr)`, `p.norm()`;
+- `dict comprehension`: `{k: p[k] - lr * g[k] for k in p}` on plain dicts, and
+  `{k: torch.sub(p[k], g[k], alpha=lr) for k in p}`;
+- `per-entry loop`: `torch.stack([v.norm() for v in p.values()])`, then its norm;
+- `tensordict`: the same arithmetic on `TensorDict`s of the same entries;
+- `foreach (lists)`: bare `torch._foreach_*` calls on prepared lists, the floor;
+- `foreach + dict`: the floor plus `dict(zip(keys, ...))`, a keyed result.
+
+`p - lr * g, recorded` is the same update with `p` requiring grad, so autograd
+records it (as in a MAML inner step); there ParamDict runs per entry on CPU, which
+keeps less memory alive for the backward pass than the foreach kernels do.
+
+Part of `python -m benchmarks` (run only this with `--only update`).
 """
 
 from __future__ import annotations
 
-import argparse
-import platform
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
 
 import torch
+from torch import Tensor
 
 from paramdict import ParamDict
 
-from ._timing import Timing, compare, format_seconds, format_table
+from . import _peers
+from ._agree import check_agreement
+from ._report import OURS, Config, Row, Section, ratio_target
 
-SIZES = ((160, 64), (8, 1600))
+__all__ = ["measure"]
+
 LR = 0.01
+TARGET_SIZE = (160, 64)
 
 
-@dataclass(frozen=True)
-class Case:
-    """Two candidates and the target their ratio must meet.
-
-    Attributes:
-        name: What is measured.
-        ours: The ParamDict expression.
-        reference: The plain-torch code it replaces.
-        limit: The target for `ours / reference` (at most) when `faster` is false,
-            or for `reference / ours` (at least) when it is true.
-        faster: Whether the target is a speed-up rather than an overhead bound.
-    """
-
-    name: str
-    ours: Callable[[], object]
-    reference: Callable[[], object]
-    limit: float
-    faster: bool
-
-    def verdict(self, timings: dict[str, Timing]) -> tuple[float, bool, str]:
-        """Return the ratio, whether the target holds, and the target in words."""
-        ours = timings["ParamDict"].median
-        ref = timings["reference"].median
-        if self.faster:
-            ratio = ref / ours
-            return ratio, ratio >= self.limit, f">= {self.limit:.2f}x faster"
-        ratio = ours / ref
-        return ratio, ratio <= self.limit, f"<= {self.limit:.2f}x the reference"
-
-
-def _data(entries: int, elements: int) -> tuple[ParamDict, ParamDict]:
+def _data(entries: int, elements: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     gen = torch.Generator().manual_seed(0)
 
-    def make() -> ParamDict:
-        return ParamDict(
-            {
-                f"layers.{i}.weight": torch.randn(elements, generator=gen)
-                for i in range(entries)
-            }
-        )
+    def make() -> dict[str, Tensor]:
+        return {
+            f"layers.{i}.weight": torch.randn(elements, generator=gen)
+            for i in range(entries)
+        }
 
     return make(), make()
 
 
-def cases(entries: int, elements: int) -> list[Case]:
-    """Return the cases at one size."""
-    p, g = _data(entries, elements)
-    keys = list(p)
-    values = list(p.values())
-    grads = list(g.values())
+def _candidates(
+    entries: int, elements: int
+) -> tuple[list[str], dict[str, dict[str, Callable[[], object]]]]:
+    """Return the keys and, per case, the candidates at one size."""
+    pd, gd = _data(entries, elements)
+    keys = list(pd)
+    values, grads = list(pd.values()), list(gd.values())
+    p, g = ParamDict(pd), ParamDict(gd)
 
-    def bare_sub() -> dict[str, torch.Tensor]:
-        return dict(zip(keys, torch._foreach_add(values, grads, alpha=-LR)))
+    def floor_update() -> list[Tensor]:
+        return list(torch._foreach_sub(values, torch._foreach_mul(grads, LR)))
 
-    def comprehension() -> dict[str, torch.Tensor]:
-        return {k: p[k] - LR * g[k] for k in p}
+    def floor_sub() -> list[Tensor]:
+        return list(torch._foreach_sub(values, grads, alpha=LR))
 
-    def stacked_norm() -> torch.Tensor:
-        norm: torch.Tensor = torch.stack([v.norm() for v in p.values()]).norm()
-        return norm
+    def floor_norm() -> Tensor:
+        norms = torch.stack(torch._foreach_norm(values))
+        out: Tensor = torch.linalg.vector_norm(norms)
+        return out
 
-    return [
-        Case("p.sub(g, alpha=lr)", lambda: p.sub(g, alpha=LR), bare_sub, 1.10, False),
-        Case("p - lr * g", lambda: p - LR * g, comprehension, 1.3, True),
-        Case("p.norm()", p.norm, stacked_norm, 3.0, True),
+    def stacked_norm() -> Tensor:
+        norms = torch.stack([v.norm() for v in pd.values()])
+        out: Tensor = torch.linalg.vector_norm(norms)
+        return out
+
+    cases: dict[str, dict[str, Callable[[], object]]] = {
+        "p - lr * g": {
+            OURS: lambda: p - LR * g,
+            "dict comprehension": lambda: {k: pd[k] - LR * gd[k] for k in pd},
+            "foreach (lists)": floor_update,
+            "foreach + dict": lambda: dict(zip(keys, floor_update())),
+        },
+        "p.sub(g, alpha=lr)": {
+            OURS: lambda: p.sub(g, alpha=LR),
+            "dict comprehension": lambda: {
+                k: torch.sub(pd[k], gd[k], alpha=LR) for k in pd
+            },
+            "foreach (lists)": floor_sub,
+            "foreach + dict": lambda: dict(zip(keys, floor_sub())),
+        },
+        "p.norm()": {
+            OURS: p.norm,
+            "per-entry loop": stacked_norm,
+            "foreach (lists)": floor_norm,
+        },
+    }
+    # The same update while autograd records it (the MAML inner step): `p` requires
+    # grad. ParamDict then runs per entry on CPU, to save memory (see `_foreach`).
+    rp = ParamDict({k: v.detach().requires_grad_() for k, v in pd.items()})
+    rd = dict(rp)
+    rvalues = list(rd.values())
+    cases["p - lr * g, recorded"] = {
+        OURS: lambda: rp - LR * g,
+        "dict comprehension": lambda: {k: rd[k] - LR * gd[k] for k in rd},
+        "foreach + dict": lambda: dict(
+            zip(keys, torch._foreach_sub(rvalues, torch._foreach_mul(grads, LR)))
+        ),
+    }
+    td = _peers.load("tensordict")
+    if td is not None:
+        tp: Any = td.TensorDict(pd, batch_size=[])
+        tg: Any = td.TensorDict(gd, batch_size=[])
+        cases["p - lr * g"]["tensordict"] = lambda: tp - LR * tg
+        cases["p.sub(g, alpha=lr)"]["tensordict"] = lambda: tp.sub(tg, alpha=LR)
+    return keys, cases
+
+
+def measure(config: Config) -> Section:
+    """Time every case at every size; check the update targets at 160 x 64."""
+    section = Section(
+        "update",
+        "Update and norm",
+        "One call per sample of each expression on fresh-looking data: "
+        f"`lr = {LR}`, float32 entries of `elements` values, no autograd. "
+        "`foreach (lists)` is the floor: the bare kernels on prepared lists, no keys.",
+    )
+    rows: dict[tuple[str, tuple[int, int]], Row] = {}
+    for entries, elements in config.sizes:
+        keys, cases = _candidates(entries, elements)
+        for case, candidates in cases.items():
+            check_agreement(
+                {name: fn() for name, fn in candidates.items()}, keys, reference=OURS
+            )
+            row = Row.from_timings(
+                case, f"{entries} x {elements:,}", config.time(candidates)
+            )
+            rows[case, (entries, elements)] = row
+            section.rows.append(row)
+    if _peers.load("tensordict") is None:
+        section.notes.append(_peers.skipped("tensordict", what="tensordict"))
+    at = f"{TARGET_SIZE[0]} x {TARGET_SIZE[1]}"
+    section.targets += [
+        ratio_target(
+            f"`p.sub(g, alpha=lr)` within 1.10x of bare foreach (lists), {at}",
+            rows.get(("p.sub(g, alpha=lr)", TARGET_SIZE)),
+            OURS,
+            "foreach (lists)",
+            1.10,
+        ),
+        ratio_target(
+            f"`p - lr * g` at least 1.3x faster than the dict comprehension, {at}",
+            rows.get(("p - lr * g", TARGET_SIZE)),
+            "dict comprehension",
+            OURS,
+            1.3,
+            at_least=True,
+        ),
+        ratio_target(
+            f"`p.norm()` at least 3x faster than stacking per-entry norms, {at}",
+            rows.get(("p.norm()", TARGET_SIZE)),
+            "per-entry loop",
+            OURS,
+            3.0,
+            at_least=True,
+        ),
     ]
-
-
-def _check_agreement(case: Case) -> None:
-    """Refuse to time candidates that compute different things."""
-    ours, ref = case.ours(), case.reference()
-    if isinstance(ours, torch.Tensor) and isinstance(ref, torch.Tensor):
-        torch.testing.assert_close(ours, ref)
-        return
-    assert isinstance(ours, ParamDict)
-    assert isinstance(ref, dict)
-    assert ours.allclose(ref)
-
-
-def run(*, sizes: Sequence[tuple[int, int]], rounds: int, target: float) -> bool:
-    """Time every case at every size, print tables; return whether all targets hold."""
-    print(
-        f"torch {torch.__version__}, Python {platform.python_version()}, "
-        f"{platform.machine()}; 1 thread, {rounds} interleaved rounds, medians\n"
-    )
-    rows: list[tuple[str, dict[str, Timing]]] = []
-    summary = []
-    all_met = True
-    for entries, elements in sizes:
-        for case in cases(entries, elements):
-            _check_agreement(case)
-            timings = compare(
-                {"ParamDict": case.ours, "reference": case.reference},
-                rounds=rounds,
-                target=target,
-            )
-            label = f"{case.name} @ {entries}x{elements}"
-            rows.append((label, timings))
-            ratio, met, goal = case.verdict(timings)
-            all_met = all_met and met
-            summary.append(
-                f"| {label} | {format_seconds(timings['ParamDict'].median)} | "
-                f"{format_seconds(timings['reference'].median)} | {ratio:.2f}x | "
-                f"{goal} | {'met' if met else 'MISSED'} |"
-            )
-    print(format_table(rows, baseline="reference"))
-    print()
-    print("| case | ParamDict | reference | ratio | target | result |")
-    print("|---|---:|---:|---:|---|---|")
-    print("\n".join(summary))
-    return all_met
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Parse the command line and run the benchmark."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a smoke run of a few seconds (few, short rounds); numbers are rough",
-    )
-    parser.add_argument("--rounds", type=int, default=None, help="samples per case")
-    args = parser.parse_args(argv)
-    rounds = args.rounds or (3 if args.quick else 101)
-    target = 0.001 if args.quick else 0.004
-    run(sizes=SIZES, rounds=rounds, target=target)
-    if args.quick:
-        print(
-            "\n(--quick: a smoke run; rough numbers, judge the targets on a full run)"
-        )
+    return section
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from ._runner import main
+
+    main(["--only", "update", *sys.argv[1:]])

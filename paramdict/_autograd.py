@@ -78,13 +78,15 @@ class _Autograd(_Container):
         keys = self._keys
         values = list(self.values())
         needs = [v.requires_grad for v in values]
-        if not allow_unused:
-            self._frozen_keys(
-                "grad",
-                "Call `.requires_grad_()` on them, drop them with `.trainable()`, or "
-                "pass `allow_unused=True` to get zeros.",
-            )
-        inputs = values if all(needs) else [v for v, n in zip(values, needs) if n]
+        inputs = values
+        if not all(needs):
+            if not allow_unused:
+                self._frozen_keys(
+                    "grad",
+                    "Call `.requires_grad_()` on them, drop them with `.trainable()`, "
+                    "or pass `allow_unused=True` to get zeros.",
+                )
+            inputs = [v for v, n in zip(values, needs) if n]
         found: Sequence[Tensor | None] = ()
         if inputs:
             found = torch.autograd.grad(

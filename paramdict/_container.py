@@ -172,6 +172,12 @@ class _Container(dict[str, Tensor]):
             TypeError: ParamDict is immutable: `update` would change ['w']. ...
         """
         incoming = dict(*args, **kwargs)
+        stored = dict.get
+        for key, value in incoming.items():
+            if stored(self, key) is not value:
+                break
+        else:
+            return  # every value is the stored object: nothing changes
         changed = sorted(
             k
             for k, v in incoming.items()
@@ -222,7 +228,11 @@ class _Container(dict[str, Tensor]):
             >>> q == p, q is p, q["w"] is p["w"]
             (True, False, True)
         """
-        return self._from_parts(self._keys, self.values())
+        # `torch.func.functional_call` copies its dict on every call: keep it cheap.
+        obj = dict.__new__(type(self))
+        dict.update(obj, self)
+        obj._keys = self._keys
+        return obj
 
     def __copy__(self) -> Self:
         return self.copy()

@@ -1,9 +1,19 @@
-"""Calling `torch._foreach_*` kernels, with a per-entry fallback under `vmap`.
+"""Calling `torch._foreach_*` kernels, or the same operation one entry at a time.
 
-torch 2.13 has no vmap batching rules for the foreach kernels, so inside
-`torch.func.vmap` (where tensors are batched) a foreach call raises. `call` catches that
-and runs the same operation one entry at a time with the matching `torch` function,
-which vmap does support. Outside vmap the fallback never runs and costs nothing.
+`call` runs a foreach kernel, except in two cases where it runs the matching `torch`
+function per entry instead (same values, same gradients):
+
+- Under `torch.func.vmap`: torch 2.13 has no vmap batching rules for the foreach
+  kernels, so inside vmap (where tensors are batched) a foreach call raises; `call`
+  catches that and retries per entry, which vmap supports. Outside vmap this costs
+  nothing.
+- While autograd records an addition, a subtraction, or a multiplication or division
+  by numbers, on CPU: for these, torch 2.13's foreach autograd nodes save every input
+  list for the backward pass although the derivative needs only the numbers, whereas
+  the per-tensor functions save no tensor. On CPU a foreach kernel is itself a loop
+  over those functions, so looping in Python costs a little time and keeps much less
+  memory alive (the inner step of MAML, `params - lr * grads`, keeps no copy of the
+  gradients).
 """
 
 from __future__ import annotations
@@ -74,8 +84,54 @@ def _per_entry(
     ]
 
 
+_LINEAR = frozenset({torch._foreach_add, torch._foreach_sub})
+_SCALING = frozenset({torch._foreach_mul, torch._foreach_div})
+_BINARY: dict[ForeachOp, Callable[..., Tensor]] = {
+    torch._foreach_add: torch.add,
+    torch._foreach_sub: torch.sub,
+    torch._foreach_mul: torch.mul,
+    torch._foreach_div: torch.div,
+}
+
+
+def _records_needlessly(
+    op: ForeachOp, args: Sequence[Any], kwargs: dict[str, Any]
+) -> bool:
+    """Whether autograd would record `op` on CPU, saving its inputs for nothing.
+
+    True for `values (+|-) other` and `values (*|/) numbers` on CPU tensors while
+    grad mode is on and an operand requires grad, judged by the first entry of each
+    list (either answer computes the same thing; this one only picks the cheaper
+    way). False for anything `call`'s per-entry loop below does not handle.
+    """
+    linear = op in _LINEAR
+    if not (linear or op in _SCALING) or len(args) != 2:
+        return False
+    values, other = args
+    if not isinstance(values, list) or not values:
+        return False
+    first = values[0]
+    if not isinstance(first, Tensor):
+        return False
+    if isinstance(other, list):
+        if len(other) != len(values):
+            return False  # let the kernel raise its error
+        other = other[0]
+    if isinstance(other, Tensor):
+        # mul and div by tensors save them per entry too: nothing to gain.
+        records = linear and (first.requires_grad or other.requires_grad)
+    else:
+        records = first.requires_grad
+    return (
+        records
+        and torch.is_grad_enabled()
+        and first.is_cpu
+        and (not kwargs or list(kwargs) == ["alpha"])
+    )
+
+
 def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
-    """Run the foreach kernel `op`, or the same operation per entry under vmap.
+    """Run the foreach kernel `op`, or the same operation per entry (see above).
 
     Args:
         op: A `torch._foreach_*` function (out of place).
@@ -88,6 +144,12 @@ def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
     Raises:
         RuntimeError: Whatever the kernel raised, when not caused by vmap.
     """
+    if _records_needlessly(op, args, kwargs):
+        fn = _BINARY[op]
+        values, other = args  # two arguments, lists of equal length
+        if isinstance(other, list):
+            return [fn(v, o, **kwargs) for v, o in zip(values, other)]
+        return [fn(v, other, **kwargs) for v in values]
     try:
         return list(op(*args, **kwargs))
     except RuntimeError:

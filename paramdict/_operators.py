@@ -4,6 +4,8 @@ Each operation gathers the values once and makes one `torch._foreach_*` call whe
 torch has a matching kernel, so an update over hundreds of entries costs about what a
 bare foreach call on lists costs. All results are new ParamDicts; operands are never
 written to, and everything is differentiable (foreach kernels carry autograd formulas).
+On CPU, additions and scalings that autograd records run per entry instead, to keep
+less memory alive for the backward pass (see `_foreach.call`).
 """
 
 from __future__ import annotations

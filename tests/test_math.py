@@ -1,4 +1,6 @@
+import gc
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -299,6 +301,38 @@ def test_addcmul_is_second_order_differentiable() -> None:
     want = torch.autograd.grad(_inner_loss(fw, fb, x), [w, b, c])
     for got_i, want_i in zip(meta, want):
         torch.testing.assert_close(got_i, want_i, rtol=1e-12, atol=1e-12)
+
+
+RECORDED_STEPS: dict[
+    str, tuple[Callable[..., Any], Callable[[Tensor, Tensor], Tensor]]
+] = {
+    "p - other": (lambda p, o: p - o, lambda w, o: w - o),
+    "p + other": (lambda p, o: p + o, lambda w, o: w + o),
+    "other - p": (lambda p, o: o - p, lambda w, o: o - w),
+    "p.sub(other, alpha=)": (
+        lambda p, o: p.sub(o, alpha=0.1),
+        lambda w, o: w - 0.1 * o,
+    ),
+    "lr * other": (lambda p, o: 0.1 * o, lambda w, o: 0.1 * o),
+    "other / 4": (lambda p, o: o / 4, lambda w, o: o / 4),
+}
+
+
+@pytest.mark.parametrize("name", list(RECORDED_STEPS))
+def test_recorded_steps_keep_no_operand_alive(name: str) -> None:
+    """Under autograd, `p - lr * g` keeps no copy of `g` alive, as plain torch does."""
+    step, reference = RECORDED_STEPS[name]
+    w = torch.randn(3, 2, dtype=F64, requires_grad=True)
+    p = ParamDict(w=w)
+    other = ParamDict(w=w * 2)  # a non-leaf, as the gradients of a MAML inner step
+    alive = weakref.ref(other["w"])
+    out = step(p, other)
+    del other
+    gc.collect()
+    assert alive() is None
+    got = torch.autograd.grad(out["w"].sum(), w)[0]
+    want = torch.autograd.grad(reference(w, w * 2).sum(), w)[0]
+    torch.testing.assert_close(got, want)
 
 
 # ---------------------------------------------------------------- bad input

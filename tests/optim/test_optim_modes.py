@@ -237,7 +237,7 @@ def test_memory_stays_flat_over_5000_steps() -> None:
 
 
 def test_differentiable_steps_keep_old_values_alive() -> None:
-    """The control for the test above: a kept graph holds the earlier values."""
+    """The control for the test above: a kept graph holds the earlier gradients."""
     params = ParamDict.from_module(make_model())
     x, y = next(batches())
     opt = optim.Adam(lr=1e-3, differentiable=True)
@@ -247,6 +247,11 @@ def test_differentiable_steps_keep_old_values_alive() -> None:
         grads = params.grad(F.mse_loss(forward(params, x), y), create_graph=True)
         params, state = opt.step(params, grads, state)
         if i == 0:
-            early.extend(weakref.ref(v) for v in params.values())
+            # Adam's second moment needs `g * g`: the graph keeps these gradients.
+            early.extend(weakref.ref(v) for v in grads.values())
+    del grads
     gc.collect()
     assert all(ref() is not None for ref in early)
+    del params, state
+    gc.collect()
+    assert all(ref() is None for ref in early)

@@ -1,0 +1,108 @@
+"""Import time: `import paramdict` after `import torch`, against `import tensordict`.
+
+Each sample is a fresh Python process that imports torch, then the package, and
+reports both wall-clock times; the packages' processes alternate, and one unmeasured
+process of each runs first so the files are in the page cache. Part of
+`python -m benchmarks` (run only this with `--only import`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from . import _peers
+from ._report import OURS, Config, Row, Section, Target
+from ._timing import format_seconds
+
+__all__ = ["measure"]
+
+_WORKER = """
+import json, time
+start = time.perf_counter()
+import torch
+middle = time.perf_counter()
+import {module}
+end = time.perf_counter()
+print(json.dumps([middle - start, end - middle]))
+"""
+
+LIMIT = 0.050
+
+
+def _sample(module: str, threads: int) -> tuple[float, float]:
+    """Return `(import torch, import module after torch)` in a fresh process."""
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _WORKER.format(module=module)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        check=False,
+    )
+    if done.returncode != 0:
+        msg = f"Importing {module} in a fresh process failed:\n{done.stderr}"
+        raise RuntimeError(msg)
+    torch_time, module_time = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(torch_time), float(module_time)
+
+
+def measure(config: Config) -> Section:
+    """Time the imports in fresh processes; check paramdict's against the limit."""
+    section = Section(
+        "import",
+        "Import time",
+        "Wall-clock time of `import X` in a fresh process that has just imported "
+        "torch (medians over processes, alternating); `import torch` for scale.",
+    )
+    modules = {OURS: "paramdict"}
+    if config.quick:
+        section.notes.append("tensordict: not measured in a quick run (seconds each).")
+    elif _peers.load("tensordict") is not None:
+        modules["tensordict"] = "tensordict"
+    else:
+        section.notes.append(_peers.skipped("tensordict", what="tensordict"))
+    if not config.quick:
+        for module in modules.values():
+            _sample(module, config.threads)
+    after: dict[str, list[float]] = {name: [] for name in modules}
+    torch_times: list[float] = []
+    names = list(modules)
+    for i in range(config.processes):
+        for name in names if i % 2 == 0 else names[::-1]:
+            torch_time, module_time = _sample(modules[name], config.threads)
+            after[name].append(module_time)
+            torch_times.append(torch_time)
+    medians = {name: statistics.median(s) for name, s in after.items()}
+    spreads = {name: (max(s) - min(s)) / medians[name] for name, s in after.items()}
+    section.rows.append(
+        Row("import after torch", "fresh process", medians, spreads, after)
+    )
+    torch_median = statistics.median(torch_times)
+    section.notes.append(
+        f"{config.processes} processes per package; the spread is (max - min) / "
+        f"median; `import torch` itself: {format_seconds(torch_median)} (median)."
+    )
+    ours = medians[OURS]
+    section.targets.append(
+        Target(
+            f"`import paramdict` under {LIMIT * 1e3:.0f} ms over `import torch`",
+            f"{format_seconds(ours)}"
+            + (
+                f" (tensordict {format_seconds(medians['tensordict'])})"
+                if "tensordict" in medians
+                else ""
+            ),
+            ours < LIMIT,
+        )
+    )
+    return section
