@@ -374,7 +374,8 @@ class _Operators(_Container):
         if other._keys is not self._keys and other._keys != self._keys:
             return None
         try:
-            out = torch._foreach_add(
+            out = call(
+                torch._foreach_add,
                 list(self.values()),
                 list(other.values()),
                 alpha=-alpha if negate else alpha,
