@@ -496,7 +496,7 @@ class _Operators(_Container):
         values = self._values()
         if isinstance(w, list) and not _holds_tensors(w):
             # Per-key numbers become 0-dim tensors: every supported torch has the
-            # tensor-list kernel, only newer ones a number-list kernel.
+            # tensor-list kernel, the number-list one exists from torch 2.6 on.
             w = [
                 torch.as_tensor(x, dtype=v.dtype, device=v.device)
                 for x, v in zip(w, values)
@@ -603,7 +603,7 @@ class _Operators(_Container):
         """Return the elementwise reciprocal square root (`torch.rsqrt`).
 
         One `torch._foreach_pow` call with exponent `-0.5`, which every supported
-        torch has (`torch._foreach_rsqrt` is newer than torch 2.4).
+        torch has (`torch._foreach_rsqrt` exists from torch 2.6 on).
 
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.

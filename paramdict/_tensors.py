@@ -329,7 +329,7 @@ class _Tensors(_Container):
             >>> ParamDict(w=torch.zeros(2, 3)).randn_like(generator=g)["w"].shape
             torch.Size([2, 3])
         """
-        # What `torch.randn_like` does; its `generator` argument is newer than 2.4.
+        # What `torch.randn_like` does; its `generator` argument is newer than 2.8.
         return self._each(
             lambda v: (
                 torch.empty_like(v, dtype=dtype, device=device)
