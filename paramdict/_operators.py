@@ -39,7 +39,8 @@ def _is_number(value: object) -> bool:
 
 def _holds_tensors(arg: object) -> bool:
     """Whether a foreach argument from `_operand` is a list of tensors."""
-    return isinstance(arg, list) and bool(arg) and isinstance(arg[0], Tensor)
+    # `len`, not `bool`: dynamo before torch 2.9 cannot trace `bool` of a list.
+    return isinstance(arg, list) and len(arg) > 0 and isinstance(arg[0], Tensor)
 
 
 def _add_scaled(values: list[Tensor], other: Any, alpha: Tensor) -> list[Tensor]:
