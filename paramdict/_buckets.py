@@ -108,5 +108,6 @@ def unpack(
     """
     templates = [values[i] for i in bucket.positions]
     pieces = torch._C._nn.unflatten_dense_tensors(buffer, templates)
-    for position, piece in zip(bucket.positions, pieces):
-        out[position] = piece
+    for position, numel, piece in zip(bucket.positions, bucket.numels, pieces):
+        # torch 2.4 gives every empty entry the shape (0,): restore its own.
+        out[position] = piece if numel else piece.view(values[position].shape)

@@ -156,8 +156,20 @@ class _Container(dict[str, Tensor]):
         `torch.func.functional_call` ends by calling `update` with the tensors the
         module holds, which are the ones it was given unless the module replaced one.
 
+        Args:
+            *args: A mapping or an iterable of `(key, tensor)` pairs, as for `dict`.
+            **kwargs: More entries, as for `dict`.
+
         Raises:
             TypeError: If any key is new or any value is not the stored object.
+
+        Example:
+            >>> p = ParamDict(w=torch.ones(2))
+            >>> p.update(w=p["w"])  # the same object: nothing changes
+            >>> p.update(w=torch.zeros(2))
+            Traceback (most recent call last):
+            ...
+            TypeError: ParamDict is immutable: `update` would change ['w']. ...
         """
         incoming = dict(*args, **kwargs)
         stored = dict.get
@@ -182,11 +194,40 @@ class _Container(dict[str, Tensor]):
 
     @classmethod
     def fromkeys(cls, keys: Iterable[str], value: Tensor, /) -> Self:  # type: ignore[override]  # values must be tensors
-        """Return a ParamDict mapping each of `keys` to the same tensor `value`."""
+        """Return a ParamDict mapping each of `keys` to the same tensor `value`.
+
+        Useful for a per-entry operand that is one tensor for every entry.
+
+        Args:
+            keys: The keys, in order (a ParamDict gives its own keys).
+            value: The tensor every key maps to (the same object, not copies).
+
+        Returns:
+            A new ParamDict of this class.
+
+        Raises:
+            TypeError: If a key is not a `str` or `value` is not a tensor.
+
+        Example:
+            >>> p = ParamDict.fromkeys(["w", "b"], torch.tensor(0.5))
+            >>> list(p), p["w"] is p["b"]
+            (['w', 'b'], True)
+        """
         return cls((k, value) for k in keys)
 
     def copy(self) -> Self:
-        """Return a shallow copy of the same type (the same tensor objects)."""
+        """Return a shallow copy of the same type (the same tensor objects).
+
+        Returns:
+            A new ParamDict with the same keys, order and tensors; `self` is
+            unchanged. Use `clone()` for copies of the tensors.
+
+        Example:
+            >>> p = ParamDict(w=torch.ones(2))
+            >>> q = p.copy()
+            >>> q == p, q is p, q["w"] is p["w"]
+            (True, False, True)
+        """
         # `torch.func.functional_call` copies its dict on every call: keep it cheap.
         obj = dict.__new__(type(self))
         dict.update(obj, self)

@@ -98,10 +98,11 @@ def _records_needlessly(
 ) -> bool:
     """Whether autograd would record `op` (one of `_BINARY`) on CPU, for nothing.
 
-    True for `values (+|-) other` and `values (*|/) numbers` on CPU tensors while
-    grad mode is on and an operand requires grad, judged by the first entry of each
-    list (either answer computes the same thing; this one only picks the cheaper
-    way). False for anything `call`'s per-entry loop does not handle.
+    True for `values (+|-) other` and `values (*|/) numbers` (or one shared 0-dim
+    tensor that does not require grad, the form numbers take on CPU) on CPU tensors
+    while grad mode is on and an operand requires grad, judged by the first entry of
+    each list (either answer computes the same thing; this one only picks the cheaper
+    way). False for anything `call`'s per-entry loop below does not handle.
     """
     if len(args) != 2:
         return False
@@ -111,11 +112,13 @@ def _records_needlessly(
     first = values[0]
     if not isinstance(first, Tensor):
         return False
-    if type(other) is list:
+    shared_constant = isinstance(other, Tensor) and not other.requires_grad
+    if isinstance(other, list):
         if len(other) != len(values):
             return False  # let the kernel raise its error
         other = other[0]
-    if isinstance(other, Tensor):
+        shared_constant = False
+    if isinstance(other, Tensor) and not shared_constant:
         # mul and div by tensors save them per entry too: nothing to gain.
         records = op in _LINEAR and (first.requires_grad or other.requires_grad)
     else:

@@ -39,7 +39,8 @@ def _is_number(value: object) -> bool:
 
 def _holds_tensors(arg: object) -> bool:
     """Whether a foreach argument from `_operand` is a list of tensors."""
-    return isinstance(arg, list) and bool(arg) and isinstance(arg[0], Tensor)
+    # `len`, not `bool`: dynamo before torch 2.9 cannot trace `bool` of a list.
+    return isinstance(arg, list) and len(arg) > 0 and isinstance(arg[0], Tensor)
 
 
 def _add_scaled(values: list[Tensor], other: Any, alpha: Tensor) -> list[Tensor]:
@@ -64,6 +65,28 @@ def _add_combined(
     """Return `values + value * combine(tensor1, tensor2)`, kept in the graph."""
     combined = call(combine, tensor1, tensor2)
     return call(torch._foreach_add, values, call(torch._foreach_mul, combined, value))
+
+
+def _same_dtype_scalar(values: list[Tensor], number: float) -> Any:
+    """Return `number` as a 0-dim tensor where that is exact and faster, else as is.
+
+    On CPU, torch multiplies (and divides) a float32 or float64 tensor by a Python
+    number a few microseconds per tensor slower than by a 0-dim tensor of the
+    tensor's own dtype (the number takes a casting loop), with bitwise the same
+    result. Only CPU entries of one such dtype qualify, and only in plain eager
+    mode: while compiling, or under a dispatch mode (fake tensors, profilers,
+    op counters), the number is passed on as it is.
+    """
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return number
+    first = values[0]
+    dtype = first.dtype
+    if not first.is_cpu or (dtype is not torch.float32 and dtype is not torch.float64):
+        return number
+    for value in values:
+        if value.dtype is not dtype or not value.is_cpu:
+            return number
+    return torch.full((), number, dtype=dtype)
 
 
 def _where(
@@ -228,11 +251,19 @@ class _Operators(_Container):
         neg = self._unary(torch._foreach_neg)
         return neg._run(torch._foreach_add, neg._values(), arg)
 
+    def _scale(self, op: Callable[..., Sequence[Tensor]], arg: Any) -> Self:
+        """Run `_foreach_mul` or `_foreach_div` with an argument from `_operand`."""
+        values = self._values()
+        kind = type(arg)
+        if (kind is float or kind is int) and values:
+            arg = _same_dtype_scalar(values, arg)
+        return self._run(op, values, arg)
+
     def __mul__(self, other: Operand) -> Self:
         arg = self._operand(other, "`*`")
         if arg is NotImplemented:
             return NotImplemented
-        return self._run(torch._foreach_mul, self._values(), arg)
+        return self._scale(torch._foreach_mul, arg)
 
     __rmul__ = __mul__
 
@@ -240,7 +271,7 @@ class _Operators(_Container):
         arg = self._operand(other, "`/`")
         if arg is NotImplemented:
             return NotImplemented
-        return self._run(torch._foreach_div, self._values(), arg)
+        return self._scale(torch._foreach_div, arg)
 
     def __rtruediv__(self, other: Operand) -> Self:
         arg = self._operand(other, "`/`")
@@ -299,7 +330,8 @@ class _Operators(_Container):
             >>> p.add(p, alpha=0.5)["w"]
             tensor([1.5000, 3.0000])
         """
-        return self._axpy(other, alpha, "`add`")
+        out = self._add_paired(other, alpha, False)
+        return self._axpy(other, alpha, "`add`") if out is None else out
 
     def sub(self, other: Operand, /, *, alpha: float | Tensor = 1) -> Self:
         """Return `self - alpha * other`, like `torch.sub`; `self` is unchanged.
@@ -325,25 +357,37 @@ class _Operators(_Container):
             >>> p.sub(g, alpha=0.25)["w"]
             tensor([0., 1.])
         """
-        return self._axpy(other, alpha, "`sub`", negate=True)
+        out = self._add_paired(other, alpha, True)
+        return self._axpy(other, alpha, "`sub`", negate=True) if out is None else out
+
+    def _add_paired(self, other: object, alpha: object, negate: bool) -> Self | None:
+        """Return `self ± alpha * other` in one kernel call, or `None`.
+
+        The optimizer step `p.sub(g, alpha=lr)` goes straight to the kernel when
+        `alpha` is a plain number and `other` a ParamDict with the same keys. In
+        every other case, and when the kernel refuses (an error to explain, or
+        batched tensors under vmap), it returns `None` for `_axpy` to handle.
+        """
+        if not (type(alpha) is float or type(alpha) is int):
+            return None
+        if not isinstance(other, _Container):
+            return None
+        if other._keys is not self._keys and other._keys != self._keys:
+            return None
+        try:
+            out = call(
+                torch._foreach_add,
+                list(self.values()),
+                list(other.values()),
+                alpha=-alpha if negate else alpha,
+            )
+        except RuntimeError:
+            return None
+        return self._derive(out)
 
     def _axpy(
         self, other: object, alpha: object, what: str, *, negate: bool = False
     ) -> Self:
-        kind = type(alpha)
-        if (
-            (kind is float or kind is int)
-            and isinstance(other, _Container)
-            and (other._keys is self._keys or other._keys == self._keys)
-        ):
-            # The optimizer step `p.sub(g, alpha=lr)`: straight to the kernel.
-            scale = -alpha if negate else alpha  # type: ignore[operator]  # a number
-            return self._run(
-                torch._foreach_add,
-                list(self.values()),
-                list(other.values()),
-                alpha=scale,
-            )
         arg = self._operand_or_raise(other, what)
         values = self._values()
         if isinstance(alpha, Tensor):
@@ -386,9 +430,7 @@ class _Operators(_Container):
             >>> ParamDict(w=torch.tensor([1.0, 2.0])).mul(3)["w"]
             tensor([3., 6.])
         """
-        return self._run(
-            torch._foreach_mul, self._values(), self._operand_or_raise(other, "`mul`")
-        )
+        return self._scale(torch._foreach_mul, self._operand_or_raise(other, "`mul`"))
 
     def div(self, other: Operand, /) -> Self:
         """Return `self / other`, like `torch.div`; `self` is unchanged.
@@ -407,9 +449,7 @@ class _Operators(_Container):
             >>> ParamDict(w=torch.tensor([1.0, 2.0])).div(2)["w"]
             tensor([0.5000, 1.0000])
         """
-        return self._run(
-            torch._foreach_div, self._values(), self._operand_or_raise(other, "`div`")
-        )
+        return self._scale(torch._foreach_div, self._operand_or_raise(other, "`div`"))
 
     def pow(self, exponent: Operand, /) -> Self:
         """Return `self ** exponent`, like `torch.pow`; `self` is unchanged.
@@ -454,7 +494,15 @@ class _Operators(_Container):
         """
         ends = self._aligned(end, what="`lerp`")
         w = self._operand_or_raise(weight, "`lerp`")
-        return self._run(torch._foreach_lerp, self._values(), ends, w)
+        values = self._values()
+        if isinstance(w, list) and not _holds_tensors(w):
+            # Per-key numbers become 0-dim tensors: every supported torch has the
+            # tensor-list kernel, the number-list one exists from torch 2.6 on.
+            w = [
+                torch.as_tensor(x, dtype=v.dtype, device=v.device)
+                for x, v in zip(w, values)
+            ]
+        return self._run(torch._foreach_lerp, values, ends, w)
 
     def _addc(
         self,
@@ -543,6 +591,9 @@ class _Operators(_Container):
     def sqrt(self) -> Self:
         """Return the elementwise square root (`torch.sqrt`) as a new ParamDict.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0, 9.0])).sqrt()["w"]
             tensor([2., 3.])
@@ -552,14 +603,23 @@ class _Operators(_Container):
     def rsqrt(self) -> Self:
         """Return the elementwise reciprocal square root (`torch.rsqrt`).
 
+        One `torch._foreach_pow` call with exponent `-0.5`, which every supported
+        torch has (`torch._foreach_rsqrt` exists from torch 2.6 on).
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).rsqrt()["w"]
             tensor([0.5000])
         """
-        return self._unary(torch._foreach_rsqrt)
+        return self._run(torch._foreach_pow, self._values(), -0.5)
 
     def exp(self) -> Self:
         """Return the elementwise exponential (`torch.exp`) as a new ParamDict.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([0.0])).exp()["w"]
@@ -570,6 +630,9 @@ class _Operators(_Container):
     def log(self) -> Self:
         """Return the elementwise natural logarithm (`torch.log`).
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0])).log()["w"]
             tensor([0.])
@@ -578,6 +641,9 @@ class _Operators(_Container):
 
     def sign(self) -> Self:
         """Return the elementwise sign (`torch.sign`) as a new ParamDict.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([-2.0, 0.0, 3.0])).sign()["w"]
@@ -588,6 +654,9 @@ class _Operators(_Container):
     def abs(self) -> Self:
         """Return the elementwise absolute value (`torch.abs`); same as `abs(p)`.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([-2.0, 3.0])).abs()["w"]
             tensor([2., 3.])
@@ -597,6 +666,9 @@ class _Operators(_Container):
     def neg(self) -> Self:
         """Return the elementwise negation (`torch.neg`); same as `-p`.
 
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0])).neg()["w"]
             tensor([-1.])
@@ -605,6 +677,9 @@ class _Operators(_Container):
 
     def reciprocal(self) -> Self:
         """Return the elementwise reciprocal `1 / p` (`torch.reciprocal`).
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
 
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).reciprocal()["w"]
@@ -651,6 +726,16 @@ class _Operators(_Container):
     def maximum(self, other: Operand, /) -> Self:
         """Return the elementwise maximum with `other`, like `torch.maximum`.
 
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 5.0])).maximum(2)["w"]
             tensor([2., 5.])
@@ -659,6 +744,16 @@ class _Operators(_Container):
 
     def minimum(self, other: Operand, /) -> Self:
         """Return the elementwise minimum with `other`, like `torch.minimum`.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 5.0])).minimum(2)["w"]

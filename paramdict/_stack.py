@@ -50,6 +50,7 @@ class _Stack(_Container):
             ValueError: If `paramdicts` is empty, the keys differ (naming the
                 position and the keys), or the values of a key differ in shape,
                 dtype or device (naming the key).
+            TypeError: If an element is not a mapping or a value is not a tensor.
 
         Example:
             >>> models = [torch.nn.Linear(3, 2) for _ in range(4)]

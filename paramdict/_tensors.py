@@ -130,6 +130,12 @@ class _Tensors(_Container):
         that already matches is returned as is, not copied, unless `copy=True`;
         conversions are differentiable.
 
+        Args:
+            *args: What `Tensor.to` takes positionally: a dtype, a device, a
+                device and a dtype, or a tensor whose device and dtype to match.
+            **kwargs: `Tensor.to`'s keyword arguments (`dtype`, `device`,
+                `non_blocking`, `copy`, `memory_format`).
+
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
 
@@ -323,13 +329,12 @@ class _Tensors(_Container):
             >>> ParamDict(w=torch.zeros(2, 3)).randn_like(generator=g)["w"].shape
             torch.Size([2, 3])
         """
+        # What `torch.randn_like` does; its `generator` argument is newer than 2.8.
         return self._each(
-            lambda v: torch.randn_like(
-                v,
-                dtype=dtype,
-                device=device,
-                requires_grad=requires_grad,
-                generator=generator,
+            lambda v: (
+                torch.empty_like(v, dtype=dtype, device=device)
+                .normal_(generator=generator)
+                .requires_grad_(requires_grad)
             ),
             "randn_like",
         )

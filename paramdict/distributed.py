@@ -234,8 +234,12 @@ def _check_entries(
 
 def _check_plain(p: ParamDict, name: str) -> None:
     # No value can be a DTensor unless its module was imported; importing it here
-    # would cost more than the collective.
-    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", ())
+    # would cost more than the collective. Before torch 2.5 it lived in `_tensor`.
+    dtensor = tuple(
+        cls
+        for module in ("torch.distributed.tensor", "torch.distributed._tensor")
+        if (cls := getattr(sys.modules.get(module), "DTensor", None)) is not None
+    )
     _check_entries(
         p,
         name,
@@ -399,7 +403,10 @@ def broadcast(
     for bucket in _buckets.plan(values, cap):
         buffer = _buckets.pack(values, bucket)
         if bucket.numel:
-            dist.broadcast(buffer, src=src, group=group)
+            # Complex buffers travel as real pairs: gloo in torch 2.4 cannot
+            # broadcast complex tensors. The view writes into `buffer`.
+            real = torch.view_as_real(buffer) if buffer.is_complex() else buffer
+            dist.broadcast(real, src=src, group=group)
         _buckets.unpack(buffer, bucket, values, out)
     return p._derive(out)
 
@@ -454,10 +461,11 @@ def all_gather(
     outs = [list(values) for _ in range(size)]
     for bucket in _buckets.plan(values, cap):
         buffer = _buckets.pack(values, bucket)
-        gathered = buffer.new_empty(size * bucket.numel)
+        rows = buffer.new_empty(size, bucket.numel)
         if bucket.numel:
-            dist.all_gather_single(gathered, buffer, group=group)
-        rows = gathered.view(size, bucket.numel)
+            # Into views of `rows`: `all_gather` with a list of outputs is the one
+            # gathering collective every supported torch has without a warning.
+            dist.all_gather(list(rows.unbind(0)), buffer, group=group)
         for rank, out in enumerate(outs):
             _buckets.unpack(rows[rank], bucket, values, out)
     return [p._derive(out) for out in outs]

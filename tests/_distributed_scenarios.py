@@ -305,7 +305,9 @@ def dtensor(rank: int, world_size: int) -> dict[str, Any]:
     x, y = (torch.cat(t) for t in zip(*(regression_batch(r) for r in range(2))))
     # Batch sharded over the processes, parameters replicated: data parallel.
     prediction = params.call(model, place(x, mesh, [Shard(0)]))
-    loss = F.mse_loss(prediction, place(y, mesh, [Shard(0)]), reduction="sum")
+    # `mse_loss(reduction="sum")` spelled out: DTensor shards these ops on every
+    # torch with a public DTensor, `mse_loss` itself only on newer ones.
+    loss = ((prediction - place(y, mesh, [Shard(0)])) ** 2).sum()
     grads = params.grad(loss)  # Partial(sum) DTensors
     stepped = params - INNER_LR * grads
     try:

@@ -68,6 +68,7 @@ def _child(
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world_size),
         TORCHELASTIC_USE_AGENT_STORE="True",
+        TORCHELASTIC_RESTART_COUNT="0",
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -83,7 +84,8 @@ def run(
     tmp: Path,
     *,
     then: Sequence[str] = (),
-    timeout: float = 120.0,
+    timeout: float = 150.0,
+    attempts: int = 2,
 ) -> dict[str, list[Any]]:
     """Run `scenarios`, then `then`, from `module.SCENARIOS` on `world_size` processes.
 
@@ -97,7 +99,10 @@ def run(
             torchrun's environment variables set (`MASTER_ADDR`, `MASTER_PORT`,
             `RANK`, `WORLD_SIZE`), so they can call `init_process_group("gloo")`
             as a script under torchrun does.
-        timeout: The most seconds to wait for all processes.
+        timeout: The most seconds to wait for all processes, per attempt.
+        attempts: How many times to start fresh processes when an attempt times
+            out. Under heavy load a start-up has been seen to stall; a stall is
+            retried, a failure inside a scenario is not.
 
     Returns:
         For each scenario, its results on ranks 0, 1, ...
@@ -105,9 +110,29 @@ def run(
     Raises:
         torch.multiprocessing.ProcessRaisedException: If a process raised; the message
             holds its traceback.
-        TimeoutError: If the processes did not finish within `timeout` seconds; they
+        TimeoutError: If no attempt finished within `timeout` seconds; the processes
             are killed.
     """
+    for attempt in range(1, attempts + 1):
+        try:
+            return _run_once(world_size, module, scenarios, tmp, then, timeout)
+        except TimeoutError:
+            if attempt == attempts:
+                raise
+            for stale in tmp.glob("rank*.pt"):
+                stale.unlink()
+    msg = "`attempts` must be at least 1."
+    raise ValueError(msg)
+
+
+def _run_once(
+    world_size: int,
+    module: str,
+    scenarios: Sequence[str],
+    tmp: Path,
+    then: Sequence[str],
+    timeout: float,
+) -> dict[str, list[Any]]:
     # The calling process serves the store on a port the OS picks, so there is no
     # race for a free port; the children connect to it as clients.
     store = TCPStore(
@@ -129,9 +154,7 @@ def run(
         start_method="spawn",
     )
     deadline = time.monotonic() + timeout
-    while not context.join(
-        timeout=max(0.0, deadline - time.monotonic()), grace_period=2
-    ):
+    while not context.join(timeout=max(0.0, deadline - time.monotonic())):
         if time.monotonic() >= deadline:
             for process in context.processes:
                 if process.is_alive():

@@ -2,16 +2,24 @@
 
 Blocks of one page share a namespace and run in order, like a reader pasting them into
 one session. A block whose first line is `# not run: <reason>` is shown but skipped
-(commands for several processes, say); the reason is part of the page.
+(commands for several processes, say); the reason is part of the page. A plain `text`
+block right after a Python block is that block's printed output and must match it; a
+`text` block with a title (`text title="output"`) shows output without checking it.
 """
 
 from __future__ import annotations
+import __future__
 
+import contextlib
+import functools
+import io
+import operator
 import os
 import re
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,9 +27,15 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+FUTURE_FLAGS = functools.reduce(
+    operator.or_,
+    (getattr(__future__, name).compiler_flag for name in __future__.all_feature_names),
+)
+OUTPUT = re.compile(r"\s*```text\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
-def _blocks(page: Path) -> list[tuple[int, str]]:
+def _blocks(page: Path) -> list[tuple[int, str, str | None]]:
+    """Return each runnable block's first line, its code and its expected output."""
     text = page.read_text(encoding="utf-8")
     found = []
     for match in FENCE.finditer(text):
@@ -29,11 +43,32 @@ def _blocks(page: Path) -> list[tuple[int, str]]:
         if code.lstrip().startswith("# not run:"):
             continue
         line = text.count("\n", 0, match.start()) + 2
-        found.append((line, code))
+        shown = OUTPUT.match(text, match.end())
+        found.append((line, code, shown.group(1) if shown else None))
     return found
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+# Pages that show what only a newer torch than the oldest supported one (2.4) does.
+NEWER_TORCH = {
+    "docs/migrating.md": ("2.13", "compares with torch 2.13's dicts in autograd.grad"),
+    "docs/optim.md": ("2.8", "compiles a step with fullgraph=True (torch 2.8 on)"),
+    "docs/tutorials/compile.md": ("2.8", "compiles with fullgraph=True (torch 2.8 on)"),
+}
+
+
+def _page(page: Path) -> Any:
+    name = str(page.relative_to(ROOT))
+    version, reason = NEWER_TORCH.get(name, ("0", ""))
+    needs = pytest.mark.skipif(torch.__version__ < version, reason=reason)
+    return pytest.param(page, id=name, marks=needs)
+
+
+def test_newer_torch_pages_exist() -> None:
+    """Every page named in `NEWER_TORCH` is a docs page, so no skip is stale."""
+    assert set(NEWER_TORCH) <= {str(p.relative_to(ROOT)) for p in PAGES}
+
+
+@pytest.mark.parametrize("page", [_page(p) for p in PAGES])
 def test_code_blocks_run(
     page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -46,11 +81,22 @@ def test_code_blocks_run(
     module = types.ModuleType(f"docs_{page.stem}")
     monkeypatch.setitem(sys.modules, module.__name__, module)
     namespace = module.__dict__
-    for line, code in _blocks(page):
-        # Pad so tracebacks point at the page's own line numbers.
-        exec(
-            compile("\n" * (line - 1) + code, str(page), "exec"), namespace
-        )  # running the docs is the point
+    flags = 0  # `from __future__` imports of earlier blocks, as in a session
+    for line, code, expected in _blocks(page):
+        # Pad so tracebacks point at the page's own line numbers. The page's code
+        # does not inherit this file's `from __future__ import annotations`.
+        compiled = compile(
+            "\n" * (line - 1) + code, str(page), "exec", flags, dont_inherit=True
+        )
+        flags |= compiled.co_flags & FUTURE_FLAGS
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compiled, namespace)  # running the docs is the point
+        if expected is not None:
+            assert printed.getvalue().strip() == expected.strip(), (
+                f"{page.name}:{line}: the block prints something else than the "
+                "output shown after it"
+            )
 
 
 def test_skipped_blocks_give_a_reason() -> None:
@@ -64,3 +110,109 @@ def test_skipped_blocks_give_a_reason() -> None:
             )
             if first.startswith("# not run"):
                 assert re.match(r"# not run: \S", first), f"{page}: {first!r}"
+
+
+def _referenced() -> tuple[set[str], set[str]]:
+    """Return the dotted names that the API reference renders with `:::`.
+
+    The first set holds every name given to `:::` and every name in a `members:`
+    list; the second, the names rendered whole (no `members:` list), whose public
+    members are rendered with them.
+    """
+    names: set[str] = set()
+    whole: set[str] = set()
+    for page in (ROOT / "docs" / "api").rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(r"^::: ([\w.]+)\n((?:[ \t]+\S.*\n)*)", text, re.M):
+            target = match.group(1)
+            names.add(target)
+            members = re.findall(r"^\s+- (\w+)\s*$", match.group(2), re.M)
+            names.update(f"{target}.{m}" for m in members)
+            if "members:" not in match.group(2):
+                whole.add(target)
+    return names, whole
+
+
+def _public() -> dict[str, object]:
+    """Return every public name of the package, dotted, with its object."""
+    import importlib
+    import pkgutil
+
+    import paramdict
+
+    found: dict[str, object] = {}
+    modules = [paramdict]
+    for info in pkgutil.iter_modules(paramdict.__path__):
+        if not info.name.startswith("_"):
+            modules.append(importlib.import_module(f"paramdict.{info.name}"))
+    for module in modules:
+        for name in getattr(module, "__all__", []):
+            if name != "__version__":
+                found[f"{module.__name__}.{name}"] = getattr(module, name)
+    for dotted, obj in list(found.items()):
+        if not isinstance(obj, type):
+            continue
+        for klass in obj.__mro__:
+            if not klass.__module__.startswith("paramdict"):
+                continue
+            for name, attr in vars(klass).items():
+                if not name.startswith("_"):
+                    found.setdefault(f"{dotted}.{name}", attr)
+    return found
+
+
+def _refuses(obj: object) -> bool:
+    """Whether `obj` is a mapping method that only raises (ParamDict is immutable)."""
+    return getattr(obj, "__annotations__", {}).get("return") in ("NoReturn",)
+
+
+def test_every_public_name_is_in_the_reference() -> None:
+    """Each public name has a `:::` entry (or a members entry) in docs/api."""
+    names, whole = _referenced()
+    container = (ROOT / "docs" / "api" / "container.md").read_text(encoding="utf-8")
+
+    def covered(name: str, obj: object) -> bool:
+        parts = name.split(".")
+        prefixes = {".".join(parts[:i]) for i in range(1, len(parts))}
+        if name in names or prefixes & whole:
+            return True
+        return _refuses(obj) and f"`{parts[-1]}`" in container
+
+    missing = sorted(name for name, obj in _public().items() if not covered(name, obj))
+    assert not missing, f"not in the API reference: {missing}"
+
+
+def _sections_missing(obj: object) -> list[str]:
+    """Return the docstring parts the reference needs that `obj` lacks."""
+    import inspect
+
+    fn = obj.__func__ if isinstance(obj, (classmethod, staticmethod)) else obj
+    if not (inspect.isfunction(fn) or inspect.isclass(fn)) or _refuses(fn):
+        return []  # aliases and constants carry an attribute docstring instead
+    doc = inspect.getdoc(fn) or ""
+    missing = [] if doc.strip() else ["a summary"]
+    signature = inspect.signature(fn)
+    documented = "Args:" in doc or (inspect.isclass(fn) and "Attributes:" in doc)
+    if [p for p in signature.parameters if p not in ("self", "cls")] and not documented:
+        missing.append("Args")
+    returns = signature.return_annotation
+    if (
+        not inspect.isclass(fn)
+        and returns not in (None, "None", inspect.Signature.empty)
+        and "Returns:" not in doc
+        and "Yields:" not in doc
+    ):
+        missing.append("Returns")
+    if "Example:" not in doc and "Examples:" not in doc:
+        missing.append("Example")
+    return missing
+
+
+def test_public_docstrings_have_the_reference_sections() -> None:
+    """Each public function and class documents its arguments, result and an example."""
+    gaps = {
+        name: missing
+        for name, obj in _public().items()
+        if (missing := _sections_missing(obj))
+    }
+    assert not gaps, f"docstrings lacking sections: {gaps}"

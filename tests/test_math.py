@@ -773,3 +773,67 @@ def test_fused_identities(
     assert clamped.maximum(lo).minimum(hi) == clamped
     for before, d in zip(snapshot, pqr):
         assert all(torch.equal(d[k], before[k]) for k in d)
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [
+        (torch.float32,),
+        (F64,),
+        (torch.float16,),
+        (torch.bfloat16,),
+        (torch.float32, F64),
+        (torch.float32, torch.int64),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("number", [0.01, 1 / 3, -7, 1e-30])
+def test_scaling_by_a_number_is_bitwise_torch(
+    dtypes: tuple[torch.dtype, ...], number: float
+) -> None:
+    """`p * x`, `x * p`, `p / x`, `mul`, `div` equal torch bit for bit, any dtypes."""
+    gen = torch.Generator().manual_seed(0)
+    p = ParamDict(
+        {
+            f"e{i}": (torch.randn(n, generator=gen) * 50).to(dtypes[i % len(dtypes)])
+            for i, n in enumerate([1, 7, 64, 1600])
+        }
+    )
+    cases: list[tuple[ParamDict, Callable[[Tensor], Tensor]]] = [
+        (p * number, lambda v: v * number),
+        (number * p, lambda v: number * v),
+        (p.mul(number), lambda v: torch.mul(v, number)),
+        (p / number, lambda v: v / number),
+        (p.div(number), lambda v: torch.div(v, number)),
+    ]
+    for out, ref in cases:
+        for k in p:
+            want = ref(p[k])
+            assert out[k].dtype == want.dtype
+            assert torch.equal(out[k], want)
+
+
+@pytest.mark.skipif(
+    torch.__version__ < "2.8",
+    reason="torch.compile(fullgraph=True) traces a ParamDict from torch 2.8 on; older "
+    "dynamo graph-breaks on dict subclasses (results stay correct)",
+)
+def test_an_optimizer_step_compiles_without_graph_breaks() -> None:
+    """Fused math and reductions compile with `fullgraph=True` and match eager."""
+
+    def step(p: ParamDict, g: ParamDict, m: ParamDict, v: ParamDict) -> Any:
+        g = g.clip_norm(1.0)
+        m = m.lerp(g, 0.1)
+        v = v.mul(0.99).addcmul(g, g, value=0.01)
+        p = p.addcdiv(m, v.sqrt().add(1e-8), value=-0.001).sub(g, alpha=0.1)
+        return p, g.norm(), g.norm(math.inf), p.dot(g), (p / 2).sum()
+
+    torch._dynamo.reset()
+    p, g = _make(0), _make(1, shift=-0.5)
+    m, v = p.zeros_like(), p.ones_like()
+    assert torch._dynamo.explain(step)(p, g, m, v).graph_break_count == 0
+    got = torch.compile(step, fullgraph=True, backend="aot_eager")(p, g, m, v)
+    want = step(p, g, m, v)
+    assert got[0].allclose(want[0])
+    for a, b in zip(got[1:], want[1:]):
+        torch.testing.assert_close(a, b)

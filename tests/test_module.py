@@ -5,6 +5,13 @@ from torch import nn
 
 from paramdict import ParamDict
 
+# Dynamo traces dict subclasses such as ParamDict in one graph from torch 2.8 on.
+needs_dict_subclass_tracing = pytest.mark.skipif(
+    torch.__version__ < "2.8",
+    reason="torch.compile(fullgraph=True) traces a ParamDict from torch 2.8 on; older "
+    "dynamo graph-breaks on dict subclasses (results stay correct)",
+)
+
 
 def _mlp() -> nn.Sequential:
     torch.manual_seed(0)
@@ -110,6 +117,7 @@ def test_functional_call_accepts_paramdict_under_torch_func() -> None:
     torch.testing.assert_close(out[1], torch.func.functional_call(model, p * 2, (x,)))
 
 
+@needs_dict_subclass_tracing
 def test_functional_call_accepts_paramdict_under_compile() -> None:
     """`functional_call` on a ParamDict compiles with `fullgraph=True`."""
     model = _mlp()

@@ -123,6 +123,25 @@ def test_unary_operators() -> None:
         torch.testing.assert_close((+p)[k], p[k])
 
 
+def test_rsqrt_matches_torch_with_gradients_and_under_vmap() -> None:
+    """`p.rsqrt()` equals `torch.rsqrt` per entry, in value, gradient and under vmap."""
+    p, _ = _pair()
+    p = ParamDict({k: v.double().requires_grad_() for k, v in p.items()})
+    out = p.rsqrt()
+    for k in p:
+        torch.testing.assert_close(out[k], torch.rsqrt(p[k]))
+    grads = p.grad(torch.stack([v.sum() for v in out.values()]).sum())
+    expected = torch.autograd.grad(
+        torch.stack([torch.rsqrt(v).sum() for v in p.values()]).sum(),
+        tuple(p.values()),
+    )
+    for k, e in zip(p, expected):
+        torch.testing.assert_close(grads[k], e)
+    stacked = ParamDict(w=torch.rand(4, 3) + 0.5)
+    batched = torch.func.vmap(lambda q: q.rsqrt())(stacked)
+    torch.testing.assert_close(batched["w"], torch.rsqrt(stacked["w"]))
+
+
 def test_key_mismatch_names_missing_and_unexpected() -> None:
     """A mapping with other keys is a ValueError listing both sides, sorted."""
     p, _ = _pair()
@@ -204,6 +223,7 @@ def test_operands_are_never_mutated() -> None:
         (lambda p, q: q - p, ["_foreach_sub"]),
         (lambda p, q: -p, ["_foreach_neg"]),
         (lambda p, q: abs(p), ["_foreach_abs"]),
+        (lambda p, q: p.rsqrt(), ["_foreach_pow"]),
     ],
 )
 def test_each_operator_is_one_foreach_call(expr: Any, expected: list[str]) -> None:

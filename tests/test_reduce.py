@@ -370,3 +370,20 @@ def test_vector_round_trip(spec: dict[str, list[int]], seed: int) -> None:
     assert p == snapshot
     torch.testing.assert_close(p.norm(), torch.linalg.vector_norm(vector))
     torch.testing.assert_close(p.sum(), vector.sum())
+
+
+def test_vector_entries_are_concatenated_without_views(strategy: str) -> None:
+    """All-1-dim entries go to `cat` as they are; the results are the same."""
+    gen = torch.Generator().manual_seed(4)
+    p = ParamDict({f"v{i}": torch.randn(5 + i, generator=gen) for i in range(6)})
+    q = ParamDict({k: torch.randn(v.shape, generator=gen) for k, v in p.items()})
+    with _CountOps() as mode:
+        norm = p.norm()
+    if strategy == "flattened":
+        assert mode.ops == ["cat", "linalg_vector_norm"]
+    torch.testing.assert_close(norm, _flat(p).norm())
+    torch.testing.assert_close(p.norm(math.inf), _flat(p).abs().max())
+    torch.testing.assert_close(p.dot(q), torch.dot(_flat(p), _flat(q)))
+    torch.testing.assert_close(p.sum(), _flat(p).sum())
+    assert p.isfinite()
+    assert not (p | {"v3": torch.tensor([1.0, math.nan])}).isfinite()

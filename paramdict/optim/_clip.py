@@ -71,6 +71,12 @@ class ClipGradNorm(Optimizer[S]):
 
         Returns:
             `optimizer.init(params)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.ClipGradNorm(optim.Adam(), max_norm=1.0)
+            >>> type(opt.init(ParamDict(w=torch.ones(2)))).__name__
+            'AdamState'
         """
         return self.optimizer.init(params)
 

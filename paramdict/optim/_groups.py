@@ -115,7 +115,8 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     def differentiable(self) -> bool:
         """Whether `step` keeps the graph, as every member optimizer agrees."""
         members = self._members()
-        return bool(members) and members[0].differentiable
+        # `len`, not `bool`: dynamo before torch 2.9 cannot trace `bool` of a list.
+        return len(members) > 0 and members[0].differentiable
 
     def _members(self) -> list[Optimizer[S]]:
         members = [opt for _, opt in self.groups]
@@ -172,6 +173,15 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         Raises:
             ValueError: If a pattern matches no key, or a key matches no group and
                 there is no `default`; the message names them.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict.from_module(torch.nn.Linear(3, 2))
+            >>> opt = optim.ParamGroups(
+            ...     {"bias": optim.Adam(lr=0.1)}, default=optim.Adam(lr=0.01)
+            ... )
+            >>> [list(s.exp_avg) for s in opt.init(params)]
+            [['bias'], ['weight']]
         """
         routes = self._routes_for(params)
         return tuple(
@@ -199,4 +209,6 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             )
             merged.update(new)
             states.append(new_state)
-        return params | merged, tuple(states)
+        # Not `params | merged`: dynamo before torch 2.9 cannot trace that union.
+        updated = params._derive([merged.get(k, v) for k, v in params.items()])
+        return updated, tuple(states)

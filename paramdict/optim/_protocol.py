@@ -68,6 +68,16 @@ class Optimizer(abc.ABC, Generic[S]):
     and `_update` (the update rule in ParamDict arithmetic, differentiable, never
     mutating its inputs). `step` runs `_update` in the mode that `differentiable`
     selects; see the `paramdict.optim` module documentation.
+
+    Example:
+        >>> from paramdict import optim
+        >>> def train(opt: optim.Optimizer, params: ParamDict) -> ParamDict:
+        ...     state = opt.init(params)
+        ...     for _ in range(3):
+        ...         params, state = opt.step(params, params, state)  # grad of |p|^2 / 2
+        ...     return params
+        >>> train(optim.SGD(lr=0.5), ParamDict(w=torch.tensor([8.0])))["w"]
+        tensor([1.])
     """
 
     __slots__ = ()
@@ -86,6 +96,12 @@ class Optimizer(abc.ABC, Generic[S]):
 
         Returns:
             The optimizer's state: buffers keyed like `params`, not requiring grad.
+
+        Example:
+            >>> from paramdict import optim
+            >>> state = optim.SGD(lr=0.1).init(ParamDict(w=torch.ones(2)))
+            >>> state.step
+            tensor(0., dtype=torch.float64)
         """
 
     @abc.abstractmethod

@@ -36,6 +36,15 @@ class AdagradState(NamedTuple):
     Attributes:
         step: The number of steps taken, a 0-dim tensor.
         sum: The accumulated squared gradients, keyed like the parameters.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.Adagrad()
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> grads = ParamDict(w=torch.tensor([2.0, 3.0]))
+        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state.sum["w"]
+        tensor([4., 9.])
     """
 
     step: Tensor
@@ -100,6 +109,12 @@ class Adagrad(Optimizer[AdagradState]):
         Raises:
             TypeError: If a value is not a real floating-point tensor.
             ValueError: If a per-key rate has other keys than `params`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.Adagrad(initial_accumulator_value=0.1)
+            >>> opt.init(ParamDict(w=torch.ones(2))).sum["w"]
+            tensor([0.1000, 0.1000])
         """
         check_real(params)
         check_rate_keys(params, "lr", self.lr)

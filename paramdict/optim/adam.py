@@ -41,6 +41,15 @@ class AdamState(NamedTuple):
         exp_avg_sq: The running average of the squared gradients.
         max_exp_avg_sq: The running maximum of `exp_avg_sq` (AMSGrad); empty
             unless `amsgrad=True`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.Adam(betas=(0.5, 0.5))
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> grads = ParamDict(w=torch.tensor([2.0, 2.0]))
+        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state.exp_avg["w"], state.exp_avg_sq["w"]
+        (tensor([1., 1.]), tensor([2., 2.]))
     """
 
     step: Tensor
@@ -172,6 +181,12 @@ class Adam(Optimizer[AdamState]):
         Raises:
             TypeError: If a value is not a real floating-point tensor.
             ValueError: If a per-key rate has other keys than `params`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> state = optim.Adam().init(ParamDict(w=torch.ones(2)))
+            >>> state.step, state.exp_avg["w"], len(state.max_exp_avg_sq)
+            (tensor(0., dtype=torch.float64), tensor([0., 0.]), 0)
         """
         return _init(self, params)
 
@@ -240,6 +255,12 @@ class AdamW(Optimizer[AdamState]):
         Raises:
             TypeError: If a value is not a real floating-point tensor.
             ValueError: If a per-key rate has other keys than `params`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> state = optim.AdamW(amsgrad=True).init(ParamDict(w=torch.ones(2)))
+            >>> state.max_exp_avg_sq["w"]
+            tensor([0., 0.])
         """
         return _init(self, params)
 

@@ -39,6 +39,15 @@ class RMSpropState(NamedTuple):
         square_avg: The running average of the squared gradients.
         momentum_buffer: The momentum buffer; empty when `momentum == 0`.
         grad_avg: The running average of the gradients; empty unless `centered`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.RMSprop(alpha=0.5)
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> grads = ParamDict(w=torch.tensor([2.0, 2.0]))
+        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state.square_avg["w"]
+        tensor([2., 2.])
     """
 
     step: Tensor
@@ -105,6 +114,12 @@ class RMSprop(Optimizer[RMSpropState]):
         Raises:
             TypeError: If a value is not a real floating-point tensor.
             ValueError: If a per-key rate has other keys than `params`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> state = optim.RMSprop(centered=True).init(ParamDict(w=torch.ones(2)))
+            >>> state.square_avg["w"], state.grad_avg["w"], len(state.momentum_buffer)
+            (tensor([0., 0.]), tensor([0., 0.]), 0)
         """
         check_real(params)
         check_rate_keys(params, "lr", self.lr)

@@ -37,6 +37,15 @@ class SGDState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         momentum_buffer: The momentum buffer, keyed like the parameters; empty
             when `momentum == 0`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.SGD(lr=0.1, momentum=0.9)
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> grads = ParamDict(w=torch.tensor([1.0, 1.0]))
+        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state.step, state.momentum_buffer["w"]
+        (tensor(1., dtype=torch.float64), tensor([1., 1.]))
     """
 
     step: Tensor
@@ -110,6 +119,12 @@ class SGD(Optimizer[SGDState]):
         Raises:
             TypeError: If a value is not a real floating-point tensor.
             ValueError: If a per-key rate has other keys than `params`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.SGD(lr=0.1, momentum=0.9)
+            >>> opt.init(ParamDict(w=torch.ones(2))).momentum_buffer["w"]
+            tensor([0., 0.])
         """
         check_real(params)
         check_rate_keys(params, "lr", self.lr)

@@ -11,9 +11,14 @@ import torch
 
 from paramdict import ParamDict, optim
 
+# torch.optim.Adam takes `decoupled_weight_decay` from torch 2.7 on.
+ADAM_DECOUPLED = pytest.mark.skipif(
+    torch.__version__ < "2.7",
+    reason="torch.optim.Adam takes `decoupled_weight_decay` from torch 2.7 on",
+)
 PAIRS = [
     (optim.SGD, torch.optim.SGD),
-    (optim.Adam, torch.optim.Adam),
+    pytest.param(optim.Adam, torch.optim.Adam, marks=ADAM_DECOUPLED),
     (optim.AdamW, torch.optim.AdamW),
     (optim.RMSprop, torch.optim.RMSprop),
     (optim.Adagrad, torch.optim.Adagrad),
