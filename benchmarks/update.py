@@ -121,9 +121,10 @@ def measure(config: Config) -> Section:
     section = Section(
         "update",
         "Update and norm",
-        "One call per sample of each expression on fresh-looking data: "
-        f"`lr = {LR}`, float32 entries of `elements` values, no autograd. "
-        "`foreach (lists)` is the floor: the bare kernels on prepared lists, no keys.",
+        "Each call evaluates the expression on the same float32 inputs, "
+        f"`lr = {LR}`, without autograd except in the `recorded` rows (where `p` "
+        "requires grad). `foreach (lists)` is the bare kernels on prepared lists, "
+        "with `lr` a Python number, and no keys.",
     )
     rows: dict[tuple[str, tuple[int, int]], Row] = {}
     for entries, elements in config.sizes:
