@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 import torch
 from torch import Tensor
@@ -109,6 +109,8 @@ class _Autograd(_Container):
         obj = dict.__new__(type(self))
         dict.update(obj, zip(keys, found))
         obj._keys = keys
+        # Every entry is a tensor by now (`_fill_unused` replaced the `None`s).
+        obj._vals = cast("list[Tensor]", found if type(found) is list else list(found))
         return obj
 
     def _fill_unused(

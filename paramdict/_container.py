@@ -93,8 +93,9 @@ def _validated(items: dict[Any, Any]) -> dict[str, Tensor]:
 class _Container(dict[str, Tensor]):
     """Storage, construction and the read-only mapping protocol (see `ParamDict`)."""
 
-    __slots__ = ("_keys",)
+    __slots__ = ("_keys", "_vals")
     _keys: tuple[str, ...]
+    _vals: list[Tensor]  # the values in key order; never mutated, never handed out
 
     def __init__(
         self, mapping_or_pairs: MappingOrPairs = (), /, **kwargs: Tensor
@@ -104,22 +105,28 @@ class _Container(dict[str, Tensor]):
         items = _validated(dict(mapping_or_pairs, **kwargs))
         dict.__init__(self, items)
         self._keys = tuple(items)
+        self._vals = list(items.values())
 
     @classmethod
     def _from_parts(cls, keys: tuple[str, ...], values: Iterable[Any], /) -> Self:
         """Build without validation: `keys` is trusted, values may be any leaf."""
+        vals = list(values)
         obj = dict.__new__(cls)
-        dict.update(obj, zip(keys, values))
+        dict.update(obj, zip(keys, vals))
         obj._keys = keys
+        obj._vals = vals
         return obj
 
     def _derive(self, values: Iterable[Tensor], /) -> Self:
         """A ParamDict of the same type and keys as `self`, holding `values`."""
         # `_from_parts`, inlined: every operation ends here.
+        if type(values) is not list:
+            values = list(values)
         obj = dict.__new__(type(self))
         keys = self._keys
         dict.update(obj, zip(keys, values))
         obj._keys = keys
+        obj._vals = values
         return obj
 
     # ---------------------------------------------------------------- read-only mapping
@@ -232,6 +239,7 @@ class _Container(dict[str, Tensor]):
         obj = dict.__new__(type(self))
         dict.update(obj, self)
         obj._keys = self._keys
+        obj._vals = self._vals
         return obj
 
     def __copy__(self) -> Self:

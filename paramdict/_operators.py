@@ -223,7 +223,7 @@ class _Operators(_Container):
         return err
 
     def _values(self) -> list[Tensor]:
-        return list(self.values())
+        return self._vals
 
     # ------------------------------------------------------------ binary operators
 
@@ -368,19 +368,28 @@ class _Operators(_Container):
         every other case, and when the kernel refuses (an error to explain, or
         batched tensors under vmap), it returns `None` for `_axpy` to handle.
         """
-        if not (type(alpha) is float or type(alpha) is int):
+        if not (type(alpha) is float or type(alpha) is int) or not isinstance(
+            other, _Container
+        ):
             return None
-        if not isinstance(other, _Container):
+        keys = self._keys
+        if other._keys is not keys and other._keys != keys:
             return None
-        if other._keys is not self._keys and other._keys != self._keys:
-            return None
+        values = self._vals
+        theirs = other._vals
+        if negate:
+            alpha = -alpha
+        out: Sequence[Tensor]
         try:
-            out = call(
-                torch._foreach_add,
-                list(self.values()),
-                list(other.values()),
-                alpha=-alpha if negate else alpha,
-            )
+            if (
+                values
+                and (values[0].requires_grad or theirs[0].requires_grad)
+                and torch.is_grad_enabled()
+            ):
+                # Recorded: `call` may run per entry, to keep less memory alive.
+                out = call(torch._foreach_add, values, theirs, alpha=alpha)
+            else:
+                out = torch._foreach_add(values, theirs, alpha=alpha)
         except RuntimeError:
             return None
         return self._derive(out)

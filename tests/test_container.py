@@ -194,3 +194,59 @@ def test_copy_is_shallow() -> None:
     assert q is not p
     assert q["w"] is p["w"]
     assert type(q) is ParamDict
+
+
+def test_every_way_of_building_keeps_the_value_order_in_step() -> None:
+    """The values kept in key order for the kernels match the mapping, every path.
+
+    ParamDict hands the foreach kernels a list of its values kept beside the dict;
+    whichever way a ParamDict is built, that list must be exactly its values.
+    """
+    import io
+    import pickle
+
+    import torch.utils._pytree as pytree
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3)).eval()
+    p = ParamDict.from_module(model).detach().requires_grad_()
+    x = torch.randn(4, 2)
+    loss = p.call(model, x).sum()
+    buf = io.BytesIO()
+    torch.save(p.detach(), buf)
+    buf.seek(0)
+    stacked = ParamDict.stack([p.detach(), p.detach() * 2])
+    built: dict[str, ParamDict] = {
+        "init": ParamDict(a=torch.ones(1), b=torch.zeros(2)),
+        "subclass": MyParams(a=torch.ones(1)),
+        "from_module": p,
+        "buffers": ParamDict.from_module(model, buffers=True),
+        "copy": p.copy(),
+        "copy.copy": copy.copy(p),
+        "deepcopy": copy.deepcopy(p),
+        "pickle": pickle.loads(pickle.dumps(p.detach())),
+        "torch.load": torch.load(buf, weights_only=True),
+        "union": p | {"0.bias": torch.zeros(3)},
+        "select": p.select("*.weight"),
+        "exclude": p.exclude("*.weight"),
+        "scoped": p.scoped("0"),
+        "prefixed": p.prefixed("net"),
+        "grad": p.grad(loss, retain_graph=True),
+        "grad unused": (p | {"extra": torch.ones(1, requires_grad=True)}).grad(
+            loss, allow_unused=True
+        ),
+        "tree_map": pytree.tree_map(lambda t: t * 2, p),
+        "func.grad": torch.func.grad(lambda q: q.call(model, x).sum())(p.detach()),
+        "vmap": torch.func.vmap(lambda q: q * 2)(stacked),
+        "stack": stacked,
+        "unstack": stacked.unstack()[1],
+        "from_vector": ParamDict.from_vector(p.to_vector(), like=p),
+        "map": p.map(torch.neg),
+        "operator": p - 0.1 * p,
+        "fused": p.sub(p, alpha=0.5),
+        "norm clip": p.clip_norm(0.1),
+        "to": p.to(torch.float64),
+        "detach": p.detach(),
+    }
+    for how, q in built.items():
+        assert len(q._vals) == len(q), how
+        assert all(a is b for a, b in zip(q._vals, q.values())), how
