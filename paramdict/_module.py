@@ -15,38 +15,42 @@ from ._container import _Container
 __all__: list[str] = []
 
 
-def _slots(module: nn.Module) -> dict[str, tuple[nn.Module, str, bool]]:
+# Where a tensor lives: the owning module's `_parameters` or `_buffers` dict, and
+# the attribute name. Writing that dict directly puts any tensor in the slot:
+# `setattr` would refuse a non-Parameter in a parameter slot, and wrapping in
+# `nn.Parameter` would cut the graph.
+_Slot = tuple[dict[str, Any], str]
+
+
+def _slots(module: nn.Module) -> dict[str, _Slot]:
     """Map every parameter and buffer name (tied aliases included) to its slot.
 
-    Each slot is `(owner, attribute, is_parameter)`.
+    The names are those of `named_parameters(remove_duplicate=False)` and
+    `named_buffers(remove_duplicate=False)`. `call` walks this on every call, so
+    it reads the modules' dicts directly.
     """
-    slots: dict[str, tuple[nn.Module, str, bool]] = {}
-    for prefix, sub in module.named_modules(remove_duplicate=False):
-        dot = f"{prefix}." if prefix else ""
-        for name, value in sub._parameters.items():
-            if value is not None:
-                slots[dot + name] = (sub, name, True)
-        for name, value in sub._buffers.items():
-            if value is not None:
-                slots[dot + name] = (sub, name, False)
+    slots: dict[str, _Slot] = {}
+    _collect(module, "", slots)
     return slots
 
 
-def _tensor_at(slot: tuple[nn.Module, str, bool]) -> Tensor:
-    owner, name, is_param = slot
-    found = owner._parameters[name] if is_param else owner._buffers[name]
-    assert found is not None  # _slots skips empty slots
+def _collect(module: nn.Module, dot: str, slots: dict[str, _Slot]) -> None:
+    params = module._parameters
+    for name, value in params.items():
+        if value is not None:
+            slots[dot + name] = (params, name)
+    buffers = module._buffers
+    for name, buffer in buffers.items():
+        if buffer is not None:
+            slots[dot + name] = (buffers, name)
+    for name, sub in module._modules.items():
+        if sub is not None:
+            _collect(sub, f"{dot}{name}.", slots)
+
+
+def _tensor_at(slot: _Slot) -> Tensor:
+    found: Tensor = slot[0][slot[1]]
     return found
-
-
-def _set(slot: tuple[nn.Module, str, bool], value: Tensor) -> None:
-    owner, name, is_param = slot
-    # Write the slot directly: `setattr` would refuse a non-Parameter in a parameter
-    # slot, and wrapping in `nn.Parameter` would cut the graph.
-    if is_param:
-        owner._parameters[name] = value  # type: ignore[assignment]  # a plain tensor stands in for the Parameter on purpose
-    else:
-        owner._buffers[name] = value
 
 
 def _unexpected_message(module: nn.Module, unexpected: list[str], what: str) -> str:
@@ -96,6 +100,11 @@ class _ModuleIO(_Container):
         these values. Entries may cover a subset of the module's tensors; the rest
         are the module's own.
 
+        Eagerly the tensors are swapped into the module's slots for the duration of
+        the call (as `swapped_into` does), which costs a small fraction of
+        `functional_call`'s reparametrization; under `torch.compile` it is
+        `functional_call`, which traces without a graph break.
+
         Args:
             module: The module to run.
             *args: Positional arguments of the module's forward.
@@ -105,7 +114,13 @@ class _ModuleIO(_Container):
             Whatever the module's forward returns.
 
         Raises:
-            ValueError: If a key names no parameter or buffer of the module.
+            ValueError: If a key names no parameter or buffer of the module, or
+                tied names (one tensor under several names) are given different
+                tensors; the module is not touched.
+            TypeError: If the module replaced one of the given tensors while
+                running (e.g. assigned a new buffer); the module gets its own
+                tensors back, and `functional_call` with a plain `dict` receives
+                the replacements.
 
         Example:
             >>> model = torch.nn.Linear(2, 1).requires_grad_(False)
@@ -113,15 +128,84 @@ class _ModuleIO(_Container):
             >>> p.call(model, torch.ones(1, 2))
             tensor([[0.]])
         """
+        if torch.compiler.is_compiling():
+            # dynamo traces `functional_call` without a graph break.
+            try:
+                return torch.func.functional_call(module, self, args, kwargs)
+            except (AttributeError, RuntimeError, KeyError) as err:
+                slots = _slots(module)
+                unexpected = [k for k in self._keys if k not in slots]
+                if unexpected:
+                    msg = _unexpected_message(module, unexpected, "`call`")
+                    raise ValueError(msg) from err
+                raise
+        # Eagerly, swap the tensors in directly: the same result as
+        # `functional_call`, without its per-call reparametrization machinery.
+        plan = self._swap_plan(module, "`call`", ties_agree=True)
+        originals = [(held, name, held[name]) for _, held, name, _ in plan]
         try:
-            return torch.func.functional_call(module, self, args, kwargs)
-        except (AttributeError, RuntimeError, KeyError) as err:
-            slots = _slots(module)
+            for _, held, name, value in plan:
+                held[name] = value
+            out = module(*args, **kwargs)
+            replaced = [
+                key
+                for key, held, name, value in plan
+                if held.get(name) is not value and key in self
+            ]
+        finally:
+            for held, name, original in originals:
+                held[name] = original
+        if replaced:
+            msg = (
+                f"`call`: {type(module).__name__} replaced {sorted(replaced)!r} "
+                "while running, and a ParamDict is immutable, so the new tensors "
+                "cannot be handed back. Call "
+                "`torch.func.functional_call(module, d, args)` with `d = dict(p)` "
+                "to receive the replacements in `d`."
+            )
+            raise TypeError(msg)
+        return out
+
+    def _swap_plan(
+        self, module: nn.Module, what: str, *, ties_agree: bool = False
+    ) -> list[tuple[str, dict[str, Any], str, Tensor]]:
+        """Which tensor goes into which slot: `(name, slot dict, attribute, value)`.
+
+        Tied aliases of a given name (one tensor under several names) follow it
+        unless they are given too; with `ties_agree`, given aliases must hold the
+        same tensor (as for `functional_call`).
+
+        Raises:
+            ValueError: For a key the module lacks, or disagreeing tied entries.
+        """
+        slots = _slots(module)
+        try:
+            plan = [(key, *slots[key], value) for key, value in self.items()]
+        except KeyError:
             unexpected = [k for k in self._keys if k not in slots]
-            if unexpected:
-                msg = _unexpected_message(module, unexpected, "`call`")
-                raise ValueError(msg) from err
-            raise
+            raise ValueError(_unexpected_message(module, unexpected, what)) from None
+        held = [_tensor_at(slot) for slot in slots.values()]
+        if len(set(map(id, held))) == len(held):
+            return plan  # nothing is tied
+        by_tensor: dict[int, list[str]] = {}
+        for name, tensor in zip(slots, held):
+            by_tensor.setdefault(id(tensor), []).append(name)
+        plan = []
+        disagree: set[str] = set()
+        for key, value in self.items():
+            for alias in by_tensor[id(_tensor_at(slots[key]))]:
+                if alias == key or alias not in self:
+                    plan.append((alias, *slots[alias], value))
+                elif ties_agree and dict.__getitem__(self, alias) is not value:
+                    disagree.update((key, alias))
+        if disagree:
+            msg = (
+                f"{what}: {sorted(disagree)!r} are tied in {type(module).__name__} "
+                "(one tensor under several names), but the entries hold different "
+                "tensors. Give one of the names, or the same tensor under each."
+            )
+            raise ValueError(msg)
+        return plan
 
     @contextlib.contextmanager
     def swapped_into(self, module: nn.Module, /) -> Iterator[nn.Module]:
@@ -152,29 +236,15 @@ class _ModuleIO(_Container):
             >>> model.weight is ParamDict.from_module(model)["weight"]
             True
         """
-        slots = _slots(module)
-        unexpected = [k for k in self._keys if k not in slots]
-        if unexpected:
-            msg = _unexpected_message(module, unexpected, "`swapped_into`")
-            raise ValueError(msg)
-        # Tied aliases: every name that holds the same original object as a
-        # swapped name follows it, unless the alias is given explicitly.
-        by_tensor: dict[int, list[str]] = {}
-        for name, slot in slots.items():
-            by_tensor.setdefault(id(_tensor_at(slot)), []).append(name)
-        plan: dict[str, Tensor] = {}
-        for key, value in self.items():
-            for alias in by_tensor[id(_tensor_at(slots[key]))]:
-                if alias == key or alias not in self:
-                    plan[alias] = value
-        originals = {name: _tensor_at(slots[name]) for name in plan}
+        plan = self._swap_plan(module, "`swapped_into`")
+        originals = [(held, name, held[name]) for _, held, name, _ in plan]
         try:
-            for name, value in plan.items():
-                _set(slots[name], value)
+            for _, held, name, value in plan:
+                held[name] = value
             yield module
         finally:
-            for name, original in originals.items():
-                _set(slots[name], original)
+            for held, name, original in originals:
+                held[name] = original
 
     def to_module(self, module: nn.Module, /, *, strict: bool = True) -> None:
         """Copy the values into the module's existing tensors, in place.

@@ -1,3 +1,5 @@
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -296,3 +298,98 @@ def test_load_state_dict_accepts_paramdict() -> None:
     model.load_state_dict(p)
     for k, v in model.named_parameters():
         torch.testing.assert_close(v.detach(), p[k])
+
+
+def test_call_matches_functional_call_in_float64_to_second_order() -> None:
+    """`call` and `functional_call` agree on outputs and on second-order grads."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1)).double()
+    p = ParamDict.from_module(model).detach().requires_grad_()
+    x, y = torch.randn(7, 3, dtype=torch.float64), torch.randn(7, 1).double()
+
+    def meta(run: Callable[[ParamDict], torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        loss = F.mse_loss(run(p), y)
+        fast = p.sub(p.grad(loss, create_graph=True), alpha=0.1)
+        outer = F.mse_loss(run(fast), y)
+        return torch.autograd.grad(outer, tuple(p.values()))
+
+    ours = meta(lambda q: q.call(model, x))
+    ref = meta(lambda q: torch.func.functional_call(model, dict(q), (x,)))
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
+
+
+def test_call_restores_the_module_when_forward_raises() -> None:
+    """An exception inside the forward leaves the module with its own tensors."""
+
+    class Boom(nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            msg = "boom"
+            raise RuntimeError(msg)
+
+    model = Boom(2, 2)
+    before = _snapshot(model)
+    p = ParamDict.from_module(model) * 0
+    with pytest.raises(RuntimeError, match="boom"):
+        p.call(model, torch.ones(1, 2))
+    _assert_unchanged(model, before)
+
+
+def test_call_follows_tied_weights_like_functional_call() -> None:
+    """One alias given: both tied names use it; disagreeing aliases are refused."""
+    model = nn.Sequential(nn.Linear(2, 2, bias=False), nn.Linear(2, 2, bias=False))
+    model[1].weight = model[0].weight
+    before = _snapshot(model)
+    x = torch.randn(3, 2)
+    new = torch.randn(2, 2)
+    expected = x @ new.T @ new.T
+    torch.testing.assert_close(ParamDict({"0.weight": new}).call(model, x), expected)
+    torch.testing.assert_close(
+        torch.func.functional_call(model, {"0.weight": new}, (x,)), expected
+    )
+    same = ParamDict({"0.weight": new, "1.weight": new})
+    torch.testing.assert_close(same.call(model, x), expected)
+    differ = ParamDict({"0.weight": new, "1.weight": new + 1})
+    with pytest.raises(ValueError, match=r"\['0.weight', '1.weight'\] are tied"):
+        differ.call(model, x)
+    _assert_unchanged(model, before)
+
+
+def test_call_reports_a_tensor_the_module_replaced() -> None:
+    """A module that assigns a new buffer: TypeError naming it; module restored."""
+
+    class Counter(nn.Module):
+        count: torch.Tensor
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("count", torch.zeros(()))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.count = self.count + 1
+            return x
+
+    model = Counter()
+    before = _snapshot(model)
+    p = ParamDict.from_module(model, buffers=True)
+    with pytest.raises(TypeError, match=r"replaced \['count'\].*dict\(p\)"):
+        p.call(model, torch.zeros(1))
+    _assert_unchanged(model, before)
+    assert p["count"].item() == 0
+
+
+def test_call_keeps_buffers_updated_in_place() -> None:
+    """BatchNorm's in-place running-stat updates land in the given buffers."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    before = _snapshot(model)
+    p = ParamDict({k: v.detach().clone() for k, v in model.state_dict().items()})
+    d = {k: v.clone() for k, v in p.items()}
+    x = torch.randn(8, 3)
+    torch.testing.assert_close(
+        p.call(model, x), torch.func.functional_call(model, d, (x,))
+    )
+    for k in p:
+        torch.testing.assert_close(p[k], d[k])
+    assert p["1.num_batches_tracked"].item() == 1
+    _assert_unchanged(model, before)
