@@ -330,7 +330,9 @@ def dtensor(rank: int, world_size: int) -> dict[str, Any]:
 
 def docs(rank: int, world_size: int) -> None:
     # Every python block of the page, also those that tests/test_docs.py skips for
-    # needing several processes, as one script.
+    # needing several processes, as one script. (When the page's script still held
+    # its DDP wrapper here, freeing it after the group was destroyed hung now and
+    # then in gloo's shutdown; the page now frees it first.)
     blocks = FENCE.findall(DOCS_PAGE.read_text(encoding="utf-8"))
     script = "\n".join(blocks)
     exec(compile(script, str(DOCS_PAGE), "exec"), {"__name__": "__docs__"})
