@@ -26,26 +26,34 @@ def _slots(module: nn.Module) -> dict[str, _Slot]:
     """Map every parameter and buffer name (tied aliases included) to its slot.
 
     The names are those of `named_parameters(remove_duplicate=False)` and
-    `named_buffers(remove_duplicate=False)`. `call` walks this on every call, so
-    it reads the modules' dicts directly.
+    `named_buffers(remove_duplicate=False)`.
+    """
+    return _walk(module)[0]
+
+
+def _walk(module: nn.Module) -> tuple[dict[str, _Slot], bool]:
+    """`_slots(module)`, and whether any tensor sits in two slots (is tied).
+
+    `call` walks the module on every call, so this reads the modules' dicts
+    directly rather than through `named_modules`.
     """
     slots: dict[str, _Slot] = {}
-    _collect(module, "", slots)
-    return slots
+    seen: set[int] = set()
+    _collect(module, "", slots, seen)
+    return slots, len(seen) < len(slots)
 
 
-def _collect(module: nn.Module, dot: str, slots: dict[str, _Slot]) -> None:
-    params = module._parameters
-    for name, value in params.items():
-        if value is not None:
-            slots[dot + name] = (params, name)
-    buffers = module._buffers
-    for name, buffer in buffers.items():
-        if buffer is not None:
-            slots[dot + name] = (buffers, name)
+def _collect(
+    module: nn.Module, dot: str, slots: dict[str, _Slot], seen: set[int]
+) -> None:
+    for held in (module._parameters, module._buffers):
+        for name, tensor in held.items():
+            if tensor is not None:
+                slots[dot + name] = (held, name)
+                seen.add(id(tensor))
     for name, sub in module._modules.items():
         if sub is not None:
-            _collect(sub, f"{dot}{name}.", slots)
+            _collect(sub, f"{dot}{name}.", slots, seen)
 
 
 def _tensor_at(slot: _Slot) -> Tensor:
@@ -178,18 +186,17 @@ class _ModuleIO(_Container):
         Raises:
             ValueError: For a key the module lacks, or disagreeing tied entries.
         """
-        slots = _slots(module)
+        slots, tied = _walk(module)
         try:
             plan = [(key, *slots[key], value) for key, value in self.items()]
         except KeyError:
             unexpected = [k for k in self._keys if k not in slots]
             raise ValueError(_unexpected_message(module, unexpected, what)) from None
-        held = [_tensor_at(slot) for slot in slots.values()]
-        if len(set(map(id, held))) == len(held):
-            return plan  # nothing is tied
+        if not tied:
+            return plan
         by_tensor: dict[int, list[str]] = {}
-        for name, tensor in zip(slots, held):
-            by_tensor.setdefault(id(tensor), []).append(name)
+        for name, slot in slots.items():
+            by_tensor.setdefault(id(_tensor_at(slot)), []).append(name)
         plan = []
         disagree: set[str] = set()
         for key, value in self.items():
