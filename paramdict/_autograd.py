@@ -22,14 +22,15 @@ class _Autograd(_Container):
 
     __slots__ = ()
 
-    def _frozen_keys(self, what: str, fix: str) -> None:
+    def _frozen_error(self, what: str, fix: str) -> ValueError | None:
+        """The error naming the entries that do not require grad, if any."""
         frozen = sorted(k for k, v in self.items() if not v.requires_grad)
-        if frozen:
-            msg = (
-                f"Cannot take `{what}` with respect to {frozen!r}: they do not require "
-                f"grad. {fix}"
-            )
-            raise ValueError(msg)
+        if not frozen:
+            return None
+        return ValueError(
+            f"Cannot take `{what}` with respect to {frozen!r}: they do not require "
+            f"grad. {fix}"
+        )
 
     def grad(
         self,
@@ -76,28 +77,36 @@ class _Autograd(_Container):
             tensor([2., 4.])
         """
         keys = self._keys
-        values = list(self.values())
-        needs = [v.requires_grad for v in values]
+        values = self._vals
         inputs = values
-        if not all(needs):
-            if not allow_unused:
-                self._frozen_keys(
+        needs: list[bool] = []
+        if allow_unused:
+            needs = [v.requires_grad for v in values]
+            if not all(needs):
+                inputs = [v for v, n in zip(values, needs) if n]
+        found: Sequence[Tensor | None] = ()
+        if inputs:
+            try:
+                found = torch.autograd.grad(
+                    loss,
+                    inputs,
+                    grad_outputs=grad_outputs,
+                    retain_graph=retain_graph,
+                    create_graph=create_graph,
+                    allow_unused=True,
+                    is_grads_batched=is_grads_batched,
+                )
+            except RuntimeError:
+                # torch checks that every input requires grad before running the
+                # graph (which stays intact); name the entries that do not.
+                frozen = self._frozen_error(
                     "grad",
                     "Call `.requires_grad_()` on them, drop them with `.trainable()`, "
                     "or pass `allow_unused=True` to get zeros.",
                 )
-            inputs = [v for v, n in zip(values, needs) if n]
-        found: Sequence[Tensor | None] = ()
-        if inputs:
-            found = torch.autograd.grad(
-                loss,
-                inputs,
-                grad_outputs=grad_outputs,
-                retain_graph=retain_graph,
-                create_graph=create_graph,
-                allow_unused=True,
-                is_grads_batched=is_grads_batched,
-            )
+                if frozen is not None:
+                    raise frozen from None
+                raise
         if len(inputs) != len(values):
             it = iter(found)
             found = [next(it) if n else None for n in needs]
@@ -171,10 +180,12 @@ class _Autograd(_Container):
             >>> w.grad
             tensor([3., 3.])
         """
-        self._frozen_keys(
+        frozen = self._frozen_error(
             "backward",
             "Call `.requires_grad_()` on them or drop them with `.trainable()`.",
         )
+        if frozen is not None:
+            raise frozen
         values = list(self.values())
         torch.autograd.backward(
             loss,

@@ -191,3 +191,14 @@ def test_backward_with_grad_outputs_and_create_graph() -> None:
     g = p.backward(w**3, grad_outputs=torch.ones(2), create_graph=True)
     assert g["w"].requires_grad
     torch.testing.assert_close(g["w"], 3 * w.detach() ** 2)
+
+
+def test_other_autograd_errors_pass_through_unchanged() -> None:
+    """A loss outside the graph is torch's own error; a frozen entry is ours alone."""
+    p = ParamDict(w=torch.ones(2, requires_grad=True))
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        p.grad(torch.ones(()))
+    q = p | {"frozen": torch.ones(2)}
+    with pytest.raises(ValueError, match=r"\['frozen'\]") as info:
+        q.grad((q["w"] * q["frozen"]).sum())
+    assert info.value.__suppress_context__
