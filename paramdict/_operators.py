@@ -330,8 +330,11 @@ class _Operators(_Container):
             >>> p.add(p, alpha=0.5)["w"]
             tensor([1.5000, 3.0000])
         """
-        out = self._add_paired(other, alpha, False)
-        return self._axpy(other, alpha, "`add`") if out is None else out
+        if type(alpha) is float or type(alpha) is int:
+            out = self._add_paired(other, alpha)
+            if out is not None:
+                return out
+        return self._axpy(other, alpha, "`add`")
 
     def sub(self, other: Operand, /, *, alpha: float | Tensor = 1) -> Self:
         """Return `self - alpha * other`, like `torch.sub`; `self` is unchanged.
@@ -357,28 +360,29 @@ class _Operators(_Container):
             >>> p.sub(g, alpha=0.25)["w"]
             tensor([0., 1.])
         """
-        out = self._add_paired(other, alpha, True)
-        return self._axpy(other, alpha, "`sub`", negate=True) if out is None else out
+        if type(alpha) is float or type(alpha) is int:
+            out = self._add_paired(other, -alpha)
+            if out is not None:
+                return out
+        return self._axpy(other, alpha, "`sub`", negate=True)
 
-    def _add_paired(self, other: object, alpha: object, negate: bool) -> Self | None:
-        """Return `self ± alpha * other` in one kernel call, or `None`.
+    def _add_paired(self, other: object, alpha: float) -> Self | None:
+        """Return `self + alpha * other` in one kernel call, or `None`.
 
         The optimizer step `p.sub(g, alpha=lr)` goes straight to the kernel when
-        `alpha` is a plain number and `other` a ParamDict with the same keys. In
-        every other case, and when the kernel refuses (an error to explain, or
-        batched tensors under vmap), it returns `None` for `_axpy` to handle.
+        `alpha` is a plain number (checked by the caller) and `other` a ParamDict
+        with the same keys; this path is kept short, as it is most of the cost of
+        a step on few, large tensors. In every other case, and when the kernel
+        refuses (an error to explain, or batched tensors under vmap), it returns
+        `None` for `_axpy` to handle.
         """
-        if not (type(alpha) is float or type(alpha) is int) or not isinstance(
-            other, _Container
-        ):
+        if not isinstance(other, _Container):
             return None
         keys = self._keys
         if other._keys is not keys and other._keys != keys:
             return None
         values = self._vals
         theirs = other._vals
-        if negate:
-            alpha = -alpha
         out: Sequence[Tensor]
         try:
             if (
@@ -392,7 +396,12 @@ class _Operators(_Container):
                 out = torch._foreach_add(values, theirs, alpha=alpha)
         except RuntimeError:
             return None
-        return self._derive(out)
+        # `_derive`, inlined.
+        obj = dict.__new__(type(self))
+        dict.update(obj, zip(keys, out))
+        obj._keys = keys
+        obj._vals = out if type(out) is list else list(out)
+        return obj
 
     def _axpy(
         self, other: object, alpha: object, what: str, *, negate: bool = False
