@@ -301,7 +301,7 @@ class _Container(dict[str, Tensor]):
         if isinstance(other, _Container) and (
             other._keys is self._keys or other._keys == self._keys
         ):
-            return list(other.values())
+            return other._vals  # callers only read it
         if len(other) == len(self._keys):
             try:
                 return [other[k] for k in self._keys]

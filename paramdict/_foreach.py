@@ -112,23 +112,23 @@ def _records_needlessly(
     first = values[0]
     if not isinstance(first, Tensor):
         return False
-    shared_constant = isinstance(other, Tensor) and not other.requires_grad
+    head = other[0] if isinstance(other, list) and other else other
+    other_records = isinstance(head, Tensor) and head.requires_grad
+    if not (first.requires_grad or other_records) or not torch.is_grad_enabled():
+        return False  # nothing is recorded: the common case, decided first
     if isinstance(other, list):
         if len(other) != len(values):
             return False  # let the kernel raise its error
-        other = other[0]
-        shared_constant = False
-    if isinstance(other, Tensor) and not shared_constant:
-        # mul and div by tensors save them per entry too: nothing to gain.
-        records = op in _LINEAR and (first.requires_grad or other.requires_grad)
+        # mul and div by tensors save them per entry too: nothing to gain; with
+        # per-entry numbers, the entry decides.
+        records = op in _LINEAR if isinstance(head, Tensor) else first.requires_grad
+    elif isinstance(other, Tensor) and other_records:
+        records = op in _LINEAR
     else:
+        # A number, or one shared 0-dim tensor that does not require grad (the
+        # form numbers take on CPU).
         records = first.requires_grad
-    return (
-        records
-        and torch.is_grad_enabled()
-        and first.is_cpu
-        and (not kwargs or list(kwargs) == ["alpha"])
-    )
+    return records and first.is_cpu and (not kwargs or list(kwargs) == ["alpha"])
 
 
 def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:

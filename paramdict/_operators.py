@@ -10,6 +10,8 @@ less memory alive for the backward pass (see `_foreach.call`).
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Number
 from typing import Any, TypeAlias, cast
@@ -74,10 +76,14 @@ def _same_dtype_scalar(values: list[Tensor], number: float) -> Any:
     number a few microseconds per tensor slower than by a 0-dim tensor of the
     tensor's own dtype (the number takes a casting loop), with bitwise the same
     result. Only CPU entries of one such dtype qualify, and only in plain eager
-    mode: while compiling, or under a dispatch mode (fake tensors, profilers,
-    op counters), the number is passed on as it is.
+    mode: while compiling, under a dispatch mode (fake tensors, profilers, op
+    counters) or in inference mode, the number is passed on as it is.
     """
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack()
+        or torch.is_inference_mode_enabled()
+    ):
         return number
     first = values[0]
     dtype = first.dtype
@@ -86,7 +92,18 @@ def _same_dtype_scalar(values: list[Tensor], number: float) -> Any:
     for value in values:
         if value.dtype is not dtype or not value.is_cpu:
             return number
-    return torch.full((), number, dtype=dtype)
+    # The sign goes into the key: `-0.0 == 0.0`, but they scale differently.
+    return _cpu_scalar(number, math.copysign(1.0, number), dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _cpu_scalar(number: float, sign: float, dtype: torch.dtype) -> Tensor:
+    """A 0-dim CPU tensor holding `number`, made once per value (never written to).
+
+    Creating one costs more than the multiplication it speeds up on small
+    entries, and an optimizer reuses a handful of numbers step after step.
+    """
+    return torch.full((), number, dtype=dtype, device="cpu")
 
 
 def _where(

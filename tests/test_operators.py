@@ -320,3 +320,30 @@ def test_learnable_scalar_tensor_gets_gradients(expr: Any) -> None:
     total = sum(expr(v, lr_ref).sum() for v in p.values())  # the same ops on tensors
     (want,) = torch.autograd.grad(total, lr_ref)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_scaling_by_numbers_matches_torch_bit_for_bit_in_every_mode() -> None:
+    """Signed zeros, inference mode and a default-device context scale as torch does.
+
+    On CPU, numbers reach the kernels as cached 0-dim tensors; none of these may
+    change a result or leak into a later recorded step.
+    """
+    w = torch.tensor([1.5, -2.0, 0.0])
+    p = ParamDict(w=w)
+    for number in (0.0, -0.0, 3.25, -7, float("inf"), float("nan")):
+        got = (p * number)["w"]
+        want = w * number
+        assert torch.equal(got.isnan(), want.isnan()), number
+        kept = ~want.isnan()
+        assert torch.equal(got[kept], want[kept]), number
+        assert torch.equal(got[kept].signbit(), want[kept].signbit()), number
+    with torch.inference_mode():
+        inferred = p * 0.3141
+    assert torch.equal(inferred["w"], w * 0.3141)
+    leaf = ParamDict(w=w.clone().requires_grad_())
+    (g,) = torch.autograd.grad((leaf * 0.3141)["w"].sum(), leaf["w"])  # after it
+    assert torch.equal(g, torch.full((3,), 0.3141))
+    with torch.device("meta"):
+        scaled = p * 0.2718
+    assert scaled["w"].device.type == "cpu"
+    assert torch.equal(scaled["w"], w * 0.2718)
