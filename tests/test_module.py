@@ -15,6 +15,21 @@ needs_dict_subclass_tracing = pytest.mark.skipif(
 )
 
 
+class Counter(nn.Module):
+    """Counts its calls by assigning a new buffer (not by updating it in place)."""
+
+    count: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return `x`, counting the call."""
+        self.count = self.count + 1
+        return x
+
+
 def _mlp() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
@@ -165,18 +180,6 @@ def test_batchnorm_buffers_through_functional_call() -> None:
 
 def test_module_replacing_a_buffer_inside_functional_call_is_reported() -> None:
     """A module that swaps a buffer object cannot write it back into a ParamDict."""
-
-    class Counter(nn.Module):
-        count: torch.Tensor
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.register_buffer("count", torch.zeros(()))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            self.count = self.count + 1
-            return x
-
     model = Counter()
     p = ParamDict.from_module(model, buffers=True)
     with pytest.raises(TypeError, match=r"would change \['count'\].*dict\(p\)"):
@@ -357,18 +360,6 @@ def test_call_follows_tied_weights_like_functional_call() -> None:
 
 def test_call_reports_a_tensor_the_module_replaced() -> None:
     """A module that assigns a new buffer: TypeError naming it; module restored."""
-
-    class Counter(nn.Module):
-        count: torch.Tensor
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.register_buffer("count", torch.zeros(()))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            self.count = self.count + 1
-            return x
-
     model = Counter()
     before = _snapshot(model)
     p = ParamDict.from_module(model, buffers=True)
