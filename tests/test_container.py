@@ -226,6 +226,8 @@ def test_every_way_of_building_keeps_the_value_order_in_step() -> None:
         "pickle": pickle.loads(pickle.dumps(p.detach())),
         "torch.load": torch.load(buf, weights_only=True),
         "union": p | {"0.bias": torch.zeros(3)},
+        "reflected union": {"extra": torch.zeros(1)} | p,
+        "fromkeys": ParamDict.fromkeys(p, torch.zeros(())),
         "select": p.select("*.weight"),
         "exclude": p.exclude("*.weight"),
         "scoped": p.scoped("0"),
