@@ -384,3 +384,27 @@ def test_call_keeps_buffers_updated_in_place() -> None:
         torch.testing.assert_close(p[k], d[k])
     assert p["1.num_batches_tracked"].item() == 1
     _assert_unchanged(model, before)
+
+
+def test_call_runs_parametrized_modules_like_functional_call() -> None:
+    """Weight-normed and user-parametrized weights: as with functional_call."""
+    torch.manual_seed(0)
+    normed = nn.utils.parametrizations.weight_norm(nn.Linear(3, 2))
+
+    class Symmetric(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.triu() + x.triu(1).T
+
+    sym = nn.Linear(3, 3)
+    nn.utils.parametrize.register_parametrization(sym, "weight", Symmetric())
+    x = torch.randn(4, 3)
+    for model in (normed, sym):
+        before = _snapshot(model)
+        p = ParamDict.from_module(model).detach() * 1.5
+        assert any(k.startswith("parametrizations.") for k in p)
+        got = p.call(model, x)
+        torch.testing.assert_close(
+            got, torch.func.functional_call(model, dict(p), (x,))
+        )
+        assert not torch.allclose(got, model(x))
+        _assert_unchanged(model, before)
