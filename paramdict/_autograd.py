@@ -76,7 +76,6 @@ class _Autograd(_Container):
             >>> p.grad((p["w"] ** 2).sum())["w"]
             tensor([2., 4.])
         """
-        keys = self._keys
         values = self._vals
         inputs = values
         needs: list[bool] = []
@@ -114,13 +113,8 @@ class _Autograd(_Container):
             if g is None:
                 found = self._fill_unused(found, values, allow_unused=allow_unused)
                 break
-        # `_from_parts`, inlined: this runs twice per MAML task.
-        obj = dict.__new__(type(self))
-        dict.update(obj, zip(keys, found))
-        obj._keys = keys
         # Every entry is a tensor by now (`_fill_unused` replaced the `None`s).
-        obj._vals = cast("list[Tensor]", found if type(found) is list else list(found))
-        return obj
+        return self._derive(cast("Sequence[Tensor]", found))
 
     def _fill_unused(
         self,

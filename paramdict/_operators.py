@@ -388,10 +388,10 @@ class _Operators(_Container):
 
         The optimizer step `p.sub(g, alpha=lr)` goes straight to the kernel when
         `alpha` is a plain number (checked by the caller) and `other` a ParamDict
-        with the same keys; this path is kept short, as it is most of the cost of
-        a step on few, large tensors. In every other case, and when the kernel
-        refuses (an error to explain, or batched tensors under vmap), it returns
-        `None` for `_axpy` to handle.
+        with the same keys; with few, large tensors this path is most of the cost
+        beyond the kernel, so it stays short. In every other case, and when the
+        kernel refuses (an error to explain, or batched tensors under vmap), it
+        returns `None` for `_axpy` to handle.
         """
         if not isinstance(other, _Container):
             return None
@@ -413,12 +413,7 @@ class _Operators(_Container):
                 out = torch._foreach_add(values, theirs, alpha=alpha)
         except RuntimeError:
             return None
-        # `_derive`, inlined.
-        obj = dict.__new__(type(self))
-        dict.update(obj, zip(keys, out))
-        obj._keys = keys
-        obj._vals = out if type(out) is list else list(out)
-        return obj
+        return self._derive(out)
 
     def _axpy(
         self, other: object, alpha: object, what: str, *, negate: bool = False
