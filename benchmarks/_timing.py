@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -26,6 +32,7 @@ __all__ = [
     "compare",
     "format_seconds",
     "format_table",
+    "run_fresh",
     "single_thread",
     "torch_threads",
 ]
@@ -183,3 +190,31 @@ def format_table(
                 f"{timing.spread:.1%} | {timing.median / base:.2f}x |"
             )
     return "\n".join(lines)
+
+
+def run_fresh(args: Sequence[str], *, threads: int, what: str) -> Any:
+    """Run `python ARGS` in a fresh process from the repository root; parse its answer.
+
+    The process sees the checkout on `PYTHONPATH` and `threads` intra-op threads, and
+    answers with JSON on its last line of output.
+
+    Raises:
+        RuntimeError: If the process fails; the message holds its standard error.
+    """
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    done = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        check=False,
+    )
+    if done.returncode != 0:
+        msg = f"{what} in a fresh process failed:\n{done.stderr}"
+        raise RuntimeError(msg)
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -8,16 +8,11 @@ process of each runs first so the files are in the page cache. Part of
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 from . import _peers
 from ._report import OURS, Config, Row, Section, Target
-from ._timing import format_seconds
+from ._timing import format_seconds, run_fresh
 
 __all__ = ["measure"]
 
@@ -36,23 +31,11 @@ LIMIT = 0.050
 
 def _sample(module: str, threads: int) -> tuple[float, float]:
     """Return `(import torch, import module after torch)` in a fresh process."""
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+    torch_time, module_time = run_fresh(
+        ["-c", _WORKER.format(module=module)],
+        threads=threads,
+        what=f"Importing {module}",
     )
-    done = subprocess.run(
-        [sys.executable, "-c", _WORKER.format(module=module)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,
-        check=False,
-    )
-    if done.returncode != 0:
-        msg = f"Importing {module} in a fresh process failed:\n{done.stderr}"
-        raise RuntimeError(msg)
-    torch_time, module_time = json.loads(done.stdout.strip().splitlines()[-1])
     return float(torch_time), float(module_time)
 
 

@@ -36,7 +36,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -52,6 +51,7 @@ from . import _peers
 from ._agree import check_agreement
 from ._report import OURS, Config, Row, Section, format_bytes, ratio_target
 from ._sinusoid import INNER_LR, TASKS, Task, make_model, sample_tasks
+from ._timing import run_fresh
 
 __all__ = ["VARIANTS", "measure", "measure_memory"]
 
@@ -294,23 +294,11 @@ def _memory_worker(name: str) -> dict[str, Any]:
 
 
 def _run_worker(name: str, threads: int) -> dict[str, Any]:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    root = Path(__file__).resolve().parent.parent
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+    result: dict[str, Any] = run_fresh(
+        ["-m", "benchmarks.maml", "--peak-memory", name],
+        threads=threads,
+        what=f"The memory worker for {name}",
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.maml", "--peak-memory", name],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,
-        check=False,
-    )
-    if done.returncode != 0:
-        msg = f"The memory worker for {name} failed:\n{done.stderr}"
-        raise RuntimeError(msg)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
