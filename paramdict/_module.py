@@ -61,6 +61,23 @@ def _tensor_at(slot: _Slot) -> Tensor:
     return found
 
 
+_Plan = list[tuple[str, dict[str, Any], str, Tensor]]
+"""Which tensor goes where: `(name, slot dict, attribute, tensor)` per slot."""
+
+
+def _put(plan: _Plan) -> list[tuple[dict[str, Any], str, Tensor]]:
+    """Write the plan's tensors into their slots; return what they held."""
+    originals = [(held, name, held[name]) for _, held, name, _ in plan]
+    for _, held, name, value in plan:
+        held[name] = value
+    return originals
+
+
+def _restore(originals: list[tuple[dict[str, Any], str, Tensor]]) -> None:
+    for held, name, original in originals:
+        held[name] = original
+
+
 def _unexpected_message(module: nn.Module, unexpected: list[str], what: str) -> str:
     return (
         f"{what}: {type(module).__name__} has no parameter or buffer named "
@@ -141,19 +158,15 @@ class _ModuleIO(_Container):
             try:
                 return torch.func.functional_call(module, self, args, kwargs)
             except (AttributeError, RuntimeError, KeyError) as err:
-                slots = _slots(module)
-                unexpected = [k for k in self._keys if k not in slots]
-                if unexpected:
-                    msg = _unexpected_message(module, unexpected, "`call`")
-                    raise ValueError(msg) from err
+                unexpected = self._unexpected_in(_slots(module), module, "`call`")
+                if unexpected is not None:
+                    raise unexpected from err
                 raise
         # Eagerly, swap the tensors in directly: the same result as
         # `functional_call`, without its per-call reparametrization machinery.
         plan = self._swap_plan(module, "`call`", ties_agree=True)
-        originals = [(held, name, held[name]) for _, held, name, _ in plan]
+        originals = _put(plan)
         try:
-            for _, held, name, value in plan:
-                held[name] = value
             out = module(*args, **kwargs)
             replaced = [
                 key
@@ -161,8 +174,7 @@ class _ModuleIO(_Container):
                 if held.get(name) is not value and key in self
             ]
         finally:
-            for held, name, original in originals:
-                held[name] = original
+            _restore(originals)
         if replaced:
             msg = (
                 f"`call`: {type(module).__name__} replaced {sorted(replaced)!r} "
@@ -176,8 +188,8 @@ class _ModuleIO(_Container):
 
     def _swap_plan(
         self, module: nn.Module, what: str, *, ties_agree: bool = False
-    ) -> list[tuple[str, dict[str, Any], str, Tensor]]:
-        """Which tensor goes into which slot: `(name, slot dict, attribute, value)`.
+    ) -> _Plan:
+        """Which tensor goes into which slot.
 
         Tied aliases of a given name (one tensor under several names) follow it
         unless they are given too; with `ties_agree`, given aliases must hold the
@@ -190,8 +202,9 @@ class _ModuleIO(_Container):
         try:
             plan = [(key, *slots[key], value) for key, value in self.items()]
         except KeyError:
-            unexpected = [k for k in self._keys if k not in slots]
-            raise ValueError(_unexpected_message(module, unexpected, what)) from None
+            error = self._unexpected_in(slots, module, what)
+            assert error is not None  # some key was not found
+            raise error from None
         if not tied:
             return plan
         by_tensor: dict[int, list[str]] = {}
@@ -213,6 +226,15 @@ class _ModuleIO(_Container):
             )
             raise ValueError(msg)
         return plan
+
+    def _unexpected_in(
+        self, slots: dict[str, _Slot], module: nn.Module, what: str
+    ) -> ValueError | None:
+        """The error naming the keys that are not among `slots`, if any."""
+        unexpected = [k for k in self._keys if k not in slots]
+        if not unexpected:
+            return None
+        return ValueError(_unexpected_message(module, unexpected, what))
 
     @contextlib.contextmanager
     def swapped_into(self, module: nn.Module, /) -> Iterator[nn.Module]:
@@ -243,15 +265,11 @@ class _ModuleIO(_Container):
             >>> model.weight is ParamDict.from_module(model)["weight"]
             True
         """
-        plan = self._swap_plan(module, "`swapped_into`")
-        originals = [(held, name, held[name]) for _, held, name, _ in plan]
+        originals = _put(self._swap_plan(module, "`swapped_into`"))
         try:
-            for _, held, name, value in plan:
-                held[name] = value
             yield module
         finally:
-            for held, name, original in originals:
-                held[name] = original
+            _restore(originals)
 
     def to_module(self, module: nn.Module, /, *, strict: bool = True) -> None:
         """Copy the values into the module's existing tensors, in place.
