@@ -239,16 +239,13 @@ class _Operators(_Container):
                 return ValueError(msg)
         return err
 
-    def _values(self) -> list[Tensor]:
-        return self._vals
-
     # ------------------------------------------------------------ binary operators
 
     def __add__(self, other: Operand) -> Self:
         arg = self._operand(other, "`+`")
         if arg is NotImplemented:
             return NotImplemented
-        return self._run(torch._foreach_add, self._values(), arg)
+        return self._run(torch._foreach_add, self._vals, arg)
 
     __radd__ = __add__
 
@@ -256,21 +253,21 @@ class _Operators(_Container):
         arg = self._operand(other, "`-`")
         if arg is NotImplemented:
             return NotImplemented
-        return self._run(torch._foreach_sub, self._values(), arg)
+        return self._run(torch._foreach_sub, self._vals, arg)
 
     def __rsub__(self, other: Operand) -> Self:
         arg = self._operand(other, "`-`")
         if arg is NotImplemented:
             return NotImplemented
         if _holds_tensors(arg):
-            return self._run(torch._foreach_sub, arg, self._values())
+            return self._run(torch._foreach_sub, arg, self._vals)
         # No foreach kernel takes numbers on the left: negate, then add.
         neg = self._unary(torch._foreach_neg)
-        return neg._run(torch._foreach_add, neg._values(), arg)
+        return neg._run(torch._foreach_add, neg._vals, arg)
 
     def _scale(self, op: Callable[..., Sequence[Tensor]], arg: Any) -> Self:
         """Run `_foreach_mul` or `_foreach_div` with an argument from `_operand`."""
-        values = self._values()
+        values = self._vals
         kind = type(arg)
         if (kind is float or kind is int) and values:
             arg = _same_dtype_scalar(values, arg)
@@ -295,16 +292,16 @@ class _Operators(_Container):
         if arg is NotImplemented:
             return NotImplemented
         if _holds_tensors(arg):
-            return self._run(torch._foreach_div, arg, self._values())
+            return self._run(torch._foreach_div, arg, self._vals)
         # No foreach kernel takes numbers on the left: invert, then scale.
         inv = self._unary(torch._foreach_reciprocal)
-        return inv._run(torch._foreach_mul, inv._values(), arg)
+        return inv._run(torch._foreach_mul, inv._vals, arg)
 
     def __pow__(self, exponent: Operand) -> Self:
         arg = self._operand(exponent, "`**`")
         if arg is NotImplemented:
             return NotImplemented
-        return self._run(torch._foreach_pow, self._values(), arg)
+        return self._run(torch._foreach_pow, self._vals, arg)
 
     def __rpow__(self, base: Operand) -> Self:
         arg = self._operand(base, "`**`")
@@ -312,7 +309,7 @@ class _Operators(_Container):
             return NotImplemented
         if isinstance(arg, list) and not _holds_tensors(arg):
             arg = [torch.as_tensor(b) for b in arg]  # no kernel takes a number list
-        return self._run(torch._foreach_pow, arg, self._values())
+        return self._run(torch._foreach_pow, arg, self._vals)
 
     def __neg__(self) -> Self:
         return self._unary(torch._foreach_neg)
@@ -419,7 +416,7 @@ class _Operators(_Container):
         self, other: object, alpha: object, what: str, *, negate: bool = False
     ) -> Self:
         arg = self._operand_or_raise(other, what)
-        values = self._values()
+        values = self._vals
         if isinstance(alpha, Tensor):
             # A tensor `alpha` must stay in the graph, so scale first, then add.
             if alpha.dim() != 0:
@@ -499,7 +496,7 @@ class _Operators(_Container):
             tensor([1., 4.])
         """
         arg = self._operand_or_raise(exponent, "`pow`")
-        return self._run(torch._foreach_pow, self._values(), arg)
+        return self._run(torch._foreach_pow, self._vals, arg)
 
     def lerp(self, end: Mapping[str, Tensor], /, weight: Operand) -> Self:
         """Return `self + weight * (end - self)`, like `torch.lerp`.
@@ -524,7 +521,7 @@ class _Operators(_Container):
         """
         ends = self._aligned(end, what="`lerp`")
         w = self._operand_or_raise(weight, "`lerp`")
-        values = self._values()
+        values = self._vals
         if isinstance(w, list) and not _holds_tensors(w):
             # Per-key numbers become 0-dim tensors: every supported torch has the
             # tensor-list kernel, the number-list one exists from torch 2.6 on.
@@ -545,7 +542,7 @@ class _Operators(_Container):
         a = self._aligned(t1, what=what)
         b = self._aligned(t2, what=what)
         v = self._operand_or_raise(value, what)
-        values = self._values()
+        values = self._vals
         if _holds_tensors(v):
             # A tensor `value` stays differentiable: form the product, then scale.
             combine = (
@@ -616,7 +613,7 @@ class _Operators(_Container):
         return self._addc(torch._foreach_addcdiv, tensor1, tensor2, value, "`addcdiv`")
 
     def _unary(self, op: Callable[[list[Tensor]], Sequence[Tensor]]) -> Self:
-        return self._run(op, self._values())
+        return self._run(op, self._vals)
 
     def sqrt(self) -> Self:
         """Return the elementwise square root (`torch.sqrt`) as a new ParamDict.
@@ -643,7 +640,7 @@ class _Operators(_Container):
             >>> ParamDict(w=torch.tensor([4.0])).rsqrt()["w"]
             tensor([0.5000])
         """
-        return self._run(torch._foreach_pow, self._values(), -0.5)
+        return self._run(torch._foreach_pow, self._vals, -0.5)
 
     def exp(self) -> Self:
         """Return the elementwise exponential (`torch.exp`) as a new ParamDict.
@@ -751,7 +748,7 @@ class _Operators(_Container):
     def _bound(
         self, op: Callable[..., Sequence[Tensor]], other: object, what: str
     ) -> Self:
-        return self._run(op, self._values(), self._operand_or_raise(other, what))
+        return self._run(op, self._vals, self._operand_or_raise(other, what))
 
     def maximum(self, other: Operand, /) -> Self:
         """Return the elementwise maximum with `other`, like `torch.maximum`.
@@ -826,4 +823,4 @@ class _Operators(_Container):
             raise TypeError(msg)
         arg = self._operand_or_raise(other, "`where`")
         others = arg if isinstance(arg, list) else [arg] * len(self)
-        return self._compose(_where, conds, self._values(), others)
+        return self._compose(_where, conds, self._vals, others)
