@@ -180,7 +180,7 @@ class _Autograd(_Container):
         )
         if frozen is not None:
             raise frozen
-        values = list(self.values())
+        values = self._vals
         torch.autograd.backward(
             loss,
             grad_tensors=grad_outputs,

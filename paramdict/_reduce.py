@@ -84,7 +84,7 @@ class _Reduce(_Container):
 
     def _on_one_device(self, what: str, *others: list[Tensor]) -> list[Tensor]:
         """Return the values, after checking they (and `others`) share one device."""
-        values = list(self.values())
+        values = self._vals
         if not values:
             return values
         device = values[0].device
@@ -208,7 +208,7 @@ class _Reduce(_Container):
             tensor(4.)
         """
         order = _check_p(p, "norm")
-        values = list(self.values())
+        values = self._vals
         flat = _flattened(values) if values else None
         if flat is not None:
             if not flat.numel():  # the max of nothing is undefined
@@ -339,7 +339,7 @@ class _Reduce(_Container):
             msg = f"`clip_norm` takes a non-negative `max_norm`, got {limit!r}."
             raise ValueError(msg)
         total = self.norm(p)
-        values = list(self.values())
+        values = self._vals
         if not values:
             return self._derive(())
         coef = torch.clamp(max_norm / (total + _CLIP_EPS), max=1.0)
