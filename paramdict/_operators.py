@@ -410,7 +410,13 @@ class _Operators(_Container):
                 out = torch._foreach_add(values, theirs, alpha=alpha)
         except RuntimeError:
             return None
-        return self._derive(out)
+        # `_derive`, inlined: on this path the extra call measured about 1% of a
+        # step on 8 x 1,600 entries (`python -m benchmarks --only update`).
+        obj = dict.__new__(type(self))
+        dict.update(obj, zip(keys, out))
+        obj._keys = keys
+        obj._vals = list(out)
+        return obj
 
     def _axpy(
         self, other: object, alpha: object, what: str, *, negate: bool = False
