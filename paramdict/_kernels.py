@@ -15,6 +15,9 @@ Two fast paths live here, each kept for a measured gain
   faster on small entries.
 - `add_paired`: `p.sub(g, alpha=lr)` with a number `lr` and a ParamDict `g` with the
   same keys goes to the kernel with no operand handling: 13% of the step at 8 entries.
+
+Building results inline instead of through `_Container._from_parts` was measured at
+about 1% (0.1 us of 10 us at 8 x 1,600) and is no longer done.
 """
 
 from __future__ import annotations
@@ -228,8 +231,19 @@ def add_paired(p: _Container, other: object, alpha: float) -> list[Tensor] | Non
         return None
     if other._keys is not p._keys and other._keys != p._keys:
         return None
+    values = p._vals
+    theirs = other._vals
     try:
-        return call(torch._foreach_add, p._vals, other._vals, alpha=alpha)
+        if (
+            values
+            and (values[0].requires_grad or theirs[0].requires_grad)
+            and torch.is_grad_enabled()
+        ):
+            # Recorded: `call` may run per entry, to keep less memory alive.
+            return call(torch._foreach_add, values, theirs, alpha=alpha)
+        # Not recorded: the kernel itself. Going through `call` costs 0.5 to 0.7 us
+        # more, 5% to 7% of the step on 8 x 1,600 entries.
+        return list(torch._foreach_add(values, theirs, alpha=alpha))
     except RuntimeError:
         return None
 
