@@ -39,9 +39,11 @@ Example:
 
 from __future__ import annotations
 
+from ._base import TorchOptimizer
 from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
+from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._protocol import Optimizer
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
@@ -56,10 +58,14 @@ __all__ = [
     "AdamState",
     "AdamW",
     "ClipGradNorm",
+    "InPlaceKernels",
+    "Kernels",
     "Optimizer",
     "ParamGroups",
     "RMSprop",
     "RMSpropState",
     "Rate",
+    "RecordedKernels",
     "SGDState",
+    "TorchOptimizer",
 ]

@@ -9,13 +9,13 @@ import attrs
 from torch import Tensor
 
 from .._paramdict import ParamDict
+from ._kernels import Kernels
 from ._keyed import subset
 from ._protocol import Optimizer
 
 __all__ = ["ParamGroups"]
 
 S = TypeVar("S")
-P = TypeVar("P", bound=ParamDict)
 
 _Patterns = tuple[str, ...]
 _Routes = tuple[tuple[str, ...], ...]
@@ -78,6 +78,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
 
     groups: tuple[tuple[_Patterns, Optimizer[S]], ...]
     default: Optimizer[S] | None
+    differentiable: bool
     _routes: dict[tuple[str, ...], _Routes] = attrs.field(
         init=False, factory=dict, repr=False
     )
@@ -109,14 +110,8 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 "here. Set the same value on every optimizer."
             )
             raise ValueError(msg)
-        self.__attrs_init__(pairs, default)
-
-    @property
-    def differentiable(self) -> bool:
-        """Whether `step` keeps the graph, as every member optimizer agrees."""
-        members = self._members()
-        # `len`, not `bool`: dynamo before torch 2.9 cannot trace `bool` of a list.
-        return len(members) > 0 and members[0].differentiable
+        # Whether `step` keeps the graph, as every member optimizer agrees.
+        self.__attrs_init__(pairs, default, bool(flags) and flags.pop())
 
     def _members(self) -> list[Optimizer[S]]:
         members = [opt for _, opt in self.groups]
@@ -188,24 +183,38 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             opt.init(subset(params, keys)) for opt, keys in zip(self._members(), routes)
         )
 
-    def _update(
-        self, params: P, grads: ParamDict, state: tuple[S, ...], /
-    ) -> tuple[P, tuple[S, ...]]:
+    def check_state(self, params: ParamDict, state: tuple[S, ...], /) -> None:
+        """Check that `state` has one state per group, each checked by its group."""
         routes = self._routes_for(params)
+        if not isinstance(state, tuple):
+            msg = (
+                f"The state of these ParamGroups is a tuple of {len(routes)} group "
+                f"states, got {type(state).__name__}. Use the state from this "
+                "optimizer's `init`."
+            )
+            raise TypeError(msg)
         if len(state) != len(routes):
             msg = (
                 f"The state has {len(state)} entries but these ParamGroups have "
                 f"{len(routes)} groups. Use the state from this optimizer's `init`."
             )
             raise ValueError(msg)
+        for opt, keys, sub_state in zip(self._members(), routes, state):
+            opt.check_state(subset(params, keys), sub_state)
+
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: tuple[S, ...], ops: Kernels, /
+    ) -> tuple[ParamDict, tuple[S, ...]]:
+        """Run each group's rule on its entries; merge in the parameters' order."""
+        routes = self._routes_for(params)
         merged: dict[str, Tensor] = {}
         states = []
         for opt, keys, sub_state in zip(self._members(), routes, state):
             if not keys:  # a group whose patterns only match keys taken before
                 states.append(sub_state)
                 continue
-            new, new_state = opt._update(
-                subset(params, keys), subset(grads, keys), sub_state
+            new, new_state = opt.update(
+                ops.subset(params, keys), ops.subset(grads, keys), sub_state, ops
             )
             merged.update(new)
             states.append(new_state)

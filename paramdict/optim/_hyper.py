@@ -176,7 +176,8 @@ def quotient(rate: Rate, divisor: Tensor) -> Tensor | ParamDict:
     if isinstance(rate, ParamDict):
         return rate.div(divisor)
     if isinstance(rate, Tensor):
-        return rate / divisor
+        # torch.optim divides a tensor rate by a Python float: in the rate's dtype.
+        return rate / divisor.to(rate.dtype)
     # `number / tensor` would be `reciprocal(tensor) * number`, rounded twice.
     return torch.div(divisor.new_full((), rate), divisor)
 
