@@ -186,7 +186,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     def check_state(self, params: ParamDict, state: tuple[S, ...], /) -> None:
         """Check that `state` has one state per group, each checked by its group."""
         routes = self._routes_for(params)
-        if not isinstance(state, tuple):
+        if not isinstance(state, tuple) or hasattr(state, "_fields"):
             msg = (
                 f"The state of these ParamGroups is a tuple of {len(routes)} group "
                 f"states, got {type(state).__name__}. Use the state from this "

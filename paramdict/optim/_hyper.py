@@ -11,6 +11,7 @@ step counter, the numbers torch computes with Python floats.
 
 from __future__ import annotations
 
+import math
 from numbers import Real
 from typing import Any, TypeAlias, TypeVar
 
@@ -61,10 +62,13 @@ def check_number(instance: object, attribute: Any, value: Any) -> None:
 
 
 def check_non_negative(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is a number `>= 0`, naming the argument."""
+    """Raise unless `value` is a finite number `>= 0`, naming the argument."""
     check_number(instance, attribute, value)
     if not value >= 0:
         msg = f"`{attribute.name}` must be non-negative, got {value!r}."
+        raise ValueError(msg)
+    if not math.isfinite(value):
+        msg = f"`{attribute.name}` must be finite, got {value!r}."
         raise ValueError(msg)
 
 

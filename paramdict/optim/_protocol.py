@@ -147,6 +147,12 @@ class Optimizer(abc.ABC, Generic[S]):
                 f"{type(params).__name__}. Wrap them: `ParamDict(params)`."
             )
             raise TypeError(msg)
+        if not isinstance(grads, Mapping):
+            msg = (
+                "`grads` must be a mapping from each parameter's key to its "
+                f"gradient (a ParamDict or dict), got {type(grads).__name__}."
+            )
+            raise TypeError(msg)
         aligned = aligned_grads(params, grads)
         check_grads(params, aligned)
         self.check_state(params, state)
