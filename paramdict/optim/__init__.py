@@ -44,7 +44,7 @@ from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
 from ._kernels import InPlaceKernels, Kernels, RecordedKernels
-from ._protocol import Optimizer
+from ._protocol import Optimizer, register_state
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
 from .rmsprop import RMSprop, RMSpropState
@@ -68,4 +68,5 @@ __all__ = [
     "RecordedKernels",
     "SGDState",
     "TorchOptimizer",
+    "register_state",
 ]

@@ -10,7 +10,7 @@ first state (`init_state`) and its rule (`update`).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -106,7 +106,8 @@ class TorchOptimizer(Optimizer[S]):
             >>> optim.SGD().init(ParamDict(w=torch.ones(2))).step
             tensor(0., dtype=torch.float64)
         """
-        if not isinstance(params, ParamDict):
+        given = cast(object, params)  # checked here: annotations are promises
+        if not isinstance(given, ParamDict):
             msg = (
                 f"`init` takes the parameters as a ParamDict, got "
                 f"{type(params).__name__}. Wrap them: `ParamDict(params)`."
@@ -143,21 +144,22 @@ class TorchOptimizer(Optimizer[S]):
             ValueError: If a buffer's keys, shapes or dtypes are not `params`'.
         """
         expected = type(self).state_type
-        if not isinstance(state, expected):
+        given: Any = cast(Any, state)  # checked here: annotations are promises
+        if not isinstance(given, expected):
             msg = (
                 f"`{type(self).__name__}` needs a `{expected.__name__}` as its "
                 f"state, got {type(state).__name__}. Use the state from this "
                 "optimizer's `init`."
             )
             raise TypeError(msg)
-        step = state.step
+        step = given.step
         if not (isinstance(step, Tensor) and step.dim() == 0):
             msg = (
                 f"The state's `step` must be a 0-dim tensor, got {step!r}. Use the "
                 "state from this optimizer's `init`."
             )
             raise TypeError(msg)
-        for field, buffer in zip(state._fields, state):
+        for field, buffer in zip(given._fields, given):
             if field == "step" or (isinstance(buffer, ParamDict) and not buffer):
                 continue
             what = f"The state's `{field}`"
@@ -214,19 +216,17 @@ class TorchOptimizer(Optimizer[S]):
 
 
 def _check_rate_shapes(params: ParamDict, name: str, rate: ParamDict) -> None:
-    bad = []
+    bad: list[str] = []
     for key, p in params.items():
         r = rate[key]
-        if not isinstance(r, Tensor) or r.dtype.is_complex:
+        if r.dtype.is_complex or not r.dtype.is_floating_point:
             bad.append(key)
             continue
-        try:
-            shape = torch.broadcast_shapes(r.shape, p.shape)
-        except RuntimeError:
-            bad.append(key)
-            continue
+        fits = r.dim() <= p.dim() and all(
+            n in (1, m) for n, m in zip(reversed(r.shape), reversed(p.shape))
+        )
         same_kind = r.dim() == 0 and p.dim() > 0  # a 0-dim rate takes the dtype of p
-        if shape != p.shape or (
+        if not fits or (
             not same_kind and torch.promote_types(p.dtype, r.dtype) != p.dtype
         ):
             bad.append(key)

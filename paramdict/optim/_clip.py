@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 
@@ -63,7 +63,8 @@ class ClipGradNorm(Optimizer[S]):
 
     def __attrs_post_init__(self) -> None:
         """Refuse a non-optimizer; take `differentiable` from the wrapped one."""
-        if not isinstance(self.optimizer, Optimizer):
+        given = cast(object, self.optimizer)  # checked here: annotations are promises
+        if not isinstance(given, Optimizer):
             msg = (
                 "`ClipGradNorm` wraps a paramdict optimizer (an `Optimizer` such as "
                 f"`optim.SGD(...)`), got {type(self.optimizer).__name__}."

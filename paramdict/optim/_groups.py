@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+# pyright: reportPrivateUsage=false
+# (ParamDict's and torch's package-internal helpers)
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import attrs
 from torch import Tensor
@@ -22,18 +24,17 @@ _Routes = tuple[tuple[str, ...], ...]
 
 
 def _as_patterns(key: object) -> _Patterns:
-    patterns = (key,) if isinstance(key, str) else key
-    if not (
-        isinstance(patterns, tuple)
-        and patterns
-        and all(isinstance(p, str) for p in patterns)
-    ):
+    given: object = (key,) if isinstance(key, str) else key
+    patterns: tuple[object, ...] = (
+        cast("tuple[object, ...]", given) if isinstance(given, tuple) else ()
+    )
+    if not (patterns and all(isinstance(p, str) for p in patterns)):
         msg = (
             "Each group is keyed by a pattern or a non-empty tuple of patterns "
             f"(str), got {key!r}."
         )
         raise TypeError(msg)
-    return patterns
+    return cast(_Patterns, patterns)
 
 
 @attrs.frozen(eq=False, init=False)
@@ -80,7 +81,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     default: Optimizer[S] | None
     differentiable: bool
     _routes: dict[tuple[str, ...], _Routes] = attrs.field(
-        init=False, factory=dict, repr=False
+        init=False, factory=lambda: dict[tuple[str, ...], _Routes](), repr=False
     )
 
     def __init__(
@@ -111,7 +112,9 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             )
             raise ValueError(msg)
         # Whether `step` keeps the graph, as every member optimizer agrees.
-        self.__attrs_init__(pairs, default, bool(flags) and flags.pop())
+        self.__attrs_init__(  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]  # made by attrs
+            pairs, default, bool(flags) and flags.pop()
+        )
 
     def _members(self) -> list[Optimizer[S]]:
         members = [opt for _, opt in self.groups]
@@ -186,7 +189,8 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     def check_state(self, params: ParamDict, state: tuple[S, ...], /) -> None:
         """Check that `state` has one state per group, each checked by its group."""
         routes = self._routes_for(params)
-        if not isinstance(state, tuple) or hasattr(state, "_fields"):
+        given = cast(object, state)  # checked here: annotations are promises
+        if not isinstance(given, tuple) or hasattr(state, "_fields"):
             msg = (
                 f"The state of these ParamGroups is a tuple of {len(routes)} group "
                 f"states, got {type(state).__name__}. Use the state from this "
@@ -208,7 +212,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         """Run each group's rule on its entries; merge in the parameters' order."""
         routes = self._routes_for(params)
         merged: dict[str, Tensor] = {}
-        states = []
+        states: list[S] = []
         for opt, keys, sub_state in zip(self._members(), routes, state):
             if not keys:  # a group whose patterns only match keys taken before
                 states.append(sub_state)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -48,7 +48,7 @@ P = TypeVar("P", bound=ParamDict)
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
+    return type(value) is not bool and isinstance(value, Real)
 
 
 # ---------------------------------------------------------------- attrs validators
@@ -82,12 +82,12 @@ def check_fraction(instance: object, attribute: Any, value: Any) -> None:
 
 def check_betas(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is a pair of numbers, each in `[0, 1)`."""
-    if not (
-        isinstance(value, tuple) and len(value) == 2 and all(map(_is_number, value))
-    ):
+    is_tuple = isinstance(value, tuple)
+    pair = cast("tuple[object, ...]", value) if is_tuple else ()
+    if not (is_tuple and len(pair) == 2 and all(map(_is_number, pair))):
         msg = f"`{attribute.name}` must be a pair of numbers, got {value!r}."
         raise TypeError(msg)
-    for i, beta in enumerate(value):
+    for i, beta in enumerate(cast("tuple[float, float]", pair)):
         if not 0 <= beta < 1:
             msg = f"`{attribute.name}[{i}]` must be in [0, 1), got {beta!r}."
             raise ValueError(msg)

@@ -2,8 +2,8 @@
 
 A rule (`Optimizer.update`) never calls ParamDict arithmetic or torch directly for
 the work on its buffers: it calls a small vocabulary on an `ops` object (`lerp`,
-`mul`, `addcmul`, `addcdiv`, `sqrt`, `maximum`, `add_scaled`, ...), so the same
-rule runs in every mode:
+`mul`, `decay`, `addcmul`, `addcdiv`, `sqrt`, `sign`, `maximum`, `add_scaled`,
+...), so the same rule runs in every mode:
 
 - `Kernels` (functional): out of place, the mode of a default `step` (run under
   `torch.no_grad()`); `addcdiv` is one fused foreach call.
@@ -26,13 +26,16 @@ The one rule for authors: an operation may consume its first operand. Write
 
 from __future__ import annotations
 
+# pyright: reportPrivateImportUsage=false, reportPrivateUsage=false
+# (torch's in-place foreach kernels have private names only; `_aligned` is
+# ParamDict's own package-internal alignment)
 from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
-from ._hyper import Rate, compute_dtype
+from ._hyper import Rate, compute_dtype, decay_factor, is_zero
 
 __all__ = ["InPlaceKernels", "Kernels", "RecordedKernels"]
 
@@ -101,6 +104,16 @@ class Kernels:
             return x.mul(rate)
         return x.mul(self.scalar(rate))
 
+    def decay(self, x: P, lr: Rate, weight_decay: Rate, /) -> P:
+        """Return `x * (1 - lr * weight_decay)`: decoupled weight decay (AdamW).
+
+        `x` itself when `weight_decay` is the number zero; with two numbers the
+        factor is the Python float `torch.optim` computes.
+        """
+        if is_zero(weight_decay):
+            return x
+        return self.mul(x, decay_factor(lr, weight_decay))
+
     def div(self, x: P, value: float | Tensor, /) -> P:
         """Return `x / value` for a scalar `value`."""
         return x.div(self.scalar(value))
@@ -142,6 +155,10 @@ class Kernels:
     def sqrt(self, x: P, /) -> P:
         """Return the square root of `x`."""
         return x.sqrt()
+
+    def sign(self, x: P, /) -> P:
+        """Return the sign of `x` (-1, 0 or 1)."""
+        return x.sign()
 
     def maximum(self, x: P, other: ParamDict, /) -> P:
         """Return the elementwise maximum of `x` and `other`."""
@@ -302,6 +319,13 @@ class InPlaceKernels(Kernels):
         if not self._mine(x):
             return self._made(super().sqrt(x))
         torch._foreach_sqrt_(_values(x))
+        return x
+
+    def sign(self, x: P, /) -> P:
+        """Take the sign of `x` in place when owned."""
+        if not self._mine(x):
+            return self._made(super().sign(x))
+        torch._foreach_sign_(_values(x))
         return x
 
     def maximum(self, x: P, other: ParamDict, /) -> P:

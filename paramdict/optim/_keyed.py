@@ -6,6 +6,8 @@ rather than arithmetic; the arithmetic itself is ParamDict's own vocabulary.
 
 from __future__ import annotations
 
+# pyright: reportPrivateUsage=false
+# (ParamDict's and torch's package-internal helpers)
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
@@ -145,7 +147,7 @@ def finished(new: ParamDict, old: P, dtype: torch.dtype | None, /) -> P:
     back, as `torch.optim` writes its results into the parameter.
     """
     if dtype is not None and type(new) is type(old):
-        return new  # type: ignore[return-value]  # `type(new) is type(old)`
+        return new  # pyright: ignore[reportReturnType]  # `type(new) is type(old)`
     values = [
         v if v.dtype == o.dtype else v.to(o.dtype)
         for v, o in zip(new.values(), old.values())

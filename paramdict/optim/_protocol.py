@@ -27,9 +27,11 @@ registered as safe globals so `torch.load(weights_only=True)` accepts them.
 
 from __future__ import annotations
 
+# pyright: reportPrivateUsage=false
+# (ParamDict's and torch's package-internal helpers)
 import abc
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -58,7 +60,7 @@ def register_state(cls: T) -> T:
     Returns:
         `cls` itself, so this can be used as a class decorator.
     """
-    torch.serialization.add_safe_globals([cls])
+    torch.serialization.add_safe_globals([cls])  # pyright: ignore[reportUnknownMemberType]  # torch's annotation
     pytree._register_namedtuple(
         cls, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}"
     )
@@ -140,14 +142,18 @@ class Optimizer(abc.ABC, Generic[S]):
         keys, shapes and dtypes.
         """
 
-    def _checked(self, params: P, grads: Mapping[str, Tensor], state: S) -> ParamDict:
-        if not isinstance(params, ParamDict):
+    def _checked(
+        self, params: ParamDict, grads: Mapping[str, Tensor], state: S
+    ) -> ParamDict:
+        given = cast(object, params)  # checked here: annotations are promises
+        if not isinstance(given, ParamDict):
             msg = (
                 "`step` takes the parameters as a ParamDict, got "
                 f"{type(params).__name__}. Wrap them: `ParamDict(params)`."
             )
             raise TypeError(msg)
-        if not isinstance(grads, Mapping):
+        given_grads = cast(object, grads)
+        if not isinstance(given_grads, Mapping):
             msg = (
                 "`grads` must be a mapping from each parameter's key to its "
                 f"gradient (a ParamDict or dict), got {type(grads).__name__}."
@@ -228,7 +234,9 @@ class Optimizer(abc.ABC, Generic[S]):
             return params, state
         ops = InPlaceKernels.for_params(params)
         assert isinstance(ops, InPlaceKernels)  # for the type checkers
-        ops.own(params, *(state if isinstance(state, tuple) else ()))
+        given = cast(object, state)
+        fields = cast("tuple[object, ...]", given) if isinstance(given, tuple) else ()
+        ops.own(params, *fields)
         with torch.no_grad():
             new_params, new_state = self.update(params, aligned, state, ops)
             new_params = finished(new_params, params, ops.dtype)
@@ -280,10 +288,12 @@ class Optimizer(abc.ABC, Generic[S]):
                 "with `params.call(module, ...)`."
             )
             raise ValueError(msg)
-        if not isinstance(module, nn.Module):
+        given = cast(object, module)  # checked here: annotations are promises
+        if not isinstance(given, nn.Module):
             msg = f"`step_module` takes an nn.Module, got {type(module).__name__}."
             raise TypeError(msg)
-        if not callable(loss_fn):
+        given_fn = cast(object, loss_fn)
+        if not callable(given_fn):
             msg = (
                 "`step_module` takes `loss_fn`, a function of no arguments that "
                 f"returns the loss, got {type(loss_fn).__name__}."

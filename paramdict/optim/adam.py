@@ -13,8 +13,6 @@ from ._hyper import (
     Rate,
     check_betas,
     check_non_negative,
-    decay_factor,
-    is_zero,
     quotient,
 )
 from ._kernels import Kernels
@@ -97,9 +95,7 @@ class _AdamFamily(TorchOptimizer[AdamState]):
         if self._decoupled():
             if self.maximize:
                 grads = ops.neg(grads)
-            weight_decay = self.rate("weight_decay", step)
-            if not is_zero(weight_decay):
-                params = ops.mul(params, decay_factor(lr, weight_decay))
+            params = ops.decay(params, lr, self.rate("weight_decay", step))
         else:
             grads = self.prologue(params, grads, step, ops)
         exp_avg = ops.lerp(state.exp_avg, grads, 1 - beta1)
