@@ -124,7 +124,12 @@ class TorchOptimizer(Optimizer[S]):
             params: The parameters, already checked by `init`.
 
         Returns:
-            The state; its first field is `new_counter(params)`.
+            The state; its first field is `self.counter(params)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.SGD(momentum=0.9).init_state(ParamDict(w=torch.ones(1))).step
+            tensor(0., dtype=torch.float64)
         """
         raise NotImplementedError
 
@@ -138,10 +143,23 @@ class TorchOptimizer(Optimizer[S]):
     def check_state(self, params: ParamDict, state: S, /) -> None:
         """Raise unless `state` is this optimizer's state for `params`.
 
+        Args:
+            params: The parameters of the step.
+            state: The state to check.
+
         Raises:
             TypeError: If `state` is not an instance of `state_type`, or its step
                 is not a 0-dim tensor.
             ValueError: If a buffer's keys, shapes or dtypes are not `params`'.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.Adam()
+            >>> state = opt.init(ParamDict(w=torch.ones(3, 1)))
+            >>> opt.check_state(ParamDict(w=torch.ones(3)), state)
+            Traceback (most recent call last):
+            ...
+            ValueError: The state's `exp_avg` must match the parameters ...
         """
         expected = type(self).state_type
         given: Any = cast(Any, state)  # checked here: annotations are promises
@@ -184,13 +202,31 @@ class TorchOptimizer(Optimizer[S]):
 
         Returns:
             The rate: a number, a 0-dim tensor or a per-key ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.AdamW().rate("weight_decay", torch.tensor(1.0))
+            0.01
         """
         value: Rate = getattr(self, name)
         return value
 
     @staticmethod
     def next_step(state: HasStep, /) -> Tensor:
-        """Return the number of the step being taken: the state's counter plus one."""
+        """Return the number of the step being taken: the state's counter plus one.
+
+        Args:
+            state: The state before the step.
+
+        Returns:
+            A 0-dim tensor.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.SGD()
+            >>> opt.next_step(opt.init(ParamDict(w=torch.ones(1))))
+            tensor(1., dtype=torch.float64)
+        """
         return state.step + 1
 
     def prologue(
@@ -200,7 +236,24 @@ class TorchOptimizer(Optimizer[S]):
 
         torch.optim's order: `-grads` when `maximize`, then
         `grads + weight_decay * params` when the weight decay is not zero.
-        Decoupled decay (AdamW) is a rule's own step instead.
+        Decoupled decay (AdamW) is a rule's own step instead (`ops.decay`).
+
+        Args:
+            params: The parameters.
+            grads: The gradients.
+            step: The number of the step being taken.
+            ops: The kernels of the step.
+
+        Returns:
+            The gradients to use.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0]))
+            >>> opt = optim.SGD(weight_decay=0.5, maximize=True)
+            >>> ops = optim.Kernels.for_params(p)
+            >>> opt.prologue(p, p.full_like(2.0), torch.tensor(1.0), ops)["w"]
+            tensor([-1.5000])
         """
         if self.maximize:
             grads = ops.neg(grads)
@@ -211,7 +264,19 @@ class TorchOptimizer(Optimizer[S]):
 
     @staticmethod
     def counter(params: ParamDict, /) -> Tensor:
-        """Return a zero step counter for `params` (the first field of a state)."""
+        """Return a zero step counter for `params` (the first field of a state).
+
+        Args:
+            params: The parameters; the counter goes on the first one's device.
+
+        Returns:
+            A 0-dim double-precision zero (single precision on MPS).
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.SGD.counter(ParamDict(w=torch.ones(1)))
+            tensor(0., dtype=torch.float64)
+        """
         return new_counter(params)
 
 

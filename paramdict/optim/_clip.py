@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar, cast
 
 import attrs
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._hyper import check_non_negative, check_number
@@ -72,8 +73,8 @@ class ClipGradNorm(Optimizer[S]):
             raise TypeError(msg)
         object.__setattr__(self, "differentiable", self.optimizer.differentiable)
 
+    @override
     def check_state(self, params: ParamDict, state: S, /) -> None:
-        """Check `state` as the wrapped optimizer does."""
         self.optimizer.check_state(params, state)
 
     def init(self, params: ParamDict, /) -> S:
@@ -93,9 +94,9 @@ class ClipGradNorm(Optimizer[S]):
         """
         return self.optimizer.init(params)
 
+    @override
     def update(
         self, params: ParamDict, grads: ParamDict, state: S, ops: Kernels, /
     ) -> tuple[ParamDict, S]:
-        """Clip `grads` by their global norm, then run the wrapped rule."""
         clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
         return self.optimizer.update(params, clipped, state, ops)

@@ -9,6 +9,7 @@ from typing import TypeVar, cast
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._kernels import Kernels
@@ -186,8 +187,8 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             opt.init(subset(params, keys)) for opt, keys in zip(self._members(), routes)
         )
 
+    @override
     def check_state(self, params: ParamDict, state: tuple[S, ...], /) -> None:
-        """Check that `state` has one state per group, each checked by its group."""
         routes = self._routes_for(params)
         given = cast(object, state)  # checked here: annotations are promises
         if not isinstance(given, tuple) or hasattr(state, "_fields"):
@@ -206,10 +207,10 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         for opt, keys, sub_state in zip(self._members(), routes, state):
             opt.check_state(subset(params, keys), sub_state)
 
+    @override
     def update(
         self, params: ParamDict, grads: ParamDict, state: tuple[S, ...], ops: Kernels, /
     ) -> tuple[ParamDict, tuple[S, ...]]:
-        """Run each group's rule on its entries; merge in the parameters' order."""
         routes = self._routes_for(params)
         merged: dict[str, Tensor] = {}
         states: list[S] = []

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype, decay_factor, is_zero
@@ -48,6 +49,11 @@ class Kernels:
     Built for one step from the parameters (`Kernels.for_params`), it knows the
     dtype they share, so that scalars take torch's fastest path with torch's
     rounding. Every method leaves its arguments unchanged.
+
+    Args:
+        dtype: The dtype every entry shares when it is float32 or float64, else
+            `None` (scalars are then passed as they are).
+        device: The device of the entries (for scalar operands).
 
     Example:
         >>> import torch
@@ -73,13 +79,33 @@ class Kernels:
 
         Returns:
             A kernel set of this class.
+
+        Example:
+            >>> from paramdict import optim
+            >>> ops = optim.Kernels.for_params(ParamDict(w=torch.ones(2)))
+            >>> ops.dtype, ops.device
+            (torch.float32, device(type='cpu'))
         """
         first = next(iter(params.values()), None)
         device = first.device if first is not None else torch.device("cpu")
         return cls(compute_dtype(params), device)
 
     def scalar(self, value: float | Tensor, /) -> Any:
-        """Return `value` as the scalar operand for entries of the shared dtype."""
+        """Return `value` as the scalar operand for entries of the shared dtype.
+
+        Args:
+            value: A number or a 0-dim tensor.
+
+        Returns:
+            A 0-dim tensor of the shared dtype (float32 or float64), else `value`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.scalar(0.5)
+            tensor(0.5000)
+        """
         if self.dtype is None:
             return value  # half precision or mixed dtypes: torch's own promotion
         if isinstance(value, Tensor):
@@ -87,19 +113,77 @@ class Kernels:
         return torch.full((), value, dtype=self.dtype, device=self.device)
 
     def borrowed(self, x: P, /) -> P:
-        """Return `x` for use as a first operand whose old value is still needed."""
+        """Return `x` for use as a first operand whose old value is still needed.
+
+        Args:
+            x: The ParamDict to borrow.
+
+        Returns:
+            `x` (the in-place kernels return a view they never write into).
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.borrowed(p) is p
+            True
+        """
         return x
 
     def subset(self, x: P, keys: tuple[str, ...], /) -> P:
-        """Return the entries of `x` under `keys` (literal keys, in that order)."""
+        """Return the entries of `x` under `keys` (literal keys, in that order).
+
+        Args:
+            x: The ParamDict.
+            keys: The keys to keep.
+
+        Returns:
+            A ParamDict of `x`'s type.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> list(ops.subset(p, ("w",)))
+            ['w']
+        """
         return type(x)((k, x[k]) for k in keys)
 
     def neg(self, x: P, /) -> P:
-        """Return `-x`."""
+        """Return `-x`.
+
+        Args:
+            x: The operand.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.neg(p)["w"]
+            tensor([-1., -4.])
+        """
         return x.neg()
 
     def mul(self, x: P, rate: Rate, /) -> P:
-        """Return `x * rate`."""
+        """Return `x * rate`.
+
+        Args:
+            x: The operand.
+            rate: A number, a 0-dim tensor or a per-key ParamDict.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.mul(p, 0.5)["w"]
+            tensor([0.5000, 2.0000])
+        """
         if isinstance(rate, ParamDict):
             return x.mul(rate)
         return x.mul(self.scalar(rate))
@@ -107,65 +191,255 @@ class Kernels:
     def decay(self, x: P, lr: Rate, weight_decay: Rate, /) -> P:
         """Return `x * (1 - lr * weight_decay)`: decoupled weight decay (AdamW).
 
-        `x` itself when `weight_decay` is the number zero; with two numbers the
-        factor is the Python float `torch.optim` computes.
+        Args:
+            x: The parameters.
+            lr: The learning rate, in any form.
+            weight_decay: The weight decay, in any form.
+
+        Returns:
+            `x` itself when `weight_decay` is the number zero (no work), else a
+            new ParamDict. With two numbers the factor is the Python float
+            `torch.optim` computes.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.decay(p, 0.5, 0.5)["w"]
+            tensor([0.7500, 3.0000])
         """
         if is_zero(weight_decay):
             return x
         return self.mul(x, decay_factor(lr, weight_decay))
 
     def div(self, x: P, value: float | Tensor, /) -> P:
-        """Return `x / value` for a scalar `value`."""
+        """Return `x / value` for a scalar `value`.
+
+        Args:
+            x: The operand.
+            value: A number or a 0-dim tensor.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.div(p, 2.0)["w"]
+            tensor([0.5000, 2.0000])
+        """
         return x.div(self.scalar(value))
 
     def add(self, x: P, value: float | Tensor, /) -> P:
-        """Return `x + value` for a scalar `value` (such as `eps`)."""
+        """Return `x + value` for a scalar `value` (such as `eps`).
+
+        Args:
+            x: The operand.
+            value: A number or a 0-dim tensor.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.add(p, 1.0)["w"]
+            tensor([2., 5.])
+        """
         return x.add(self.scalar(value))
 
     def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
-        """Return `x + rate * y`; a number `rate` is one fused foreach call."""
+        """Return `x + rate * y`; a number `rate` is one fused foreach call.
+
+        Args:
+            x: The operand.
+            y: The ParamDict to add, scaled.
+            rate: A number, a 0-dim tensor or a per-key ParamDict.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.add_scaled(p, g, 0.5)["w"]
+            tensor([2., 5.])
+        """
         if isinstance(rate, ParamDict):
             return x.add(y.mul(rate))
         return x.add(y, alpha=rate)
 
     def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
-        """Return `x - rate * y`; a number `rate` is one fused foreach call."""
+        """Return `x - rate * y`; a number `rate` is one fused foreach call.
+
+        Args:
+            x: The operand.
+            y: The ParamDict to subtract, scaled.
+            rate: A number, a 0-dim tensor or a per-key ParamDict.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.sub_scaled(p, g, 0.5)["w"]
+            tensor([0., 3.])
+        """
         if isinstance(rate, ParamDict):
             return x.sub(y.mul(rate))
         return x.sub(y, alpha=rate)
 
     def lerp(self, x: P, end: ParamDict, weight: float, /) -> P:
-        """Return `x + weight * (end - x)`."""
+        """Return `x + weight * (end - x)`.
+
+        Args:
+            x: The start.
+            end: The end.
+            weight: The interpolation weight, a number.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.lerp(p, g, 0.5)["w"]
+            tensor([1.5000, 3.0000])
+        """
         return x.lerp(end, weight)
 
     def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
-        """Return `x + value * a * b`."""
+        """Return `x + value * a * b`.
+
+        Args:
+            x: The operand.
+            a: The first factor.
+            b: The second factor.
+            value: The scale, a number.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.addcmul(p, g, g, 0.5)["w"]
+            tensor([3., 6.])
+        """
         return x.addcmul(a, b, value=value)
 
     def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
         """Return `x + value * a / b`, rounded as `torch.optim` rounds it.
 
-        A number `value` goes to `addcdiv` as its scalar; a tensor or per-key
-        value multiplies `a` first, as `torch.optim` does with a tensor rate.
+        Args:
+            x: The operand.
+            a: The numerator.
+            b: The denominator.
+            value: The scale. A number goes to `addcdiv` as its scalar; a tensor
+                or per-key value multiplies `a` first, as `torch.optim` does with
+                a tensor rate.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.addcdiv(p, g, g, 0.5)["w"]
+            tensor([1.5000, 4.5000])
         """
         if isinstance(value, (Tensor, ParamDict)):
             return x.addcdiv(self.mul(a, value), b)
         return x.addcdiv(a, b, value=value)
 
     def sqrt(self, x: P, /) -> P:
-        """Return the square root of `x`."""
+        """Return the square root of `x`.
+
+        Args:
+            x: The operand.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.sqrt(p)["w"]
+            tensor([1., 2.])
+        """
         return x.sqrt()
 
     def sign(self, x: P, /) -> P:
-        """Return the sign of `x` (-1, 0 or 1)."""
+        """Return the sign of `x` (-1, 0 or 1).
+
+        Args:
+            x: The operand.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.sign(ops.neg(p))["w"]
+            tensor([-1., -1.])
+        """
         return x.sign()
 
     def maximum(self, x: P, other: ParamDict, /) -> P:
-        """Return the elementwise maximum of `x` and `other`."""
+        """Return the elementwise maximum of `x` and `other`.
+
+        Args:
+            x: The operand.
+            other: The other ParamDict.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.maximum(p, g)["w"]
+            tensor([2., 4.])
+        """
         return x.maximum(other)
 
     def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
-        """Return `x` where the 0-dim bool `condition` holds, else `other`."""
+        """Return `x` where the 0-dim bool `condition` holds, else `other`.
+
+        Args:
+            condition: A 0-dim bool tensor (such as `step > 1`).
+            x: Taken where `condition` holds.
+            other: Taken elsewhere.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.where(torch.tensor(False), p, g)["w"]
+            tensor([2., 2.])
+        """
         return x.where(ParamDict.fromkeys(x, condition), other)
 
 
@@ -175,12 +449,25 @@ class RecordedKernels(Kernels):
     The same results as `Kernels`, with `addcdiv` as a multiplication, a division
     and an addition, which round the same way: torch's foreach `addcdiv` cannot
     yet backpropagate into the divisor for every mix of entry shapes.
+
+    Args:
+        dtype: As for `Kernels`.
+        device: As for `Kernels`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> lr = torch.tensor(0.5, requires_grad=True)
+        >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+        >>> ops = optim.RecordedKernels.for_params(p)
+        >>> new = ops.addcdiv(p, p, p.full_like(2.0), lr)
+        >>> new["w"].grad_fn is not None
+        True
     """
 
     __slots__ = ()
 
+    @override
     def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
-        """Return `x + value * a / b`, as three differentiable operations."""
         if isinstance(value, (Tensor, ParamDict)):
             a = self.mul(a, value)
         elif value != 1:
@@ -200,6 +487,18 @@ class InPlaceKernels(Kernels):
     place is owned too. An operation whose first operand is owned writes into it
     and returns it; any other runs out of place. Results are bitwise those of
     `Kernels`. Runs under `torch.no_grad()` only.
+
+    Args:
+        dtype: As for `Kernels`.
+        device: As for `Kernels`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+        >>> ops = optim.InPlaceKernels.for_params(p)
+        >>> ops.own(p)
+        >>> ops.mul(p, 0.5) is p, p["w"]
+        (True, tensor([0.5000, 2.0000]))
     """
 
     __slots__ = ("_owned",)
@@ -210,7 +509,20 @@ class InPlaceKernels(Kernels):
         self._owned: dict[int, ParamDict] = {}
 
     def own(self, *values: object) -> None:
-        """Allow writing into the tensors of each ParamDict among `values`."""
+        """Allow writing into the tensors of each ParamDict among `values`.
+
+        Args:
+            values: The parameters and the state's fields; what is not a
+                ParamDict (the step counter) is skipped.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0]))
+            >>> ops = optim.InPlaceKernels.for_params(p)
+            >>> ops.own(p, torch.tensor(0.0))
+            >>> ops.neg(p) is p
+            True
+        """
         for value in values:
             if isinstance(value, ParamDict):
                 self._owned[id(value)] = value
@@ -226,24 +538,24 @@ class InPlaceKernels(Kernels):
         torch._foreach_copy_(_values(x), _values(result))
         return x
 
+    @override
     def borrowed(self, x: P, /) -> P:
-        """Return a view of `x` that operations do not write into."""
         return type(x)(x)
 
+    @override
     def subset(self, x: P, keys: tuple[str, ...], /) -> P:
-        """Return the entries under `keys`, owned when `x` is."""
         out = super().subset(x, keys)
         return self._made(out) if self._mine(x) else out
 
+    @override
     def neg(self, x: P, /) -> P:
-        """Negate `x` in place when owned."""
         if not self._mine(x):
             return self._made(super().neg(x))
         torch._foreach_neg_(_values(x))
         return x
 
+    @override
     def mul(self, x: P, rate: Rate, /) -> P:
-        """Multiply `x` by `rate` in place when owned."""
         if not self._mine(x):
             return self._made(super().mul(x, rate))
         if isinstance(rate, ParamDict):
@@ -251,22 +563,22 @@ class InPlaceKernels(Kernels):
         torch._foreach_mul_(_values(x), self.scalar(rate))
         return x
 
+    @override
     def div(self, x: P, value: float | Tensor, /) -> P:
-        """Divide `x` by a scalar in place when owned."""
         if not self._mine(x):
             return self._made(super().div(x, value))
         torch._foreach_div_(_values(x), self.scalar(value))
         return x
 
+    @override
     def add(self, x: P, value: float | Tensor, /) -> P:
-        """Add a scalar to `x` in place when owned."""
         if not self._mine(x):
             return self._made(super().add(x, value))
         torch._foreach_add_(_values(x), self.scalar(value))
         return x
 
+    @override
     def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
-        """Add `rate * y` to `x` in place when owned."""
         if not self._mine(x):
             return self._made(super().add_scaled(x, y, rate))
         if isinstance(rate, (Tensor, ParamDict)):
@@ -274,8 +586,8 @@ class InPlaceKernels(Kernels):
         torch._foreach_add_(_values(x), x._aligned(y, what="`add_scaled`"), alpha=rate)
         return x
 
+    @override
     def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
-        """Subtract `rate * y` from `x` in place when owned."""
         if not self._mine(x):
             return self._made(super().sub_scaled(x, y, rate))
         if isinstance(rate, (Tensor, ParamDict)):
@@ -284,15 +596,15 @@ class InPlaceKernels(Kernels):
         torch._foreach_add_(_values(x), ys, alpha=-rate)
         return x
 
+    @override
     def lerp(self, x: P, end: ParamDict, weight: float, /) -> P:
-        """Move `x` toward `end` in place when owned."""
         if not self._mine(x):
             return self._made(super().lerp(x, end, weight))
         torch._foreach_lerp_(_values(x), x._aligned(end, what="`lerp`"), weight)
         return x
 
+    @override
     def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
-        """Add `value * a * b` to `x` in place when owned."""
         if not self._mine(x):
             return self._made(super().addcmul(x, a, b, value))
         what = "`addcmul`"
@@ -301,8 +613,8 @@ class InPlaceKernels(Kernels):
         )
         return x
 
+    @override
     def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
-        """Add `value * a / b` to `x` in place when owned."""
         if not self._mine(x):
             return self._made(super().addcdiv(x, a, b, value))
         if isinstance(value, (Tensor, ParamDict)):
@@ -314,28 +626,28 @@ class InPlaceKernels(Kernels):
         )
         return x
 
+    @override
     def sqrt(self, x: P, /) -> P:
-        """Take the square root of `x` in place when owned."""
         if not self._mine(x):
             return self._made(super().sqrt(x))
         torch._foreach_sqrt_(_values(x))
         return x
 
+    @override
     def sign(self, x: P, /) -> P:
-        """Take the sign of `x` in place when owned."""
         if not self._mine(x):
             return self._made(super().sign(x))
         torch._foreach_sign_(_values(x))
         return x
 
+    @override
     def maximum(self, x: P, other: ParamDict, /) -> P:
-        """Raise `x` to `other` elementwise, in place when owned."""
         if not self._mine(x):
             return self._made(super().maximum(x, other))
         return self._copied(x, super().maximum(x, other))
 
+    @override
     def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
-        """Keep `x` where `condition` holds, else take `other`, in place if owned."""
         if not self._mine(x):
             return self._made(super().where(condition, x, other))
         return self._copied(x, super().where(condition, x, other))

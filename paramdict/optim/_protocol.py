@@ -59,6 +59,15 @@ def register_state(cls: T) -> T:
 
     Returns:
         `cls` itself, so this can be used as a class decorator.
+
+    Example:
+        >>> from typing import NamedTuple
+        >>> from paramdict import optim
+        >>> @optim.register_state
+        ... class CountState(NamedTuple):
+        ...     step: torch.Tensor
+        >>> CountState in torch.serialization.get_safe_globals()
+        True
     """
     torch.serialization.add_safe_globals([cls])  # pyright: ignore[reportUnknownMemberType]  # torch's annotation
     pytree._register_namedtuple(
@@ -133,13 +142,40 @@ class Optimizer(abc.ABC, Generic[S]):
 
         Returns:
             `(new_params, new_state)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> opt = optim.SGD(lr=0.5)
+            >>> ops = optim.Kernels.for_params(p)
+            >>> new, state = opt.update(p, p.ones_like(), opt.init(p), ops)
+            >>> new["w"], state.step
+            (tensor([0.5000, 1.5000]), tensor(1., dtype=torch.float64))
         """
 
     def check_state(self, params: ParamDict, state: S, /) -> None:  # an optional hook
         """Raise if `state` cannot be the state of this optimizer for `params`.
 
         The default accepts anything; `TorchOptimizer` checks the state's type,
-        keys, shapes and dtypes.
+        keys, shapes and dtypes, and `ParamGroups` and `ClipGradNorm` ask their
+        members.
+
+        Args:
+            params: The parameters of the step.
+            state: The state to check.
+
+        Raises:
+            TypeError: If `state` is of the wrong kind (another optimizer's).
+            ValueError: If its buffers do not match `params`; the message names
+                the keys.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.ones(2))
+            >>> optim.SGD().check_state(p, optim.Adam().init(p))
+            Traceback (most recent call last):
+            ...
+            TypeError: `SGD` needs a `SGDState` as its state, got AdamState. ...
         """
 
     def _checked(

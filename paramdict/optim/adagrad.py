@@ -6,6 +6,7 @@ from typing import ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
@@ -105,10 +106,10 @@ class Adagrad(TorchOptimizer[AdagradState]):
             self.counter(params), params.full_like(self.initial_accumulator_value)
         )
 
+    @override
     def update(
         self, params: ParamDict, grads: ParamDict, state: AdagradState, ops: Kernels, /
     ) -> tuple[ParamDict, AdagradState]:
-        """Return the parameters and state after one Adagrad step, in torch's order."""
         step = self.next_step(state)
         grads = self.prologue(params, grads, step, ops)
         minus_clr = -quotient(self.rate("lr", step), 1 + (step - 1) * self.lr_decay)

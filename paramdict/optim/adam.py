@@ -6,6 +6,7 @@ from typing import ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
@@ -85,10 +86,10 @@ class _AdamFamily(TorchOptimizer[AdamState]):
             params.zeros_like() if self.amsgrad else ParamDict(),
         )
 
+    @override
     def update(
         self, params: ParamDict, grads: ParamDict, state: AdamState, ops: Kernels, /
     ) -> tuple[ParamDict, AdamState]:
-        """Return the parameters and state after one Adam step, in torch's order."""
         beta1, beta2 = self.betas
         step = self.next_step(state)
         lr = self.rate("lr", step)

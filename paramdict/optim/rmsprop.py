@@ -6,6 +6,7 @@ from typing import ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
@@ -112,10 +113,10 @@ class RMSprop(TorchOptimizer[RMSpropState]):
             params.zeros_like() if self.centered else ParamDict(),
         )
 
+    @override
     def update(
         self, params: ParamDict, grads: ParamDict, state: RMSpropState, ops: Kernels, /
     ) -> tuple[ParamDict, RMSpropState]:
-        """Return the parameters and state after one RMSprop step, in torch's order."""
         alpha = self.alpha
         step = self.next_step(state)
         lr = self.rate("lr", step)

@@ -6,6 +6,7 @@ from typing import ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
@@ -116,10 +117,10 @@ class SGD(TorchOptimizer[SGDState]):
         buffer = params.zeros_like() if self.momentum != 0 else ParamDict()
         return SGDState(self.counter(params), buffer)
 
+    @override
     def update(
         self, params: ParamDict, grads: ParamDict, state: SGDState, ops: Kernels, /
     ) -> tuple[ParamDict, SGDState]:
-        """Return the parameters and state after one SGD step, in torch's order."""
         step = self.next_step(state)
         grads = self.prologue(params, grads, step, ops)
         buffer = state.momentum_buffer
