@@ -26,6 +26,7 @@ from optim_cases import TABLE  # the shared optimizer case table
 
 from paramdict import ParamDict, optim
 
+np: Any
 try:
     import numpy as np
 except ImportError:  # pragma: no cover - numpy ships with every torch wheel we test
@@ -474,13 +475,13 @@ def test_random_wrong_gradient_shapes_are_refused(index: int, shape: list[int]) 
 BAD_COMBINATORS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     (
         "groups-not-optimizer",
-        lambda: optim.ParamGroups({"w": torch.optim.SGD}),
+        lambda: optim.ParamGroups({"w": torch.optim.SGD}),  # type: ignore[dict-item]  # the bad input under test
         TypeError,
         r"optimizer",
     ),
     (
         "groups-pattern-int",
-        lambda: optim.ParamGroups({1: optim.SGD()}),
+        lambda: optim.ParamGroups({1: optim.SGD()}),  # type: ignore[dict-item]  # the bad input under test
         TypeError,
         r"pattern",
     ),
@@ -500,13 +501,13 @@ BAD_COMBINATORS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "groups-default-not-optimizer",
-        lambda: optim.ParamGroups({"w": optim.SGD()}, default="adam"),
+        lambda: optim.ParamGroups({"w": optim.SGD()}, default="adam"),  # type: ignore[arg-type]  # the bad input under test
         TypeError,
         r"optimizer",
     ),
     (
         "clip-not-optimizer",
-        lambda: optim.ClipGradNorm("sgd", max_norm=1.0),
+        lambda: optim.ClipGradNorm("sgd", max_norm=1.0),  # type: ignore[arg-type]  # the bad input under test
         TypeError,
         r"optimizer",
     ),
@@ -524,7 +525,7 @@ BAD_COMBINATORS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "clip-max-norm-string",
-        lambda: optim.ClipGradNorm(optim.SGD(), max_norm="1"),
+        lambda: optim.ClipGradNorm(optim.SGD(), max_norm="1"),  # type: ignore[arg-type]  # the bad input under test
         TypeError,
         r"`max_norm`",
     ),
