@@ -39,10 +39,12 @@ Example:
 
 from __future__ import annotations
 
+from ._base import TorchOptimizer
 from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
-from ._protocol import Optimizer
+from ._kernels import InPlaceKernels, Kernels, RecordedKernels
+from ._protocol import Optimizer, register_state
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
 from .rmsprop import RMSprop, RMSpropState
@@ -56,10 +58,15 @@ __all__ = [
     "AdamState",
     "AdamW",
     "ClipGradNorm",
+    "InPlaceKernels",
+    "Kernels",
     "Optimizer",
     "ParamGroups",
     "RMSprop",
     "RMSpropState",
     "Rate",
+    "RecordedKernels",
     "SGDState",
+    "TorchOptimizer",
+    "register_state",
 ]
