@@ -391,7 +391,8 @@ class _Container(dict[str, Tensor]):
             f"\n  {line}" + ("" if line.startswith("...") else ",") for line in lines
         )
         entries = "entry" if len(self) == 1 else "entries"
-        return f"{name}(  # {len(self)} {entries}, {total:,} elements{body}\n)"
+        elements = "element" if total == 1 else "elements"
+        return f"{name}(  # {len(self)} {entries}, {total:,} {elements}{body}\n)"
 
 
 def _describe_kind(value: Tensor) -> str:
