@@ -9,7 +9,7 @@ tuple that derived results share, so aligning two ParamDicts is one identity che
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, Union, cast
 
 import torch
 from torch import Tensor
@@ -48,7 +48,7 @@ def key_mismatch_message(
     """
     got_set = set(got)
     expected_set = set(expected)
-    parts = []
+    parts: list[str] = []
     missing = expected_set - got_set
     unexpected = got_set - expected_set
     if missing:
@@ -103,7 +103,7 @@ class _Container(dict[str, Tensor]):
         if hasattr(self, "_keys"):
             _refuse("__init__ on an existing ParamDict", "Build a new one instead.")
         items = _validated(dict(mapping_or_pairs, **kwargs))
-        dict.__init__(self, items)
+        dict.__init__(self, items)  # pyright: ignore[reportUnknownMemberType]
         self._keys = tuple(items)
         self._vals = list(items.values())
 
@@ -112,7 +112,7 @@ class _Container(dict[str, Tensor]):
         """Build without validation: `keys` is trusted, values may be any leaf."""
         vals = list(values)
         obj = dict.__new__(cls)
-        dict.update(obj, zip(keys, vals))
+        dict.update(obj, zip(keys, vals))  # pyright: ignore[reportUnknownMemberType]
         obj._keys = keys
         obj._vals = vals
         return obj
@@ -124,7 +124,7 @@ class _Container(dict[str, Tensor]):
             values = list(values)
         obj = dict.__new__(type(self))
         keys = self._keys
-        dict.update(obj, zip(keys, values))
+        dict.update(obj, zip(keys, values))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
         obj._keys = keys
         obj._vals = values
         return obj
@@ -179,7 +179,7 @@ class _Container(dict[str, Tensor]):
             TypeError: ParamDict is immutable: `update` would change ['w']. ...
         """
         incoming = dict(*args, **kwargs)
-        stored = dict.get
+        stored = dict.get  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
         for key, value in incoming.items():
             if stored(self, key) is not value:
                 break
@@ -188,7 +188,7 @@ class _Container(dict[str, Tensor]):
         changed = sorted(
             k
             for k, v in incoming.items()
-            if k not in self or dict.__getitem__(self, k) is not v
+            if k not in self or dict.__getitem__(self, k) is not v  # pyright: ignore[reportUnknownMemberType]
         )
         if changed:
             msg = (
@@ -237,7 +237,7 @@ class _Container(dict[str, Tensor]):
         """
         # `torch.func.functional_call` copies its dict on every call: keep it cheap.
         obj = dict.__new__(type(self))
-        dict.update(obj, self)
+        dict.update(obj, self)  # pyright: ignore[reportUnknownMemberType]
         obj._keys = self._keys
         obj._vals = self._vals
         return obj
@@ -277,6 +277,7 @@ class _Container(dict[str, Tensor]):
         """
         if not isinstance(other, Mapping):
             return NotImplemented
+        other = cast("Mapping[str, object]", other)
         if len(other) != len(self) or set(other.keys()) != set(self._keys):
             return False
         for key, value in self.items():

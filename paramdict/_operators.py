@@ -8,6 +8,11 @@ On CPU, additions and scalings that autograd records run per entry instead, to k
 less memory alive for the backward pass (see `_foreach.call`).
 """
 
+# Operands are typed `Any` once `_operand` has turned them into foreach arguments
+# (numbers, tensors or lists of either); narrowing them with `isinstance` gives element
+# types pyright calls unknown.
+# pyright: reportUnknownVariableType=false, reportUnknownArgumentType=false
+
 from __future__ import annotations
 
 import functools
@@ -29,7 +34,7 @@ Operand: TypeAlias = float | Tensor | Mapping[str, Tensor] | Mapping[str, float]
 """A number, a 0-dim tensor, or a mapping with the same keys (tensors or numbers)."""
 
 
-_broadcast_shapes = cast("Callable[..., torch.Size]", torch.broadcast_shapes)
+_broadcast_shapes = cast("Callable[..., torch.Size]", torch.broadcast_shapes)  # pyright: ignore[reportUnknownMemberType]
 
 
 def _is_number(value: object) -> bool:
@@ -203,7 +208,7 @@ class _Operators(_Container):
         """
         lists = [a for a in args if isinstance(a, list) and len(a) == len(self._keys)]
         shared = [a for a in args if isinstance(a, Tensor)]
-        entries = [
+        entries: list[tuple[str, list[Tensor]]] = [
             (key, [a[i] for a in lists if isinstance(a[i], Tensor)] + shared)
             for i, key in enumerate(self._keys)
         ]
@@ -413,7 +418,7 @@ class _Operators(_Container):
         # `_derive`, inlined: on this path the extra call measured about 1% of a
         # step on 8 x 1,600 entries (`python -m benchmarks --only update`).
         obj = dict.__new__(type(self))
-        dict.update(obj, zip(keys, out))
+        dict.update(obj, zip(keys, out))  # pyright: ignore[reportUnknownMemberType]
         obj._keys = keys
         obj._vals = list(out)
         return obj
