@@ -587,7 +587,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if save_plot(args.plot, params, model, tasks, errors, title=title):
             print(f"\nWrote {args.plot}")
         else:
-            print("\nNo plot: matplotlib is missing (pip install paramdict[examples])")
+            print(
+                "\nNo plot: matplotlib is missing "
+                "(pip install 'torch-paramdict[examples]')"
+            )
     return 0
 
 

@@ -18,6 +18,8 @@ from ._tensors import Device
 if TYPE_CHECKING:
     from . import optim
 
+    __version__: str
+
 __all__ = [
     "Device",
     "Operand",
@@ -42,7 +44,7 @@ def __getattr__(name: str) -> Any:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            return version("paramdict")
+            return version("torch-paramdict")
         except PackageNotFoundError:  # running from a source tree
             return "0+unknown"
     msg = f"module 'paramdict' has no attribute {name!r}"

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
+import torch._C._nn  # typed by torch, but only as a named submodule
 from torch import Tensor
 
 __all__ = ["Bucket", "pack", "plan", "unpack"]
@@ -55,7 +56,7 @@ def plan(values: Sequence[Tensor], cap_bytes: int) -> list[Bucket]:
     for position, value in enumerate(values):
         kind = (value.dtype, value.device)
         size = value.numel() * value.element_size()
-        current = filling.get(kind)
+        current: tuple[list[int], list[int], int] | None = filling.get(kind)
         if current is not None and current[0] and current[2] + size > cap_bytes:
             done.append(_close(kind, current))
             current = None

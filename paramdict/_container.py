@@ -9,7 +9,7 @@ tuple that derived results share, so aligning two ParamDicts is one identity che
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, Union, cast
 
 import torch
 from torch import Tensor
@@ -50,7 +50,7 @@ def key_mismatch_message(
     """
     got_set = set(got)
     expected_set = set(expected)
-    parts = []
+    parts: list[str] = []
     missing = expected_set - got_set
     unexpected = got_set - expected_set
     if missing:
@@ -105,7 +105,7 @@ class _Container(dict[str, Tensor]):
         if hasattr(self, "_keys"):
             _refuse("__init__ on an existing ParamDict", "Build a new one instead.")
         items = _validated(dict(mapping_or_pairs, **kwargs))
-        dict.__init__(self, items)
+        dict.__init__(self, items)  # pyright: ignore[reportUnknownMemberType]
         self._keys = tuple(items)
         self._vals = list(items.values())
 
@@ -116,9 +116,9 @@ class _Container(dict[str, Tensor]):
         The one place besides `__init__` that sets the storage and the kept key
         and value order; every derived ParamDict is built here.
         """
-        vals = values if type(values) is list else list(values)
+        vals: list[Any] = values if type(values) is list else list(values)  # pyright: ignore[reportUnknownVariableType]
         obj = dict.__new__(cls)
-        dict.update(obj, zip(keys, vals))
+        dict.update(obj, zip(keys, vals))  # pyright: ignore[reportUnknownMemberType]
         obj._keys = keys
         obj._vals = vals
         return obj
@@ -177,7 +177,7 @@ class _Container(dict[str, Tensor]):
             TypeError: ParamDict is immutable: `update` would change ['w']. ...
         """
         incoming = dict(*args, **kwargs)
-        stored = dict.get
+        stored = dict.get  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
         for key, value in incoming.items():
             if stored(self, key) is not value:
                 break
@@ -186,7 +186,7 @@ class _Container(dict[str, Tensor]):
         changed = sorted(
             k
             for k, v in incoming.items()
-            if k not in self or dict.__getitem__(self, k) is not v
+            if k not in self or dict.__getitem__(self, k) is not v  # pyright: ignore[reportUnknownMemberType]
         )
         if changed:
             msg = (
@@ -270,6 +270,7 @@ class _Container(dict[str, Tensor]):
         """
         if not isinstance(other, Mapping):
             return NotImplemented
+        other = cast("Mapping[str, object]", other)
         if len(other) != len(self) or set(other.keys()) != set(self._keys):
             return False
         for key, value in self.items():
@@ -384,7 +385,8 @@ class _Container(dict[str, Tensor]):
             f"\n  {line}" + ("" if line.startswith("...") else ",") for line in lines
         )
         entries = "entry" if len(self) == 1 else "entries"
-        return f"{name}(  # {len(self)} {entries}, {total:,} elements{body}\n)"
+        elements = "element" if total == 1 else "elements"
+        return f"{name}(  # {len(self)} {entries}, {total:,} {elements}{body}\n)"
 
 
 def _numel(value: object) -> int:

@@ -16,12 +16,17 @@ function per entry instead (same values, same gradients):
   gradients).
 """
 
+# The foreach arguments are lists of tensors or numbers, typed `Any`; narrowing them
+# with `isinstance` gives element types pyright calls unknown.
+# pyright: reportUnknownVariableType=false, reportUnknownArgumentType=false
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 
 __all__ = ["call"]
@@ -46,8 +51,8 @@ def _addcdiv(x: Tensor, a: Tensor, b: Tensor, value: Any = 1) -> Tensor:
 
 
 def _norm(x: Tensor, order: Any = 2, dtype: Any = None) -> Tensor:
-    out: Tensor = torch.linalg.vector_norm(x, order, dtype=dtype)
-    return out
+    # torch builds `vector_norm` with `_add_docstr`, which leaves it untyped.
+    return cast(Tensor, torch.linalg.vector_norm(x, order, dtype=dtype))  # pyright: ignore[reportUnknownMemberType]
 
 
 _ENTRYWISE: dict[str, Callable[..., Tensor]] = {

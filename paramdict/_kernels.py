@@ -34,6 +34,11 @@ from ._checks import is_number
 from ._container import _Container
 from ._foreach import call
 
+# Operands are typed `Any` once `operand` has turned them into foreach arguments
+# (numbers, tensors or lists of either); narrowing them with `isinstance` gives element
+# types pyright calls unknown.
+# pyright: reportUnknownVariableType=false, reportUnknownArgumentType=false
+
 __all__ = [
     "add_combined",
     "add_paired",
@@ -49,7 +54,7 @@ __all__ = [
 Kernel = Callable[..., Sequence[Tensor]]
 Composition = Callable[..., list[Tensor]]
 
-_broadcast_shapes = cast("Callable[..., torch.Size]", torch.broadcast_shapes)
+_broadcast_shapes = cast("Callable[..., torch.Size]", torch.broadcast_shapes)  # pyright: ignore[reportUnknownMemberType]
 
 
 # ---------------------------------------------------------------- operands
@@ -181,7 +186,7 @@ def explain(
     """
     lists = [a for a in args if isinstance(a, list) and len(a) == len(keys)]
     shared = [a for a in args if isinstance(a, Tensor)]
-    entries = [
+    entries: list[tuple[str, list[Tensor]]] = [
         (key, [a[i] for a in lists if isinstance(a[i], Tensor)] + shared)
         for i, key in enumerate(keys)
     ]

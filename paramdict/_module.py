@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import torch
@@ -200,7 +200,7 @@ class _ModuleIO(_Container):
         """
         slots, tied = _walk(module)
         try:
-            plan = [(key, *slots[key], value) for key, value in self.items()]
+            plan: _Plan = [(key, *slots[key], value) for key, value in self.items()]
         except KeyError:
             error = self._unexpected_in(slots, module, what)
             assert error is not None  # some key was not found
@@ -216,7 +216,7 @@ class _ModuleIO(_Container):
             for alias in by_tensor[id(_tensor_at(slots[key]))]:
                 if alias == key or alias not in self:
                     plan.append((alias, *slots[alias], value))
-                elif ties_agree and dict.__getitem__(self, alias) is not value:
+                elif ties_agree and dict.__getitem__(self, alias) is not value:  # pyright: ignore[reportUnknownMemberType]
                     disagree.update((key, alias))
         if disagree:
             msg = (
@@ -237,7 +237,7 @@ class _ModuleIO(_Container):
         return ValueError(_unexpected_message(module, unexpected, what))
 
     @contextlib.contextmanager
-    def swapped_into(self, module: nn.Module, /) -> Iterator[nn.Module]:
+    def swapped_into(self, module: nn.Module, /) -> Generator[nn.Module, None, None]:
         """Make `module` use these very tensors inside the `with` block.
 
         The tensors are put into the module's parameter and buffer slots as they
@@ -313,8 +313,8 @@ class _ModuleIO(_Container):
             )
             if missing:
                 problems.append(f"missing {missing!r}")
-        shape_bad = []
-        dtype_bad = []
+        shape_bad: list[str] = []
+        dtype_bad: list[str] = []
         for key, value in self.items():
             if key not in slots:
                 continue

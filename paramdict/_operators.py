@@ -10,6 +10,11 @@ per entry instead, to keep less memory alive for the backward pass (see
 `_foreach.call`).
 """
 
+# Operands are typed `Any` once `operand` has turned them into foreach arguments
+# (numbers, tensors or lists of either); narrowing them with `isinstance` gives element
+# types pyright calls unknown.
+# pyright: reportUnknownVariableType=false, reportUnknownArgumentType=false
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -24,7 +24,8 @@ def _flatten(tree: _Container) -> tuple[list[Any], tuple[str, ...]]:
 def _flatten_with_keys(
     tree: _Container,
 ) -> tuple[list[tuple[pytree.KeyEntry, Any]], tuple[str, ...]]:
-    return [(pytree.MappingKey(k), v) for k, v in tree.items()], tree._keys
+    # `MappingKey(k)` leaves the value type open, which pyright calls unknown.
+    return [(pytree.MappingKey(k), v) for k, v in tree.items()], tree._keys  # pyright: ignore[reportReturnType, reportUnknownVariableType]
 
 
 def _to_dumpable(context: tuple[str, ...]) -> list[str]:
@@ -56,4 +57,5 @@ def register(cls: type[_Container]) -> None:
         from_dumpable_context=_from_dumpable,
         flatten_with_keys_fn=_flatten_with_keys,
     )
-    torch.serialization.add_safe_globals([cls])
+    # torch leaves the element type of `add_safe_globals`' list partly unannotated.
+    torch.serialization.add_safe_globals([cls])  # pyright: ignore[reportUnknownMemberType]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import cast
 
 import torch
+import torch._C._nn  # typed by torch, but only as a named submodule
 from torch import Tensor
 from typing_extensions import Self
 
@@ -195,8 +197,8 @@ class _Reduce(_Container):
         if flat is not None:
             if not flat.numel():  # the max of nothing is undefined
                 return torch.zeros((), dtype=flat.dtype)
-            result: Tensor = torch.linalg.vector_norm(flat, order)
-            return result
+            # torch builds `vector_norm` with `_add_docstr`, which leaves it untyped.
+            return cast(Tensor, torch.linalg.vector_norm(flat, order))  # pyright: ignore[reportUnknownMemberType]
         values = self._on_one_device("norm")
         if order == math.inf:
             # The max of nothing is undefined; empty entries change nothing.
@@ -210,8 +212,7 @@ class _Reduce(_Container):
             if explained is None:
                 raise
             raise explained from err
-        total: Tensor = torch.linalg.vector_norm(torch.stack(norms), order)
-        return total
+        return cast(Tensor, torch.linalg.vector_norm(torch.stack(norms), order))  # pyright: ignore[reportUnknownMemberType]
 
     def sum(self) -> Tensor:
         """Return the sum of every element of every entry.

@@ -26,7 +26,7 @@ def _compiled(pattern: str) -> Callable[[str], Any]:
 
 
 def _check_patterns(patterns: tuple[object, ...], what: str) -> tuple[str, ...]:
-    checked = []
+    checked: list[str] = []
     for pattern in patterns:
         if not isinstance(pattern, str):
             msg = (
@@ -62,7 +62,7 @@ class _Select(_Container):
         """Return, per key, whether any pattern matches; check every pattern hits."""
         matchers = [_compiled(p) for p in patterns]
         hit = [False] * len(matchers)
-        result = []
+        result: list[bool] = []
         for key in self._keys:
             found = False
             for i, match in enumerate(matchers):
@@ -169,7 +169,7 @@ class _Select(_Container):
             >>> list(p.filter(lambda key, value: value.dim() > 1))
             ['w']
         """
-        keep = []
+        keep: list[bool] = []
         for key, value in self.items():
             verdict = pred(key, value)
             if isinstance(verdict, Tensor):

@@ -7,6 +7,7 @@ The keyed counterpart of `torch.func.stack_module_state`, for ensembles under
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -66,7 +67,7 @@ class _Stack(_Container):
         if not isinstance(first, Mapping):
             msg = f"`stack` takes mappings of tensors, got {type(first).__name__}."
             raise TypeError(msg)
-        keys = tuple(first.keys())
+        keys = tuple(cast("Mapping[str, object]", first).keys())
         columns: list[list[Tensor]] = [[] for _ in keys]
         for position, member in enumerate(members):
             if not isinstance(member, Mapping):
@@ -75,6 +76,7 @@ class _Stack(_Container):
                     f"at position {position}."
                 )
                 raise TypeError(msg)
+            member = cast("Mapping[str, Tensor]", member)
             if len(member) != len(keys) or any(k not in member for k in keys):
                 msg = key_mismatch_message(
                     keys, member.keys(), what=f"`stack` (position {position})"
@@ -82,7 +84,7 @@ class _Stack(_Container):
                 raise ValueError(msg)
             for column, key in zip(columns, keys):
                 column.append(member[key])
-        out = []
+        out: list[Tensor] = []
         for key, column in zip(keys, columns):
             if not all(isinstance(v, Tensor) for v in column):
                 msg = f"`stack` takes mappings of tensors; {key!r} is not always one."

@@ -41,7 +41,7 @@ class _Tensors(_Container):
 
     def _each(self, fn: Callable[[Tensor], Tensor], what: str) -> Self:
         """Apply `fn` to every value, naming the entry if torch refuses one."""
-        out = []
+        out: list[Tensor] = []
         for key, value in self.items():
             try:
                 out.append(fn(value))
@@ -372,7 +372,7 @@ class _Tensors(_Container):
     ) -> list[_T]:
         columns = [self._aligned(o, what=f"`{what}`") for o in others]
         rows = zip(self._keys, self.values(), *columns)
-        out = []
+        out: list[_T] = []
         for key, value, *more in rows:
             try:
                 out.append(fn(value, *more))

@@ -108,7 +108,7 @@ def _cap_bytes(bucket_cap_mb: float, name: str) -> int:
 
 def _entries(p: ParamDict) -> list[_Entry]:
     devices: dict[torch.device, int] = {}
-    entries = []
+    entries: list[_Entry] = []
     for key, value in p.items():
         # Device indices may differ between processes (cuda:0, cuda:1); what must
         # agree is how entries are spread over devices, which sets the buckets: the
@@ -153,12 +153,13 @@ def _agree(p: ParamDict, call: str, group: dist.ProcessGroup | None, name: str) 
     both = torch.tensor(
         [mine, -mine], dtype=torch.int64, device=_scratch_device(p, group)
     )
-    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
-    highest, negated_lowest = both.tolist()
+    # torch.distributed leaves the `group` parameters of its collectives untyped.
+    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)  # pyright: ignore[reportUnknownMemberType]
+    highest, negated_lowest = cast("list[int]", both.tolist())  # pyright: ignore[reportUnknownMemberType]
     if highest == mine and -negated_lowest == mine:
         return
     gathered: list[Any] = [None] * dist.get_world_size(group)
-    all_gather_object = cast("Callable[..., None]", dist.all_gather_object)
+    all_gather_object = cast("Callable[..., None]", dist.all_gather_object)  # pyright: ignore[reportUnknownMemberType]
     all_gather_object(gathered, (dist.get_rank(), call, entries), group=group)
     msg = _mismatch_message(name, gathered)
     raise ValueError(msg)
@@ -167,7 +168,7 @@ def _agree(p: ParamDict, call: str, group: dist.ProcessGroup | None, name: str) 
 def _mismatch_message(name: str, gathered: Sequence[Any]) -> str:
     first_rank, first_call, first = gathered[0]
     first_keys = [e[0] for e in first]
-    problems = []
+    problems: list[str] = []
     for rank, call, entries in gathered[1:]:
         keys = [e[0] for e in entries]
         if call != first_call:
@@ -176,7 +177,7 @@ def _mismatch_message(name: str, gathered: Sequence[Any]) -> str:
                 f"`{first_call}`"
             )
         if set(keys) != set(first_keys):
-            parts = []
+            parts: list[str] = []
             missing = sorted(set(first_keys) - set(keys))
             unexpected = sorted(set(keys) - set(first_keys))
             if missing:
@@ -341,7 +342,7 @@ def all_reduce(
     for bucket in _buckets.plan(values, cap):
         buffer = _buckets.pack(values, bucket)
         if bucket.numel:
-            dist.all_reduce(buffer, op=reduce_op, group=group)
+            dist.all_reduce(buffer, op=reduce_op, group=group)  # pyright: ignore[reportUnknownMemberType]
             if op == "mean":
                 buffer.div_(size)
         _buckets.unpack(buffer, bucket, values, out)
@@ -466,7 +467,7 @@ def all_gather(
         if bucket.numel:
             # Into views of `rows`: `all_gather` with a list of outputs is the one
             # gathering collective every supported torch has without a warning.
-            dist.all_gather(list(rows.unbind(0)), buffer, group=group)
+            dist.all_gather(list(rows.unbind(0)), buffer, group=group)  # pyright: ignore[reportUnknownMemberType]
         for rank, out in enumerate(outs):
             _buckets.unpack(rows[rank], bucket, values, out)
     return [p._derive(out) for out in outs]

@@ -161,6 +161,19 @@ def test_repr_lists_entries_and_totals() -> None:
     assert repr(ParamDict()) == "ParamDict()"
 
 
+def test_repr_counts_in_singular_and_plural() -> None:
+    """One entry and one element are singular; zero and several are plural."""
+    assert repr(ParamDict(w=torch.zeros(()))).startswith(
+        "ParamDict(  # 1 entry, 1 element\n"
+    )
+    assert repr(ParamDict(w=torch.zeros(0))).startswith(
+        "ParamDict(  # 1 entry, 0 elements\n"
+    )
+    assert repr(ParamDict(w=torch.zeros(1), b=torch.zeros(1))).startswith(
+        "ParamDict(  # 2 entries, 2 elements\n"
+    )
+
+
 def test_repr_abbreviates_long_dicts() -> None:
     """Long ParamDicts show the first and last entries and how many are hidden."""
     p = ParamDict({f"k{i}": torch.zeros(1) for i in range(100)})
@@ -247,3 +260,18 @@ def test_every_way_of_building_keeps_the_value_order_in_step() -> None:
     for how, q in built.items():
         assert len(q._vals) == len(q), how
         assert all(a is b for a, b in zip(q._vals, q.values())), how
+
+
+def test_version_comes_from_the_distribution() -> None:
+    """`__version__` is the installed distribution's version, or a checkout marker."""
+    import importlib.metadata
+
+    import paramdict
+
+    try:
+        expected = importlib.metadata.version("torch-paramdict")
+    except importlib.metadata.PackageNotFoundError:
+        expected = "0+unknown"
+    assert paramdict.__version__ == expected
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        _ = paramdict.nope

@@ -8,11 +8,16 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import assert_type
 
+import paramdict
 from paramdict import ParamDict
 
 
 class MyParams(ParamDict):
     __slots__ = ()
+
+
+def check_version() -> None:
+    assert_type(paramdict.__version__, str)
 
 
 def check_construction(t: Tensor, m: nn.Module) -> None:
