@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import Self
 
+from . import _norms
 from ._container import _Container
 
 __all__: list[str] = []
@@ -165,9 +166,10 @@ class _ModuleIO(_Container):
         # Eagerly, swap the tensors in directly: the same result as
         # `functional_call`, without its per-call reparametrization machinery.
         plan = self._swap_plan(module, "`call`", ties_agree=True)
+        forward = _norms.watched(module, self)  # `module` itself outside vmap
         originals = _put(plan)
         try:
-            out = module(*args, **kwargs)
+            out = forward(*args, **kwargs)
             replaced = [
                 key
                 for key, held, name, value in plan
