@@ -20,8 +20,8 @@ modules that call them directly are covered as well as the `nn` layers. It raise
 before the wrong case runs, and turns torch's errors about running statistics
 updated in place under vmap into one that says what to do. Not covered: code
 that calls these functions outside `call` (`torch.func.functional_call`, a
-hand-written functional forward), and the `torch.ops.aten` kernels called
-directly.
+hand-written functional forward), `call` under `torch.compile` (which traces
+`functional_call`), and the `torch.ops.aten` kernels called directly.
 """
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ _GRAD = _functorch.TransformType.Grad
 
 SECOND_ORDER_UNDER_VMAP: Final = (
     "`call`: {what} normalizes with statistics of its input inside "
-    "`torch.func.vmap`, "
-    "under a `torch.func.grad` whose result is differentiated again (a "
-    "second-order step, as in MAML). torch's vmap rule for the `{op}` backward "
-    "treats the mean and variance as constants there, so the meta-gradient "
-    "would be silently wrong. Run the tasks in a Python loop, "
+    "`torch.func.vmap`, under a `torch.func.grad` whose result is differentiated "
+    "again (a second-order step, as in MAML). torch's vmap rule for the `{op}` "
+    "backward treats the mean and variance as constants there, so the "
+    "meta-gradient would be silently wrong. Run the tasks in a Python loop, "
     "`params.grad(loss, create_graph=True)` per task (the same meta-gradient, "
     "computed correctly), or keep vmap and take the step first order (run the "
     "vmapped `torch.func.grad` under `torch.no_grad()`).{eval_hint}"
@@ -181,14 +180,14 @@ def _tracked_levels(tensor: Tensor) -> tuple[list[int], bool]:
 _TRACKING = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
 
 
-def _tracking_norms(module: nn.Module) -> str | None:
-    """Name the layers that would update unbatched running statistics in place.
+def _tracking_norms(module: nn.Module) -> dict[str, nn.Module]:
+    """Return the layers that would update unbatched running statistics in place.
 
     Those are BatchNorm and InstanceNorm layers in training mode that track
     running statistics, unless the statistics they hold are batched (per-task
-    buffers given to `call` under vmap). Returns `None` when there are none.
+    buffers given to `call` under vmap); keyed by their names in `module`.
     """
-    found = []
+    found: dict[str, nn.Module] = {}
     for name, layer in module.named_modules():
         if not (
             isinstance(layer, _TRACKING)
@@ -203,12 +202,20 @@ def _tracking_norms(module: nn.Module) -> str | None:
                 break
             stats = _functorch.get_unwrapped(stats)
         else:
-            found.append(f"{name!r} ({type(layer).__name__})" if name else "")
-    if not found:
+            found[name] = layer
+    return found
+
+
+def _describe_layers(module: nn.Module, layers: Mapping[str, nn.Module]) -> str | None:
+    """Name `layers` of `module` for a message; `None` when there are none."""
+    if not layers:
         return None
-    if found == [""]:
+    if list(layers) == [""]:
         return f"the module ({type(module).__name__})"
-    return f"the layer{'s' * (len(found) > 1)} " + ", ".join(sorted(found))
+    named = sorted(
+        f"{name!r} ({type(layer).__name__})" for name, layer in layers.items()
+    )
+    return f"the layer{'s' * (len(named) > 1)} " + ", ".join(named)
 
 
 class _Watch(TorchFunctionMode):
@@ -227,16 +234,29 @@ class _Watch(TorchFunctionMode):
             else torch.is_grad_enabled()
         )
         self._names = names
+        self._failed: str | None = None  # the norm call that failed to update
 
     def run(self, module: nn.Module, /, *args: Any, **kwargs: Any) -> Any:
         """Return `module(*args, **kwargs)`, computed under this watch."""
+        tracking = _tracking_norms(module)
+        counts = [
+            (count, count.clone())
+            for layer in tracking.values()
+            if isinstance(count := layer.num_batches_tracked, Tensor)
+        ]
         try:
             with self:
                 return module(*args, **kwargs)
         except RuntimeError as err:
             # A BatchNorm counts its batches (`num_batches_tracked.add_(1)`)
-            # before it normalizes, so that error comes from no norm call.
-            what = _tracking_norms(module)
+            # before it normalizes, which fails under `torch.func.grad`; under
+            # vmap alone the count goes up and the norm call fails (noted in
+            # `_failed`). Either way the module keeps the counts it had.
+            with torch.no_grad():
+                for count, saved in counts:
+                    if not torch.equal(count, saved):  # no in-place op if unchanged
+                        count.copy_(saved)
+            what = _describe_layers(module, tracking) or self._failed
             if what is None:
                 raise
             msg = RUNNING_STATS_UNDER_VMAP.format(what=what)
@@ -260,11 +280,9 @@ class _Watch(TorchFunctionMode):
         running = norm.arg("running_mean", args, kwargs) if norm.running else None
         try:
             return func(*args, **kwargs)
-        except RuntimeError as err:
+        except RuntimeError:
             if batch_stats and isinstance(running, Tensor):
-                what = self._describe(norm, running, "running_mean")
-                msg = RUNNING_STATS_UNDER_VMAP.format(what=what)
-                raise ValueError(msg) from err
+                self._failed = self._describe(norm, running, "running_mean")
             raise
 
     def _refuse_second_order(self, norm: _Norm, input: Any, weight: Tensor) -> None:
