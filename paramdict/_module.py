@@ -142,7 +142,12 @@ class _ModuleIO(_Container):
         Raises:
             ValueError: If a key names no parameter or buffer of the module, or
                 tied names (one tensor under several names) are given different
-                tensors; the module is not touched.
+                tensors; the module is not touched. Under `torch.func.vmap`, also
+                for a second-order step through BatchNorm in training mode,
+                LayerNorm or affine InstanceNorm, which torch gets silently
+                wrong (run the tasks in a loop), and for running statistics a
+                BatchNorm would update in place (see "BatchNorm in inner loops"
+                in the MAML tutorial).
             TypeError: If the module replaced one of the given tensors while
                 running (e.g. assigned a new buffer); the module gets its own
                 tensors back, and `functional_call` with a plain `dict` receives
