@@ -20,8 +20,9 @@ modules that call them directly are covered as well as the `nn` layers. It raise
 before the wrong case runs, and turns torch's errors about running statistics
 updated in place under vmap into one that says what to do. Not covered: code
 that calls these functions outside `call` (`torch.func.functional_call`, a
-hand-written functional forward), `call` under `torch.compile` (which traces
-`functional_call`), and the `torch.ops.aten` kernels called directly.
+hand-written functional forward, a module run inside `swapped_into`), `call` under
+`torch.compile` (which traces `functional_call`), and the `torch.ops.aten` kernels
+called directly.
 """
 
 from __future__ import annotations
