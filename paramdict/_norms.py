@@ -44,13 +44,14 @@ _GRAD = _functorch.TransformType.Grad
 
 SECOND_ORDER_UNDER_VMAP: Final = (
     "`call`: {what} normalizes with statistics of its input inside "
-    "`torch.func.vmap`, under a `torch.func.grad` whose result is differentiated "
-    "again (a second-order step, as in MAML). torch's vmap rule for the `{op}` "
-    "backward treats the mean and variance as constants there, so the "
-    "meta-gradient would be silently wrong. Run the tasks in a Python loop, "
+    "`torch.func.vmap`, under a `torch.func.grad` that autograd records (a "
+    "second-order step, as in MAML). torch's vmap rule for the `{op}` backward "
+    "treats the mean and variance as constants there, so a gradient taken through "
+    "this result would be silently wrong. Run the tasks in a Python loop, "
     "`params.grad(loss, create_graph=True)` per task (the same meta-gradient, "
-    "computed correctly), or keep vmap and take the step first order (run the "
-    "vmapped `torch.func.grad` under `torch.no_grad()`).{eval_hint}"
+    "computed correctly). If nothing differentiates the result again (first-order "
+    "MAML, per-sample gradients), say so: run the vmapped `torch.func.grad` under "
+    "`torch.no_grad()`, or give it `params.detach()`.{eval_hint}"
 )
 """The error for a norm layer's backward that vmap would differentiate wrongly.
 

@@ -165,6 +165,7 @@ def test_cnn_vmap_second_order_is_refused() -> None:
     message = str(info.value)
     assert "create_graph=True" in message
     assert "torch.no_grad()" in message
+    assert "params.detach()" in message
     assert all(p.grad is None for p in model.parameters())
     assert ParamDict.from_module(model).keys() == params.keys()
     for key, value in ParamDict.from_module(model).items():
