@@ -9,7 +9,7 @@ weight, networks without norm layers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -25,6 +25,14 @@ SECOND_ORDER = "torch gets that|would be silently wrong"
 
 Weights = tuple[Tensor, ...]
 Task = tuple[Tensor, Tensor, Tensor, Tensor]
+
+
+@pytest.fixture(autouse=True)
+def _own_random_state() -> Iterator[None]:
+    """Seed each test and give the global generator back as it was (doctests draw)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        yield
 
 
 # ------------------------------------------------------------- the Omniglot-shaped CNN
