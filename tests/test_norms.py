@@ -9,6 +9,7 @@ weight, networks without norm layers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -281,25 +282,42 @@ def test_norms_that_vmap_gets_right_are_allowed(
     )
 
 
+class _Channels(nn.Module):
+    """Run `norm` on the features split into 2 channels (InstanceNorm1d's layout)."""
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, h: Tensor) -> Tensor:
+        out: Tensor = self.norm(h.reshape(*h.shape[:-1], 2, -1))
+        return out.flatten(-2)
+
+
 @pytest.mark.parametrize(
-    ("norm", "op"),
+    ("norm", "layer"),
     [
-        pytest.param(lambda n: nn.LayerNorm(n), "layer_norm", id="LayerNorm"),
+        pytest.param(lambda n: nn.LayerNorm(n), "'1' (`layer_norm`)", id="LayerNorm"),
         pytest.param(
             lambda n: nn.BatchNorm1d(n, track_running_stats=False),
-            "batch_norm",
+            "'1' (`batch_norm`)",
             id="BatchNorm1d",
+        ),
+        pytest.param(
+            lambda n: _Channels(nn.InstanceNorm1d(2, affine=True)),
+            "'1.norm' (`instance_norm`)",
+            id="InstanceNorm1d",
         ),
     ],
 )
-def test_layer_norm_and_batch_norm_are_refused_at_second_order(
-    norm: Callable[[int], nn.Module], op: str
+def test_norms_that_vmap_gets_wrong_are_refused_at_second_order(
+    norm: Callable[[int], nn.Module], layer: str
 ) -> None:
-    """LayerNorm has the same defect under vmap: refused at second order only."""
+    """LayerNorm and InstanceNorm share the defect: refused at second order only."""
     model = _mlp(norm)
     params = ParamDict.from_module(model)
     tasks = _mlp_tasks()
-    with pytest.raises(ValueError, match=rf"the layer '1' \(`{op}`\)"):
+    with pytest.raises(ValueError, match=re.escape(f"the layer {layer}")):
         _vmapped(params, model, tasks)
     torch.testing.assert_close(
         _vmapped(params, model, tasks, first_order=True),
