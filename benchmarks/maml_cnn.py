@@ -460,18 +460,14 @@ def _main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--peak-memory",
         choices=list(VARIANTS),
+        required=True,
         help="run one meta-iteration of this candidate and print its peak growth",
     )
     parser.add_argument("--order", choices=["second", "first"], default="second")
-    args, rest = parser.parse_known_args(argv)
-    if args.peak_memory is None:
-        from ._runner import main
-
-        main(["--only", "cnn,cnn-memory", *rest])
-        return
+    parser.add_argument("--quick", action="store_true", help="the smoke run's size")
+    args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    quick = "--quick" in rest
-    print(json.dumps(_memory_worker(args.peak_memory, args.order, quick)))
+    print(json.dumps(_memory_worker(args.peak_memory, args.order, args.quick)))
 
 
 if __name__ == "__main__":
