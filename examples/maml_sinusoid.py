@@ -10,6 +10,13 @@ K = 10 points of a task it has never seen fits that task. Run it with
 
 It prints the query MSE on 600 new tasks before and after adaptation and writes a
 plot like the paper's Figures 2 and 3. All data is generated from the seed.
+
+A meta-batch's tasks run batched with `torch.func.vmap` (the default, the fastest
+for this small MLP) or in a Python loop (`--batching loop`); for this network both
+give the same meta-gradient. Not for every network: with BatchNorm or LayerNorm in
+training mode, torch 2.13 differentiates the vmapped inner step wrongly at second
+order, so `ParamDict.call` refuses it and the loop is the way (see "BatchNorm in
+inner loops" in docs/tutorials/maml.md).
 """
 
 from __future__ import annotations
@@ -182,7 +189,9 @@ def meta_loss(
     """Return MAML's objective: the mean query loss after one inner step per task.
 
     `batching="loop"` adapts the tasks one after the other in Python, `"vmap"` all
-    at once; `first_order=True` treats the inner gradients as constants.
+    at once; `first_order=True` treats the inner gradients as constants. Both give
+    the same meta-gradient for this MLP; a network with BatchNorm or LayerNorm
+    needs the loop at second order (`call` refuses the vmapped step).
     """
     if batching not in ("vmap", "loop"):
         msg = f"`batching` must be 'vmap' or 'loop', got {batching!r}."
@@ -508,7 +517,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=get_args(Batching),
         default="vmap",
         help="run a meta-batch's tasks batched with torch.func.vmap (default, "
-        "fastest) or one by one in a Python loop",
+        "fastest for this small MLP) or one by one in a Python loop (the choice "
+        "for conv nets, and the only second-order one with BatchNorm)",
     )
     parser.add_argument(
         "--eval-tasks",

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import Self
 
+from . import _norms
 from ._container import _Container
 
 __all__: list[str] = []
@@ -141,7 +142,12 @@ class _ModuleIO(_Container):
         Raises:
             ValueError: If a key names no parameter or buffer of the module, or
                 tied names (one tensor under several names) are given different
-                tensors; the module is not touched.
+                tensors; the module is not touched. Under `torch.func.vmap`, also
+                for a second-order step through BatchNorm in training mode,
+                LayerNorm or affine InstanceNorm, which torch gets silently
+                wrong (run the tasks in a loop), and for running statistics a
+                BatchNorm would update in place (see "BatchNorm in inner loops"
+                in the MAML tutorial).
             TypeError: If the module replaced one of the given tensors while
                 running (e.g. assigned a new buffer); the module gets its own
                 tensors back, and `functional_call` with a plain `dict` receives
@@ -165,9 +171,10 @@ class _ModuleIO(_Container):
         # Eagerly, swap the tensors in directly: the same result as
         # `functional_call`, without its per-call reparametrization machinery.
         plan = self._swap_plan(module, "`call`", ties_agree=True)
+        forward = _norms.watched(module, self)  # `module` itself outside vmap
         originals = _put(plan)
         try:
-            out = module(*args, **kwargs)
+            out = forward(*args, **kwargs)
             replaced = [
                 key
                 for key, held, name, value in plan

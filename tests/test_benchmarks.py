@@ -19,7 +19,17 @@ import torch
 from benchmarks._agree import check_agreement
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ["update", "grad", "pytree", "optim", "maml", "memory", "import"]
+SECTIONS = [
+    "update",
+    "grad",
+    "pytree",
+    "optim",
+    "maml",
+    "memory",
+    "cnn",
+    "cnn-memory",
+    "import",
+]
 GOALS = [
     "`p.sub(g, alpha=lr)` within 1.10x of bare foreach",
     "`p - lr * g` at least 1.3x faster than the dict comprehension",
@@ -27,6 +37,9 @@ GOALS = [
     "MAML meta-iteration within 1.05x of plain dicts",
     "MAML meta-iteration faster than higher",
     "MAML peak memory within 1.05x of plain dicts",
+    "CNN MAML (second order, loop) within 1.02x of plain dicts",
+    "CNN MAML (first order, loop) within 1.02x of plain dicts",
+    "CNN MAML peak memory (second order, loop) within 1.02x of plain dicts",
     "`import paramdict` under 50 ms",
 ]
 
@@ -61,6 +74,7 @@ def test_quick_run_writes_the_report(tmp_path: Path) -> None:
     report = (tmp_path / "results.md").read_text(encoding="utf-8")
     assert "## Targets" in report
     assert "### MAML meta-iteration" in report
+    assert "second order, ParamDict, vmap: refused, not timed" in report
     assert report in done.stdout
 
 
