@@ -27,11 +27,15 @@ called directly.
 
 from __future__ import annotations
 
+# torch._C._functorch (the transform stack, levels, wrapped tensors) is untyped.
+# pyright: reportUnknownMemberType=false, reportUnknownVariableType=false
+# pyright: reportUnknownArgumentType=false
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
