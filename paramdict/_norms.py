@@ -27,9 +27,6 @@ called directly.
 
 from __future__ import annotations
 
-# torch._C._functorch (the transform stack, levels, wrapped tensors) is untyped.
-# pyright: reportUnknownMemberType=false, reportUnknownVariableType=false
-# pyright: reportUnknownArgumentType=false
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -175,7 +172,7 @@ def _tracked_levels(tensor: Tensor) -> tuple[list[int], bool]:
     grad; the flag is whether the plain tensor under all wrappers requires grad
     (ordinary autograd records it).
     """
-    levels = []
+    levels: list[int] = []
     while _functorch.is_functorch_wrapped_tensor(tensor):
         if not _functorch.is_batchedtensor(tensor) and tensor.requires_grad:
             levels.append(_functorch.maybe_get_level(tensor))
@@ -194,7 +191,7 @@ def _tracking_norms(module: nn.Module) -> dict[str, nn.Module]:
     buffers given to `call` under vmap); keyed by their names in `module`.
     """
     found: dict[str, nn.Module] = {}
-    for name, layer in module.named_modules():
+    for name, layer in module.named_modules():  # pyright: ignore[reportUnknownVariableType]  # named_modules is annotated loosely
         if not (
             isinstance(layer, _TRACKING)
             and layer.training
@@ -334,7 +331,8 @@ def watched(module: nn.Module, values: Mapping[str, Tensor]) -> Callable[..., An
         else a function of the forward's arguments that runs `module` with the
         norm calls watched.
     """
-    if _functorch.peek_interpreter_stack() is None:
+    # Annotated as never None, but None when no transform runs.
+    if _functorch.peek_interpreter_stack() is None:  # pyright: ignore[reportUnnecessaryComparison]
         return module
     stack = _functorch.get_interpreter_stack()
     if not any(i.key() == _VMAP for i in stack):
