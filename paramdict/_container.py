@@ -90,17 +90,33 @@ def _validated(items: dict[Any, Any]) -> dict[str, Tensor]:
     return items
 
 
+# The values of an instance that `__init__` has not filled yet; never mutated.
+_UNBUILT: list[Tensor] = []
+_ABSENT = object()
+
+
 class _Container(dict[str, Tensor]):
     """Storage, construction and the read-only mapping protocol (see `ParamDict`)."""
 
     __slots__ = ("_keys", "_vals")
+    # numpy must not treat a ParamDict as an array of objects: with this, numpy
+    # operators return `NotImplemented` and Python asks the ParamDict, which refuses.
+    __array_ufunc__ = None
     _keys: tuple[str, ...]
     _vals: list[Tensor]  # the values in key order; never mutated, never handed out
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # Every instance is a consistent (empty) ParamDict from birth: an unpickler
+        # may call `cls.__new__(cls)` alone and never `__init__`.
+        obj = dict.__new__(cls)
+        obj._keys = ()
+        obj._vals = _UNBUILT
+        return obj
 
     def __init__(
         self, mapping_or_pairs: MappingOrPairs = (), /, **kwargs: Tensor
     ) -> None:
-        if hasattr(self, "_keys"):
+        if self._vals is not _UNBUILT or dict.__len__(self):
             _refuse("__init__ on an existing ParamDict", "Build a new one instead.")
         items = _validated(dict(mapping_or_pairs, **kwargs))
         dict.__init__(self, items)
@@ -181,23 +197,22 @@ class _Container(dict[str, Tensor]):
         incoming = dict(*args, **kwargs)
         stored = dict.get
         for key, value in incoming.items():
-            if stored(self, key) is not value:
+            if stored(self, key, _ABSENT) is not value:
                 break
         else:
             return  # every value is the stored object: nothing changes
         changed = sorted(
-            k
+            repr(k)
             for k, v in incoming.items()
-            if k not in self or dict.__getitem__(self, k) is not v
+            if stored(self, k, _ABSENT) is not v
         )
-        if changed:
-            msg = (
-                "ParamDict is immutable: `update` would change "
-                f"{_format_keys(changed)}. Use `p | other` for an updated copy. If a "
-                "module replaced these tensors inside `torch.func.functional_call`, "
-                "pass `dict(p)` to receive the replacements."
-            )
-            raise TypeError(msg)
+        msg = (
+            f"ParamDict is immutable: `update` would change [{', '.join(changed)}]. "
+            "Use `p | other` for an updated copy. If a module replaced these tensors "
+            "inside `torch.func.functional_call`, pass `dict(p)` to receive the "
+            "replacements."
+        )
+        raise TypeError(msg)
 
     @classmethod
     def fromkeys(cls, keys: Iterable[str], value: Tensor, /) -> Self:  # type: ignore[override]  # values must be tensors
@@ -222,28 +237,43 @@ class _Container(dict[str, Tensor]):
         """
         return cls((k, value) for k in keys)
 
-    def copy(self) -> Self:
-        """Return a shallow copy of the same type (the same tensor objects).
+    def copy(self) -> dict[str, Tensor]:
+        """Return a shallow, mutable copy as a plain `dict` (the same tensor objects).
+
+        As `dict.copy` does for every `dict` subclass, the copy is a plain `dict`:
+        a copy of an immutable mapping is only useful to change, and
+        `torch.func.functional_call` copies its mapping and writes the tied
+        aliases into the copy. `copy.copy(p)` returns a ParamDict of the same type.
 
         Returns:
-            A new ParamDict with the same keys, order and tensors; `self` is
-            unchanged. Use `clone()` for copies of the tensors.
+            A new `dict` with the same keys, order and tensors; `self` is unchanged.
+            Use `clone()` for copies of the tensors.
 
         Example:
             >>> p = ParamDict(w=torch.ones(2))
-            >>> q = p.copy()
-            >>> q == p, q is p, q["w"] is p["w"]
-            (True, False, True)
+            >>> d = p.copy()
+            >>> type(d).__name__, d["w"] is p["w"]
+            ('dict', True)
         """
-        # `torch.func.functional_call` copies its dict on every call: keep it cheap.
+        return dict(self)
+
+    def __copy__(self) -> Self:
         obj = dict.__new__(type(self))
         dict.update(obj, self)
         obj._keys = self._keys
         obj._vals = self._vals
         return obj
 
-    def __copy__(self) -> Self:
-        return self.copy()
+    def __setstate__(self, state: object) -> NoReturn:
+        # A ParamDict pickles as `(cls, (dict(p),))` and carries no state: a state
+        # could only set `_keys`/`_vals` apart from the entries (a tampered file).
+        msg = (
+            f"Refusing to unpickle a {type(self).__name__} with extra state "
+            f"({type(state).__name__}): ParamDict pickles hold only their entries, so "
+            "this file was not written by `torch.save`/`pickle` of a ParamDict. Load "
+            "the entries as a plain dict and build `ParamDict(entries)` instead."
+        )
+        raise TypeError(msg)
 
     def __or__(self, other: Mapping[str, Tensor]) -> Self:  # type: ignore[override]  # returns Self, not dict
         if not isinstance(other, Mapping):

@@ -157,6 +157,13 @@ class _Operators(_Container):
                 f"{bad!r} are not tensors. Convert them with `torch.as_tensor`."
             )
             raise TypeError(msg)
+        if type(other).__module__ == "numpy":
+            msg = (
+                f"{what} takes a number, a 0-dim tensor or a mapping with the same "
+                f"keys, got a numpy {type(other).__name__}. Convert it with "
+                "`torch.as_tensor(...)` (and use a mapping for per-entry values)."
+            )
+            raise TypeError(msg)
         return NotImplemented
 
     def _operand_or_raise(self, other: object, what: str) -> Any:
