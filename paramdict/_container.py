@@ -95,6 +95,15 @@ _UNBUILT: list[Tensor] = []
 _ABSENT = object()
 
 
+def _built(obj: object) -> bool:
+    """Whether `__init__` (or a constructor) has set the instance's keys already."""
+    try:
+        _KEYS_SLOT.__get__(obj)
+    except AttributeError:
+        return False
+    return True
+
+
 class _Container(dict[str, Tensor]):
     """Storage, construction and the read-only mapping protocol (see `ParamDict`)."""
 
@@ -105,23 +114,26 @@ class _Container(dict[str, Tensor]):
     _keys: tuple[str, ...]
     _vals: list[Tensor]  # the values in key order; never mutated, never handed out
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
-        # Every instance is a consistent (empty) ParamDict from birth: an unpickler
-        # may call `cls.__new__(cls)` alone and never `__init__`.
-        obj = dict.__new__(cls)
-        obj._keys = ()
-        obj._vals = _UNBUILT
-        return obj
-
     def __init__(
         self, mapping_or_pairs: MappingOrPairs = (), /, **kwargs: Tensor
     ) -> None:
-        if self._vals is not _UNBUILT or dict.__len__(self):
+        if dict.__len__(self) or _built(self):
             _refuse("__init__ on an existing ParamDict", "Build a new one instead.")
         items = _validated(dict(mapping_or_pairs, **kwargs))
         dict.__init__(self, items)
         self._keys = tuple(items)
         self._vals = list(items.values())
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when a slot is unset: an instance that an unpickler made
+        # with `cls.__new__(cls)` and never initialized. It holds no entries (a
+        # ParamDict refuses item assignment), so it reads as an empty ParamDict.
+        if name == "_keys" and not dict.__len__(self):
+            return ()
+        if name == "_vals" and not dict.__len__(self):
+            return _UNBUILT
+        msg = f"{type(self).__name__!r} object has no attribute {name!r}"
+        raise AttributeError(msg)
 
     @classmethod
     def _from_parts(cls, keys: tuple[str, ...], values: Iterable[Any], /) -> Self:
@@ -422,6 +434,9 @@ class _Container(dict[str, Tensor]):
         )
         entries = "entry" if len(self) == 1 else "entries"
         return f"{name}(  # {len(self)} {entries}, {total:,} elements{body}\n)"
+
+
+_KEYS_SLOT = _Container.__dict__["_keys"]
 
 
 def _describe_kind(value: Tensor) -> str:

@@ -31,7 +31,18 @@ def _to_dumpable(context: tuple[str, ...]) -> list[str]:
     return list(context)
 
 
-def _from_dumpable(dumpable: list[str]) -> tuple[str, ...]:
+def _from_dumpable(dumpable: object) -> tuple[str, ...]:
+    # A serialized treespec is data from outside: its keys must be str, once each.
+    if not isinstance(dumpable, list) or not all(isinstance(k, str) for k in dumpable):
+        msg = (
+            "A serialized ParamDict treespec must hold a list of str keys, got "
+            f"{dumpable!r:.200}."
+        )
+        raise TypeError(msg)
+    if len(set(dumpable)) != len(dumpable):
+        repeated = sorted({k for k in dumpable if dumpable.count(k) > 1})
+        msg = f"A serialized ParamDict treespec repeats the keys {repeated!r}."
+        raise ValueError(msg)
     return tuple(dumpable)
 
 

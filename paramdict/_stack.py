@@ -50,7 +50,8 @@ class _Stack(_Container):
             ValueError: If `paramdicts` is empty, the keys differ (naming the
                 position and the keys), or the values of a key differ in shape,
                 dtype or device (naming the key).
-            TypeError: If an element is not a mapping or a value is not a tensor.
+            TypeError: If an element is not a mapping, a key is not a `str` or a
+                value is not a tensor.
 
         Example:
             >>> models = [torch.nn.Linear(3, 2) for _ in range(4)]
@@ -71,6 +72,11 @@ class _Stack(_Container):
             msg = f"`stack` takes mappings of tensors, got {type(first).__name__}."
             raise TypeError(msg)
         keys = tuple(first.keys())
+        not_str = [k for k in keys if not isinstance(k, str)]
+        if not_str:
+            shown = ", ".join(repr(k) for k in not_str)
+            msg = f"`stack`: ParamDict keys must be str; the mappings have {shown}."
+            raise TypeError(msg)
         columns: list[list[Tensor]] = [[] for _ in keys]
         for position, member in enumerate(members):
             if not isinstance(member, Mapping):
