@@ -119,7 +119,16 @@ class _Container(dict[str, Tensor]):
     ) -> None:
         if dict.__len__(self) or _built(self):
             _refuse("__init__ on an existing ParamDict", "Build a new one instead.")
-        items = _validated(dict(mapping_or_pairs, **kwargs))
+        try:
+            items = _validated(dict(mapping_or_pairs, **kwargs))
+        except (TypeError, ValueError) as err:
+            if isinstance(err, TypeError) and str(err).startswith("ParamDict"):
+                raise
+            msg = (
+                "ParamDict takes a mapping or an iterable of (key, tensor) pairs, got "
+                f"{type(mapping_or_pairs).__name__} ({err})."
+            )
+            raise TypeError(msg) from None
         dict.__init__(self, items)
         self._keys = tuple(items)
         self._vals = list(items.values())
@@ -344,6 +353,12 @@ class _Container(dict[str, Tensor]):
             other._keys is self._keys or other._keys == self._keys
         ):
             return other._vals  # callers only read it
+        if not isinstance(other, Mapping):
+            msg = (
+                f"{what} takes a mapping with the same keys, got "
+                f"{type(other).__name__}."
+            )
+            raise TypeError(msg)
         if len(other) == len(self._keys):
             try:
                 return [other[k] for k in self._keys]

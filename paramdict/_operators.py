@@ -157,6 +157,13 @@ class _Operators(_Container):
                 f"{bad!r} are not tensors. Convert them with `torch.as_tensor`."
             )
             raise TypeError(msg)
+        if isinstance(other, list | tuple | str):
+            msg = (
+                f"{what} takes a number, a 0-dim tensor or a mapping with the same "
+                f"keys, got {type(other).__name__}. For per-entry values pass a "
+                "mapping, e.g. `{key: value for key, value in zip(p, values)}`."
+            )
+            raise TypeError(msg)
         if type(other).__module__ == "numpy":
             msg = (
                 f"{what} takes a number, a 0-dim tensor or a mapping with the same "
