@@ -400,7 +400,7 @@ class _Reduce(_Container):
         Raises:
             ValueError: If `vector` is not 1-dim or its length differs from the
                 number of elements of `like`.
-            TypeError: If `vector` is not a tensor, a key of `like` is not a `str`,
+            TypeError: If `vector` is not a dense tensor, a key of `like` is not a `str`,
                 or a value of `like` is not a tensor.
 
         Example:
@@ -428,6 +428,12 @@ class _Reduce(_Container):
         bad = sorted(str(k) for k, v in shaped.items() if not isinstance(v, Tensor))
         if bad:
             msg = f"`from_vector`: the entries {bad!r} of `like` are not tensors."
+            raise TypeError(msg)
+        if vector.layout != torch.strided:
+            msg = (
+                f"`from_vector` takes a dense tensor, got a {vector.layout} one. "
+                "Convert it with `.to_dense()`."
+            )
             raise TypeError(msg)
         if vector.dim() != 1:
             msg = (

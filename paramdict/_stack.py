@@ -63,7 +63,14 @@ class _Stack(_Container):
             >>> out.shape
             torch.Size([4, 5, 2])
         """
-        members: list[object] = list(paramdicts)  # checked at run time
+        try:
+            members: list[object] = list(paramdicts)  # checked below
+        except TypeError:
+            msg = (
+                "`stack` takes an iterable of mappings, got "
+                f"{type(paramdicts).__name__}."
+            )
+            raise TypeError(msg) from None
         if not members:
             msg = "`stack` needs at least one mapping to stack, got none."
             raise ValueError(msg)

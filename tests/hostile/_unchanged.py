@@ -29,7 +29,7 @@ def _tensor_state(t: Tensor) -> tuple[Any, ...]:
         t.layout,
         t.requires_grad,
         t._version if t.layout == torch.strided and not t.is_inference() else None,
-        None if t.grad is None else _tensor_state(t.grad) if t.is_leaf else None,
+        _tensor_state(t.grad) if t.is_leaf and t.grad is not None else None,
     )
     if t.is_meta:
         return (*meta, None)
