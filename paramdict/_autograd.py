@@ -55,11 +55,34 @@ def _reaches_graph(loss: object, what: str) -> bool:
     raise TypeError(msg)
 
 
+def _check_grad_outputs(loss: object, grad_outputs: object, what: str) -> None:
+    """Refuse a number of `grad_outputs` that differs from the number of losses."""
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        return
+    if not isinstance(grad_outputs, Sequence):
+        msg = (
+            f"`{what}` takes a tensor, a sequence of tensors or `None` as "
+            f"`grad_outputs`, got {type(grad_outputs).__name__}."
+        )
+        raise TypeError(msg)
+    count = 1 if isinstance(loss, Tensor) else len(cast("Sequence[Tensor]", loss))
+    if len(grad_outputs) != count:
+        msg = (
+            f"`{what}`: `grad_outputs` does not fit `loss`: {len(grad_outputs)} "
+            f"given for {count} output(s). Pass one per output of `loss`."
+        )
+        raise ValueError(msg)
+
+
 def _explained(err: RuntimeError, what: str) -> Exception:
     """torch's refusal of `loss`/`grad_outputs` as a ValueError that says which."""
     text = str(err)
-    if "Mismatch in shape" in text or "grad can be implicitly created" in text or (
-        "grad_tensors" in text or "grad_outputs" in text
+    if (
+        "Mismatch in shape" in text
+        or "grad can be implicitly created" in text
+        or "gradients" in text
+        or "grad_tensors" in text
+        or "grad_outputs" in text
     ):
         msg = (
             f"`{what}`: `grad_outputs` does not fit `loss`: {text} Pass one tensor "
@@ -145,7 +168,10 @@ class _Autograd(_Container):
             if not all(needs):
                 inputs = [v for v, n in zip(values, needs) if n]
         found: Sequence[Tensor | None] = [None] * len(inputs)
-        if inputs and _reaches_graph(loss, "grad"):
+        reaches = _reaches_graph(loss, "grad")
+        if grad_outputs is not None:
+            _check_grad_outputs(loss, grad_outputs, "grad")
+        if inputs and reaches:
             try:
                 found = torch.autograd.grad(
                     loss,
@@ -266,7 +292,10 @@ class _Autograd(_Container):
         )
         if frozen is not None:
             raise frozen
-        if not _reaches_graph(loss, "backward"):
+        reaches = _reaches_graph(loss, "backward")
+        if grad_outputs is not None:
+            _check_grad_outputs(loss, grad_outputs, "backward")
+        if not reaches:
             raise _constant_error("backward", "Nothing was accumulated.")
         try:
             torch.autograd.backward(

@@ -325,8 +325,9 @@ class _ModuleIO(_Container):
             The module itself.
 
         Raises:
-            ValueError: If a key names no parameter or buffer of the module; the
-                module is not touched.
+            ValueError: If a key names no parameter or buffer of the module, or
+                tied names (one tensor under several names) are given different
+                tensors; the module is not touched.
             TypeError: If `module` is not an `nn.Module` or is a TorchScript module.
 
         Example:
@@ -339,7 +340,7 @@ class _ModuleIO(_Container):
             True
         """
         _check_module(module, "`swapped_into`", swaps=True)
-        originals = _put(self._swap_plan(module, "`swapped_into`"))
+        originals = _put(self._swap_plan(module, "`swapped_into`", ties_agree=True))
         try:
             yield module
         finally:
