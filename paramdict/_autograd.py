@@ -36,7 +36,7 @@ def _constant_error(what: str, fix: str) -> ValueError:
 
 
 def _reaches_graph(loss: object, what: str) -> bool:
-    """Check `loss` is a tensor or a non-empty sequence of them; whether any is recorded."""
+    """Check `loss` is a tensor or a non-empty sequence of them; return if recorded."""
     if isinstance(loss, Tensor):
         return loss.requires_grad
     if isinstance(loss, Sequence) and not isinstance(loss, str) and len(loss) > 0:
@@ -75,7 +75,7 @@ def _check_grad_outputs(loss: object, grad_outputs: object, what: str) -> None:
 
 
 def _explained(err: RuntimeError, what: str) -> Exception:
-    """torch's refusal of `loss`/`grad_outputs` as a ValueError that says which."""
+    """Turn torch's refusal of `loss` or `grad_outputs` into a ValueError saying so."""
     text = str(err)
     if (
         "Mismatch in shape" in text
@@ -160,7 +160,8 @@ class _Autograd(_Container):
         """
         values = self._vals
         if not values:
-            raise _empty_error("grad")
+            empty = _empty_error("grad")
+            raise empty
         inputs = values
         needs: list[bool] = []
         if allow_unused:
@@ -202,7 +203,10 @@ class _Autograd(_Container):
             if frozen is not None:
                 raise frozen
             if inputs:
-                raise _constant_error("grad", "Pass `allow_unused=True` for zeros.")
+                constant = _constant_error(
+                    "grad", "Pass `allow_unused=True` for zeros."
+                )
+                raise constant
         if len(inputs) != len(values):
             it = iter(found)
             found = [next(it) if n else None for n in needs]
@@ -237,7 +241,9 @@ class _Autograd(_Container):
             g
             if g is not None
             else torch.zeros_like(
-                v, requires_grad=create_graph and (v.is_floating_point() or v.is_complex())
+                v,
+                requires_grad=create_graph
+                and (v.is_floating_point() or v.is_complex()),
             )
             for v, g in zip(values, found)
         ]
@@ -285,7 +291,8 @@ class _Autograd(_Container):
         """
         values = self._vals
         if not values:
-            raise _empty_error("backward")
+            empty = _empty_error("backward")
+            raise empty
         frozen = self._frozen_error(
             "backward",
             "Call `.requires_grad_()` on them or drop them with `.trainable()`.",
@@ -296,7 +303,8 @@ class _Autograd(_Container):
         if grad_outputs is not None:
             _check_grad_outputs(loss, grad_outputs, "backward")
         if not reaches:
-            raise _constant_error("backward", "Nothing was accumulated.")
+            constant = _constant_error("backward", "Nothing was accumulated.")
+            raise constant
         try:
             torch.autograd.backward(
                 loss,

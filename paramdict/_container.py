@@ -223,9 +223,7 @@ class _Container(dict[str, Tensor]):
         else:
             return  # every value is the stored object: nothing changes
         changed = sorted(
-            repr(k)
-            for k, v in incoming.items()
-            if stored(self, k, _ABSENT) is not v
+            repr(k) for k, v in incoming.items() if stored(self, k, _ABSENT) is not v
         )
         msg = (
             f"ParamDict is immutable: `update` would change [{', '.join(changed)}]. "
@@ -353,10 +351,11 @@ class _Container(dict[str, Tensor]):
             other._keys is self._keys or other._keys == self._keys
         ):
             return other._vals  # callers only read it
-        if not isinstance(other, Mapping):
+        given: object = other  # checked at run time
+        if not isinstance(given, Mapping):
             msg = (
                 f"{what} takes a mapping with the same keys, got "
-                f"{type(other).__name__}."
+                f"{type(given).__name__}."
             )
             raise TypeError(msg)
         if len(other) == len(self._keys):

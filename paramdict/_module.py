@@ -200,9 +200,9 @@ class _ModuleIO(_Container):
                 tensors; the module is not touched.
             TypeError: If `module` is not an `nn.Module` or is a TorchScript module
                 (refused before anything runs), or if the module replaced one of the
-                given tensors while running (e.g. assigned a new buffer); the module gets its own
-                tensors back, and `functional_call` with a plain `dict` receives
-                the replacements.
+                given tensors while running (e.g. assigned a new buffer); the module
+                gets its own tensors back, and `functional_call` with a plain `dict`
+                receives the replacements.
 
         Example:
             >>> model = torch.nn.Linear(2, 1).requires_grad_(False)

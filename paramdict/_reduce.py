@@ -400,8 +400,8 @@ class _Reduce(_Container):
         Raises:
             ValueError: If `vector` is not 1-dim or its length differs from the
                 number of elements of `like`.
-            TypeError: If `vector` is not a dense tensor, a key of `like` is not a `str`,
-                or a value of `like` is not a tensor.
+            TypeError: If `vector` is not a dense tensor, a key of `like` is not a
+                `str`, or a value of `like` is not a tensor.
 
         Example:
             >>> like = ParamDict(w=torch.zeros(1, 2), b=torch.zeros(()))
@@ -419,7 +419,8 @@ class _Reduce(_Container):
                 f"{type(given[1]).__name__}."
             )
             raise TypeError(msg)
-        shaped: dict[object, object] = dict(like)
+        shaped: dict[object, object] = {}
+        shaped.update(like)
         not_str = [k for k in shaped if not isinstance(k, str)]
         if not_str:
             shown = ", ".join(repr(k) for k in not_str)

@@ -95,7 +95,9 @@ def _check_group(group: dist.ProcessGroup | None, name: str) -> None:
 
 def _check_src(src: object, group: dist.ProcessGroup | None) -> None:
     if isinstance(src, bool) or not isinstance(src, int):
-        msg = f"`broadcast` takes an int global rank as `src`, got {type(src).__name__}."
+        msg = (
+            f"`broadcast` takes an int global rank as `src`, got {type(src).__name__}."
+        )
         raise TypeError(msg)
     ranks = (
         range(dist.get_world_size())
@@ -329,7 +331,8 @@ def all_reduce(
     """
     name = "all_reduce"
     _check_paramdict(p, name)
-    if not isinstance(op, str) or op not in _REDUCE_OPS:
+    given: object = op  # checked at run time (unhashable values too)
+    if not isinstance(given, str) or given not in _REDUCE_OPS:
         fix = (
             " Pass the name instead of a `torch.distributed.ReduceOp`."
             if type(op).__qualname__.startswith("ReduceOp")

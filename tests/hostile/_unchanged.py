@@ -44,8 +44,13 @@ def _module_state(m: nn.Module) -> tuple[Any, ...]:
         id(m),
         [(name, sub.training) for name, sub in mods],
         [
-            (name, len(sub._forward_hooks), len(sub._forward_pre_hooks),
-             len(sub._backward_hooks), len(sub._state_dict_hooks))
+            (
+                name,
+                len(sub._forward_hooks),
+                len(sub._forward_pre_hooks),
+                len(sub._backward_hooks),
+                len(sub._state_dict_hooks),
+            )
             for name, sub in mods
         ],
         [(n, _tensor_state(t)) for n, t in m.named_parameters(remove_duplicate=False)],

@@ -21,7 +21,9 @@ from paramdict import ParamDict
 
 
 def _p() -> ParamDict:
-    return ParamDict(w=torch.arange(6.0).reshape(2, 3), b=torch.tensor([0.5, -1.0, 2.0]))
+    return ParamDict(
+        w=torch.arange(6.0).reshape(2, 3), b=torch.tensor([0.5, -1.0, 2.0])
+    )
 
 
 # ---------------------------------------------------------------- construction

@@ -32,7 +32,9 @@ def one_process_group() -> Iterator[None]:
 
 
 def _p() -> ParamDict:
-    return ParamDict(w=torch.arange(6.0).reshape(2, 3), n=torch.ones(2, dtype=torch.int64))
+    return ParamDict(
+        w=torch.arange(6.0).reshape(2, 3), n=torch.ones(2, dtype=torch.int64)
+    )
 
 
 _COLLECTIVES: dict[str, Any] = {

@@ -88,7 +88,10 @@ _TAMPERED: dict[str, tuple[Callable[[], tuple[Any, ...]], str]] = {
         ),
         "extra state",
     ),
-    "dict state": (lambda: (ParamDict, (_ones(),), {"_vals": [_HIDDEN]}), "extra state"),
+    "dict state": (
+        lambda: (ParamDict, (_ones(),), {"_vals": [_HIDDEN]}),
+        "extra state",
+    ),
     "state with entries": (
         lambda: (ParamDict, (_ones(),), ({"w": _HIDDEN}, None)),
         "extra state",
@@ -163,9 +166,7 @@ def test_a_serialized_treespec_with_bad_keys_is_refused() -> None:
 
 _keys = st.one_of(st.text(max_size=3), st.integers(-2, 2), st.none())
 _values = st.one_of(
-    st.builds(
-        torch.full, st.just((2,)), st.floats(-1e3, 1e3) | st.just(math.nan)
-    ),
+    st.builds(torch.full, st.just((2,)), st.floats(-1e3, 1e3) | st.just(math.nan)),
     st.none(),
     st.integers(),
     st.lists(st.floats(allow_nan=False), max_size=2),

@@ -48,7 +48,7 @@ _NOT_MODULES: dict[str, Any] = {
     "dict": lambda: {"w": torch.ones(1)},
     "None": lambda: None,
     "ParamDict": lambda: ParamDict(w=torch.ones(1)),
-    "function": lambda: (lambda x: x),
+    "function": lambda: lambda x: x,
     "module class": lambda: nn.Linear,
     "str": lambda: "model",
     "tensor": lambda: torch.ones(2),
@@ -171,9 +171,7 @@ def _cases() -> list[Case]:
         Case(
             "to_module meta entry after good ones",
             lambda: (*_both(),),
-            lambda m, p: (
-                p | {"norm.bias": torch.ones(3, device="meta")}
-            ).to_module(m),
+            lambda m, p: (p | {"norm.bias": torch.ones(3, device="meta")}).to_module(m),
             ValueError,
             "meta tensor holds no values for 'norm.bias'",
         ),

@@ -84,9 +84,10 @@ def test_unreachable_inputs() -> None:
     """Unreached inputs are an error, or zeros with `allow_unused=True`."""
     x, y = _leaves()
     loss = (x * 2).sum()
-    assert torch.autograd.grad(loss, [x, y], allow_unused=True, retain_graph=True)[
-        1
-    ] is None
+    assert (
+        torch.autograd.grad(loss, [x, y], allow_unused=True, retain_graph=True)[1]
+        is None
+    )
     with pytest.raises(ValueError, match=r"does not depend on \['y'\]"):
         ParamDict(x=x, y=y).grad(loss, retain_graph=True)
     got = ParamDict(x=x, y=y).grad(loss, allow_unused=True)

@@ -68,8 +68,12 @@ def test_maml_regression_matches_plain_dicts(how: str) -> None:
             total = total + ((run(adapted, x) - y) ** 2).mean()
         return total
 
-    plain = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
-    expected = dict(zip(plain, torch.autograd.grad(meta_loss(plain), list(plain.values()))))
+    plain = {
+        k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()
+    }
+    expected = dict(
+        zip(plain, torch.autograd.grad(meta_loss(plain), list(plain.values())))
+    )
     keyed = ParamDict(plain).detach().requires_grad_()
     _close_keyed(keyed.grad(meta_loss(keyed)), expected)
     # And the whole meta-gradient through `torch.func.grad` on the ParamDict.

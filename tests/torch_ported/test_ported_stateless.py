@@ -317,7 +317,10 @@ def test_tied_names_with_different_values_are_refused_by_to_module() -> None:
     module = MockTied()
     p = ParamDict.from_module(module, buffers=True).detach().clone()
     q = p | {"l1.bias": torch.tensor([5.0])}
-    with unchanged(module), pytest.raises(ValueError, match=r"\['l1.bias', 'tied_bias'\]"):
+    with (
+        unchanged(module),
+        pytest.raises(ValueError, match=r"\['l1.bias', 'tied_bias'\]"),
+    ):
         q.to_module(module)
     same = p | {"l1.bias": p["tied_bias"].clone()}
     same.to_module(module)  # equal values: either name says the same
