@@ -66,8 +66,9 @@ def state(obj: object) -> Any:
         return ("module", _module_state(obj))
     if isinstance(obj, Mapping):
         internal = None
+        kept: Any = obj
         if hasattr(type(obj), "_keys"):  # a ParamDict: its kept keys and values too
-            internal = (obj._keys, [id(v) for v in obj._vals])
+            internal = (kept._keys, [id(v) for v in kept._vals])
         return (
             "mapping",
             type(obj),
@@ -77,7 +78,8 @@ def state(obj: object) -> Any:
     if isinstance(obj, list | tuple):
         return ("sequence", type(obj), [state(v) for v in obj])
     if type(obj).__module__ == "numpy" and hasattr(obj, "tobytes"):
-        return ("numpy", obj.dtype, getattr(obj, "shape", ()), obj.tobytes())
+        array: Any = obj
+        return ("numpy", array.dtype, getattr(array, "shape", ()), array.tobytes())
     return ("other", id(obj), type(obj))
 
 
@@ -101,7 +103,7 @@ class Case:
     id: str
     build: Callable[[], tuple[Any, ...]]
     call: Callable[..., Any]
-    error: type[BaseException]
+    error: type[BaseException] | tuple[type[BaseException], ...]
     match: str
 
     def param(self) -> Any:
@@ -118,7 +120,13 @@ def check(case: Case) -> None:
     assert _equal(before, after), f"{case.id}: an operand changed"
 
 
+def operands(build: Callable[[], Any]) -> Callable[[], tuple[Any, ...]]:
+    """Return a builder of the one-operand tuple `(build(),)`."""
+    return lambda: (build(),)
+
+
 def unique_ids(cases: list[Case]) -> list[Case]:
+    """Return `cases`, after checking that no two share an id."""
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids), sorted({i for i in ids if ids.count(i) > 1})
     return cases

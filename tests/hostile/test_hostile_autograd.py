@@ -189,8 +189,7 @@ def test_backward_accumulates_nothing_when_it_refuses() -> None:
 
 
 def test_backward_with_an_unreached_entry_names_it_as_torch_accumulates() -> None:
-    """As `torch.autograd.backward(inputs=...)`: reached entries accumulate, the
-    unreached one keeps its `.grad` (None) and is named."""
+    """As torch does, reached entries accumulate; the unreached one is named."""
     p = _leaves()
     u = torch.ones(2, requires_grad=True)
     with pytest.raises(ValueError, match=r"does not reach \['u'\]"):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from _unchanged import Case, check, unique_ids
+from _unchanged import Case, check, operands, unique_ids
 from torch._C._distributed_c10d import HashStore  # typed; `dist.HashStore` is not
 
 from paramdict import ParamDict
@@ -91,7 +91,7 @@ def _cases() -> list[Case]:
             cases.append(
                 Case(
                     f"{name} {bad}",
-                    lambda b=build: (b(),),
+                    operands(build),
                     fn,
                     TypeError,
                     f"`{name}` takes a ParamDict",

@@ -28,11 +28,14 @@ from paramdict import ParamDict
 def _forged(reduced: tuple[Any, ...]) -> Iterator[ParamDict]:
     """A ParamDict that pickles as `reduced` while the block runs."""
     original = ParamDict.__reduce__
-    ParamDict.__reduce__ = lambda self: reduced  # type: ignore[method-assign,assignment,return-value]  # forging a file on purpose
+    ParamDict.__reduce__ = lambda self: reduced  # type: ignore[method-assign]  # forging a file on purpose
     try:
         yield ParamDict()
     finally:
         ParamDict.__reduce__ = original  # type: ignore[method-assign]  # restored
+
+
+_NEWOBJ: Any = vars(copyreg)["__newobj__"]  # what pickle calls for `cls.__new__`
 
 
 def _torch_load(reduced: tuple[Any, ...]) -> Any:
@@ -97,11 +100,11 @@ _TAMPERED: dict[str, tuple[Callable[[], tuple[Any, ...]], str]] = {
         "extra state",
     ),
     "newobj with state": (
-        lambda: (copyreg.__newobj__, (ParamDict,), (None, {"_vals": [_HIDDEN]})),
+        lambda: (_NEWOBJ, (ParamDict,), (None, {"_vals": [_HIDDEN]})),
         "extra state|Unsupported|Can only",
     ),
     "newobj with items": (
-        lambda: (copyreg.__newobj__, (ParamDict,), None, None, iter(_ones().items())),
+        lambda: (_NEWOBJ, (ParamDict,), None, None, iter(_ones().items())),
         "immutable|SETITEM",
     ),
     "int key": (lambda: (ParamDict, ({1: torch.ones(2)},)), "keys must be str"),
@@ -131,7 +134,7 @@ def test_new_without_init_loads_as_an_empty_consistent_paramdict(
     load: Callable[..., Any],
 ) -> None:
     """`cls.__new__(cls)` alone gives an empty ParamDict that works."""
-    q = load((copyreg.__newobj__, (ParamDict,)))
+    q = load((_NEWOBJ, (ParamDict,)))
     consistent(q)
     assert q == ParamDict()
     assert (q * 2) == ParamDict()
@@ -196,7 +199,7 @@ def test_whatever_loads_never_disagrees_with_itself(
 ) -> None:
     """Random forged reduce tuples either raise or load consistently."""
     if new:
-        reduced: tuple[Any, ...] = (copyreg.__newobj__, (ParamDict,))
+        reduced: tuple[Any, ...] = (_NEWOBJ, (ParamDict,))
     else:
         reduced = (ParamDict, (entries,))
     if slots is not None:

@@ -12,13 +12,15 @@ from typing import Any
 
 import pytest
 import torch
-from _unchanged import Case, check, unique_ids
+from _unchanged import Case, check, operands, unique_ids
 from torch import Tensor, nn
 
 from paramdict import ParamDict
 
 
 class Net(nn.Module):
+    """A tied embedding and head around a batch norm in eval mode, with a hook."""
+
     def __init__(self) -> None:
         super().__init__()
         self.emb = nn.Embedding(5, 3)
@@ -28,6 +30,7 @@ class Net(nn.Module):
         self.register_forward_hook(lambda m, i, o: None)
 
     def forward(self, tokens: Tensor) -> Tensor:
+        """Embed, normalize, project back with the tied weight."""
         out: Tensor = self.head(self.norm(self.emb(tokens)))
         return out
 
@@ -57,6 +60,10 @@ _NOT_MODULES: dict[str, Any] = {
 }
 
 
+def _paramdict_and(build: Any) -> Any:
+    return lambda: (_both()[1], build())
+
+
 def _swap(p: ParamDict, module: Any) -> None:
     with p.swapped_into(module):
         pass
@@ -68,28 +75,28 @@ def _cases() -> list[Case]:
         cases += [
             Case(
                 f"from_module {name}",
-                lambda b=build: (b(),),
+                operands(build),
                 ParamDict.from_module,
                 TypeError,
                 "`from_module` takes a torch.nn.Module",
             ),
             Case(
                 f"call {name}",
-                lambda b=build: (_both()[1], b()),
+                _paramdict_and(build),
                 lambda p, m: p.call(m, _TOKENS),
                 TypeError,
                 "`call` takes a torch.nn.Module",
             ),
             Case(
                 f"swapped_into {name}",
-                lambda b=build: (_both()[1], b()),
+                _paramdict_and(build),
                 _swap,
                 TypeError,
                 "`swapped_into` takes a torch.nn.Module",
             ),
             Case(
                 f"to_module {name}",
-                lambda b=build: (_both()[1], b()),
+                _paramdict_and(build),
                 lambda p, m: p.to_module(m),
                 TypeError,
                 "`to_module` takes a torch.nn.Module",
@@ -232,7 +239,7 @@ def test_to_module_on_a_scripted_module_writes_in_place() -> None:
 def test_self_referencing_modules_work_everywhere() -> None:
     """`m.l1.m = m` gives the same names as `named_parameters()` and no recursion."""
     net = nn.Sequential(nn.Linear(2, 2))
-    net[0].m = net  # type: ignore[assignment]  # a cycle on purpose
+    net[0].m = net  # a cycle on purpose
     p = ParamDict.from_module(net).detach().zeros_like()
     assert list(p) == ["0.weight", "0.bias"]
     x = torch.ones(1, 2)

@@ -31,9 +31,7 @@ def _devices() -> ParamDict:
     return ParamDict(w=torch.ones(2), m=torch.ones(2, device="meta"))
 
 
-def _c(
-    name: str, build: Any, call: Any, error: type[BaseException], match: str
-) -> Case:
+def _c(name: str, build: Any, call: Any, error: Any, match: str) -> Case:
     return Case(name, build, call, error, match)
 
 
@@ -196,91 +194,91 @@ FROM_VECTOR = [
     _c(
         "from_vector list",
         lambda: ([1.0] * 9, _LIKE()),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         TypeError,
         "takes a tensor, got list",
     ),
     _c(
         "from_vector numpy",
         lambda: (np.ones(9), _LIKE()),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         TypeError,
         "got ndarray",
     ),
     _c(
         "from_vector None",
         lambda: (None, _LIKE()),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         TypeError,
         "got NoneType",
     ),
     _c(
         "from_vector 2-dim",
         lambda: (torch.ones(3, 3), _LIKE()),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         ValueError,
         "1-dim",
     ),
     _c(
         "from_vector 0-dim",
         lambda: (torch.ones(()), _LIKE()),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         ValueError,
         "1-dim",
     ),
     _c(
         "from_vector short",
         lambda: (torch.ones(8), _LIKE()),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         ValueError,
         "8 elements.*holds 9",
     ),
     _c(
         "from_vector long",
         lambda: (torch.ones(10), _LIKE()),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         ValueError,
         "10 elements",
     ),
     _c(
         "from_vector sparse",
         lambda: (torch.ones(9).to_sparse(), _LIKE()),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         TypeError,
         "dense",
     ),
     _c(
         "from_vector like list",
         lambda: (torch.ones(9), [torch.ones(9)]),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         TypeError,
         "mapping as `like`",
     ),
     _c(
         "from_vector like None",
         lambda: (torch.ones(9), None),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         TypeError,
         "mapping as `like`",
     ),
     _c(
         "from_vector like int key",
         lambda: (torch.ones(9), {1: torch.ones(9)}),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         TypeError,
         "must be str",
     ),
     _c(
         "from_vector like None value",
         lambda: (torch.ones(9), {"w": None}),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         TypeError,
         r"\['w'\]",
     ),
     _c(
         "from_vector like numpy value",
         lambda: (torch.ones(9), {"w": np.ones(9)}),
-        lambda v, l: ParamDict.from_vector(v, like=l),
+        lambda v, like: ParamDict.from_vector(v, like=like),
         TypeError,
         r"\['w'\]",
     ),
@@ -404,7 +402,7 @@ TENSORS = [
         lambda q: q.to("nodevice"),
         (RuntimeError, ValueError),
         "device|nodevice",
-    ),  # type: ignore[arg-type]  # torch parses it
+    ),
     _c(
         "to a bad dtype",
         lambda: (_p(),),

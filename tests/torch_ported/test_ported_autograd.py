@@ -31,7 +31,7 @@ def test_grad_matches_torch_on_a_tuple() -> None:
 
 
 def test_torch_dict_inputs_match_and_refuse_a_paramdict() -> None:
-    """torch 2.13 returns a dict for dict inputs, and refuses a dict subclass."""
+    """Torch 2.13 returns a dict for dict inputs, and refuses a dict subclass."""
     x, y = _leaves()
     loss = (x * y).sum()
     p = ParamDict(x=x, y=y)
@@ -71,7 +71,7 @@ def test_backward_with_non_leaf_inputs() -> None:
 
 
 def test_empty_inputs_are_refused() -> None:
-    """torch refuses empty inputs; so do both keyed forms."""
+    """Torch refuses empty inputs; so do both keyed forms."""
     x, _ = _leaves()
     with pytest.raises(RuntimeError, match="cannot be empty"):
         torch.autograd.backward((x * 2).sum(), inputs=[])
@@ -95,7 +95,7 @@ def test_unreachable_inputs() -> None:
 
 
 def test_materialized_zeros_require_grad_under_create_graph() -> None:
-    """As `materialize_grads=True`: the zeros require grad, so a third derivative is 0."""
+    """As `materialize_grads=True`, the zeros require grad: a third derivative is 0."""
     x, y = _leaves()
     loss = (x**3).sum()
     t_x, t_y = torch.autograd.grad(

@@ -1,4 +1,4 @@
-"""PyTorch's `test/functorch/test_eager_transforms.py` dict-parameter checks, on ParamDict.
+"""The dict-parameter checks of torch's `test/functorch/test_eager_transforms.py`.
 
 Upstream trains MAML and ensembles and takes per-sample gradients and
 jacobians with plain dicts of parameters; here the same computations run with
@@ -54,8 +54,8 @@ def test_maml_regression_matches_plain_dicts(how: str) -> None:
         if how == "call" and isinstance(params, ParamDict):
             out: Tensor = params.call(model, x)
             return out
-        out = functional_call(model, params, (x,))
-        return out
+        result: Tensor = functional_call(model, params, (x,))
+        return result
 
     def meta_loss(params: Any) -> Tensor:
         total = torch.zeros((), dtype=torch.float64)
@@ -100,11 +100,11 @@ def test_maml_inner_step_with_paramdict_grad() -> None:
 
 
 def test_ensemble_with_stacked_paramdicts() -> None:
-    """vmap over stacked ParamDicts equals running each model, as stack_module_state."""
+    """Vmap over stacked ParamDicts equals running each model, as stack_module_state."""
     models = [_mlp(seed) for seed in range(4)]
     x = torch.rand(5, 3, dtype=torch.float64)
     stacked = ParamDict.stack(ParamDict.from_module(m).detach() for m in models)
-    params, _ = torch.func.stack_module_state(models)  # type: ignore[arg-type]  # a list of modules is what it takes
+    params, _ = torch.func.stack_module_state(models)
     for key in params:
         torch.testing.assert_close(stacked[key], params[key])
     base = models[0]
@@ -128,7 +128,8 @@ def test_per_sample_grads() -> None:
 
     def loss(q: ParamDict, xi: Tensor, yi: Tensor) -> Tensor:
         out = q.call(model, xi.unsqueeze(0))
-        return ((out - yi.unsqueeze(0)) ** 2).sum()
+        value: Tensor = ((out - yi.unsqueeze(0)) ** 2).sum()
+        return value
 
     got = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
     assert type(got) is ParamDict
@@ -169,7 +170,7 @@ def _point() -> ParamDict:
 
 @pytest.mark.parametrize("jac", [jacrev, jacfwd], ids=["jacrev", "jacfwd"])
 def test_jacobians_are_keyed(jac: Callable[..., Any]) -> None:
-    """jacrev and jacfwd of a function of a ParamDict return a keyed Jacobian."""
+    """Jacrev and jacfwd of a function of a ParamDict return a keyed Jacobian."""
     p = _point()
     got = jac(_fn)(p)
     assert type(got) is ParamDict
@@ -178,29 +179,29 @@ def test_jacobians_are_keyed(jac: Callable[..., Any]) -> None:
 
 
 def test_vjp_and_jvp_over_paramdicts() -> None:
-    """vjp returns a keyed cotangent; jvp takes a keyed tangent; both match by hand."""
+    """Vjp returns a keyed cotangent; jvp takes a keyed tangent; both match by hand."""
     p = _point()
-    out, pullback = vjp(_fn, p)
+    out, pullback = vjp(_fn, p)[:2]
     v = torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)
     (cot,) = pullback(v)
     assert type(cot) is ParamDict
     torch.testing.assert_close(cot["w"], v * p["w"].cos() * p["b"])
     torch.testing.assert_close(cot["b"], (v * p["w"].sin()).sum())
     tangent = p.ones_like()
-    primal, tan = jvp(_fn, (p,), (tangent,))
+    primal, tan = jvp(_fn, (p,), (tangent,))[:2]
     torch.testing.assert_close(primal, out)
     torch.testing.assert_close(tan, p["w"].cos() * p["b"] + p["w"].sin())
 
 
 def test_hessian_vector_product_over_a_paramdict() -> None:
-    """jvp of grad (forward over reverse) equals the double-backward HVP."""
+    """Jvp of grad (forward over reverse) equals the double-backward HVP."""
     p = _point()
 
     def scalar(q: ParamDict) -> Tensor:
         return (_fn(q) ** 2).sum()
 
     tangent = p.ones_like()
-    _, hvp = jvp(grad(scalar), (p,), (tangent,))
+    hvp = jvp(grad(scalar), (p,), (tangent,))[1]
     assert type(hvp) is ParamDict
     leaf = p.detach().requires_grad_()
     g = leaf.grad(scalar(leaf), create_graph=True)

@@ -22,7 +22,15 @@ from torch.nn.utils import stateless
 from paramdict import ParamDict
 
 
+def _t(value: object) -> Tensor:
+    """The tensor a module attribute holds (`nn.Module.__getattr__` is untyped)."""
+    assert isinstance(value, Tensor)
+    return value
+
+
 class Mock(nn.Module):
+    """Upstream's mock: a linear layer, a buffer, and a float attribute."""
+
     def __init__(self) -> None:
         super().__init__()
         self.l1 = nn.Linear(1, 1)
@@ -30,19 +38,23 @@ class Mock(nn.Module):
         self.foo = 0.0
 
     def forward(self, x: Tensor) -> Tensor:
+        """Return `l1(x) + buffer`."""
         out: Tensor = self.l1(x) + self.buffer
         return out
 
 
 class MockTied(nn.Module):
+    """Upstream's tied mock: a bias and a buffer each under two names."""
+
     def __init__(self) -> None:
         super().__init__()
         self.l1 = nn.Linear(1, 1)
         self.tied_bias = self.l1.bias
         self.register_buffer("buffer", torch.ones(1))
-        self.register_buffer("tied_buffer", self.buffer)
+        self.register_buffer("tied_buffer", _t(self.buffer))
 
     def forward(self, x: Tensor) -> Tensor:
+        """Add each tied tensor under both names."""
         out: Tensor = self.l1(x) + self.tied_bias + self.buffer + self.tied_buffer
         return out
 
@@ -109,7 +121,7 @@ def test_jit_modules_are_refused_before_running(fcall: Callable[..., Any]) -> No
     """Scripted and traced modules are refused with a clear error, nothing runs."""
     module = Mock()
     x = torch.rand(1, 1)
-    for jitted in (torch.jit.script(module), torch.jit.trace(module, x)):
+    for jitted in (torch.jit.script(module), torch.jit.trace(module, x)):  # type: ignore[no-untyped-call]  # untyped in torch
         kind = TypeError if fcall is _call else RuntimeError
         match = "TorchScript" if fcall is _call else "Jitted modules"
         with unchanged(module), pytest.raises(kind, match=match):
@@ -140,7 +152,7 @@ def test_batch_norm_running_mean_goes_to_the_given_tensor(
     module = nn.BatchNorm1d(10).train()
     x = torch.full((20, 10), 128.0)
     rm = torch.zeros(10)
-    before = module.running_mean.clone()
+    before = _t(module.running_mean).clone()
     fcall(module, ParamDict(running_mean=rm), x)
     torch.testing.assert_close(module.running_mean, before)
     torch.testing.assert_close(rm, torch.full((10,), 12.8))
@@ -151,7 +163,7 @@ def test_batch_norm_running_mean_goes_to_the_given_tensor(
 def test_circular_references_with_functional_call() -> None:
     """Names through a cycle reach the same tensors (upstream: `tie_weights=False`)."""
     module = Mock()
-    module.l1.m = module  # type: ignore[assignment]  # a cycle on purpose
+    module.l1.m = module  # a cycle on purpose
     x = torch.rand(1, 1)
     p = ParamDict(
         {
@@ -166,9 +178,9 @@ def test_circular_references_with_functional_call() -> None:
 
 
 def test_circular_references_with_call_and_swapped_into() -> None:
-    """A module that references itself works with `call`, `swapped_into`, `to_module`."""
+    """A self-referencing module works with `call`, `swapped_into`, `to_module`."""
     module = Mock()
-    module.l1.m = module  # type: ignore[assignment]  # a cycle on purpose
+    module.l1.m = module  # a cycle on purpose
     x = torch.rand(1, 1)
     p = _identity()
     assert set(ParamDict.from_module(module, buffers=True)) == set(p)
@@ -216,7 +228,7 @@ def test_some_weights(fcall: Callable[..., Any]) -> None:
     w = torch.tensor([[2.0]])
     x = torch.randn(1, 1)
     out = fcall(module, ParamDict({"l1.weight": w}), x)
-    torch.testing.assert_close(out, x * w + module.l1.bias + module.buffer)
+    torch.testing.assert_close(out, x * w + _t(module.l1.bias) + _t(module.buffer))
 
 
 def test_extra_keys_pass_functional_call_and_are_refused_by_call() -> None:
@@ -226,7 +238,7 @@ def test_extra_keys_pass_functional_call_and_are_refused_by_call() -> None:
     x = torch.randn(1, 1)
     p = ParamDict({"l1.weight": w, "extra": torch.tensor([1.0])})
     out = torch.func.functional_call(module, p, x)
-    torch.testing.assert_close(out, x * w + module.l1.bias + module.buffer)
+    torch.testing.assert_close(out, x * w + _t(module.l1.bias) + _t(module.buffer))
     assert not hasattr(module, "extra")
     with unchanged(module), pytest.raises(ValueError, match=r"\['extra'\]"):
         p.call(module, x)
@@ -271,7 +283,7 @@ def test_partially_tied_weights(fcall: Callable[..., Any]) -> None:
     p = ParamDict({"l1.weight": w, "buffer": buf})
     with unchanged(module):
         out = fcall(module, p, x)
-    expected = x * 2.0 + module.l1.bias + module.tied_bias + buf + buf
+    expected = x * 2.0 + _t(module.l1.bias) + _t(module.tied_bias) + buf + buf
     torch.testing.assert_close(out, expected)
 
 
@@ -333,7 +345,8 @@ def test_tie_weights_false_leaves_aliases_alone() -> None:
     p = ParamDict({"l1.bias": b})
     x = torch.randn(1, 1)
     out = torch.func.functional_call(module, p, x, tie_weights=False)
-    expected = module.l1(x) - module.l1.bias + b + module.tied_bias + 2 * module.buffer
+    bias, tied, buffer = _t(module.l1.bias), _t(module.tied_bias), _t(module.buffer)
+    expected = module.l1(x) - bias + b + tied + 2 * buffer
     torch.testing.assert_close(out, expected)
 
 
@@ -374,6 +387,7 @@ def test_a_module_that_replaces_a_buffer_cannot_write_into_a_paramdict() -> None
     class Foo(nn.Module):
         def __init__(self) -> None:
             super().__init__()
+            self.foo: Tensor
             self.register_buffer("foo", torch.tensor([0.0]))
 
         def forward(self, x: Tensor) -> Tensor:
@@ -403,6 +417,7 @@ def test_in_place_updates_reach_the_given_tensor(fcall: Callable[..., Any]) -> N
     class Foo(nn.Module):
         def __init__(self) -> None:
             super().__init__()
+            self.foo: Tensor
             self.register_buffer("foo", torch.tensor([0.0]))
 
         def forward(self, x: Tensor) -> Tensor:
@@ -467,10 +482,11 @@ def test_member_reference_sees_the_swapped_tensors() -> None:
 
     module = Module()
     p = ParamDict({"l1.weight": torch.tensor([[2.0]]), "l1.bias": torch.tensor([5.0])})
-    for run in (
+    runs: list[Callable[[], Any]] = [
         lambda: p.call(module, torch.ones(1, 1)),
         lambda: torch.func.functional_call(module, p, (torch.ones(1, 1),)),
-    ):
+    ]
+    for run in runs:
         out, seen = run()
         torch.testing.assert_close(out, torch.tensor([[7.0]]))
         assert seen[0] is p["l1.weight"]
