@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TypeAlias, cast
 
@@ -80,7 +81,7 @@ def _explained(err: RuntimeError, what: str) -> Exception:
     if (
         "Mismatch in shape" in text
         or "grad can be implicitly created" in text
-        or "gradients" in text
+        or re.search(r"got \d+ tensors and \d+ gradients", text) is not None
         or "grad_tensors" in text
         or "grad_outputs" in text
     ):

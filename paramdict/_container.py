@@ -120,15 +120,14 @@ class _Container(dict[str, Tensor]):
         if dict.__len__(self) or _built(self):
             _refuse("__init__ on an existing ParamDict", "Build a new one instead.")
         try:
-            items = _validated(dict(mapping_or_pairs, **kwargs))
+            given = dict(mapping_or_pairs, **kwargs)
         except (TypeError, ValueError) as err:
-            if isinstance(err, TypeError) and str(err).startswith("ParamDict"):
-                raise
             msg = (
                 "ParamDict takes a mapping or an iterable of (key, tensor) pairs, got "
                 f"{type(mapping_or_pairs).__name__} ({err})."
             )
             raise TypeError(msg) from None
+        items = _validated(given)
         dict.__init__(self, items)
         self._keys = tuple(items)
         self._vals = list(items.values())
