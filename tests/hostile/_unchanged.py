@@ -83,7 +83,8 @@ def state(obj: object) -> Any:
     return ("other", id(obj), type(obj))
 
 
-def _equal(a: Any, b: Any) -> bool:
+def equal(a: Any, b: Any) -> bool:
+    """Whether two snapshots from `state` are the same."""
     if isinstance(a, Tensor) or isinstance(b, Tensor):
         return (
             isinstance(a, Tensor)
@@ -92,7 +93,7 @@ def _equal(a: Any, b: Any) -> bool:
             and torch.equal(a, b)
         )
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
     return bool(a == b)
 
 
@@ -117,7 +118,7 @@ def check(case: Case) -> None:
     with pytest.raises(case.error, match=case.match):
         case.call(*operands)
     after = state(operands)
-    assert _equal(before, after), f"{case.id}: an operand changed"
+    assert equal(before, after), f"{case.id}: an operand changed"
 
 
 def operands(build: Callable[[], Any]) -> Callable[[], tuple[Any, ...]]:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import copy
 import operator
+import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from _unchanged import Case, check, operands, unique_ids
+from _unchanged import Case, check, equal, operands, state, unique_ids
+from hypothesis import given
+from hypothesis import strategies as st
 
 from paramdict import ParamDict
 
@@ -442,3 +445,46 @@ def test_copy_module_round_trips_keep_one_consistent_paramdict() -> None:
     for q in (copy.copy(p), copy.deepcopy(p)):
         assert list(q._keys) == list(q)
         assert all(a is b for a, b in zip(q._vals, dict.values(q)))
+
+
+_KEYS = ["a", "b", "c", "d"]
+
+
+@given(
+    mine=st.lists(st.sampled_from(_KEYS), min_size=1, unique=True),
+    theirs=st.lists(st.sampled_from([*_KEYS, "x", "y"]), unique=True),
+    op=st.sampled_from(["+", "-", "*", "/", "add", "sub", "lerp", "maximum"]),
+    as_paramdict=st.booleans(),
+)
+def test_random_key_mismatches_name_exactly_the_keys(
+    mine: list[str], theirs: list[str], op: str, as_paramdict: bool
+) -> None:
+    """Any key mismatch raises naming the missing and unexpected keys, sorted."""
+    p = ParamDict({k: torch.ones(2) for k in mine})
+    other: Any = {k: torch.full((2,), 2.0) for k in theirs}
+    if as_paramdict:
+        other = ParamDict(other)
+    before = state((p, other))
+    run: dict[str, Callable[[], Any]] = {
+        "+": lambda: p + other,
+        "-": lambda: p - other,
+        "*": lambda: p * other,
+        "/": lambda: p / other,
+        "add": lambda: p.add(other, alpha=0.5),
+        "sub": lambda: p.sub(other, alpha=0.5),
+        "lerp": lambda: p.lerp(other, 0.5),
+        "maximum": lambda: p.maximum(other),
+    }
+    missing = sorted(set(mine) - set(theirs))
+    unexpected = sorted(set(theirs) - set(mine))
+    if not missing and not unexpected:
+        run[op]()
+    else:
+        parts = []
+        if missing:
+            parts.append(f"missing {missing!r}")
+        if unexpected:
+            parts.append(f"unexpected {unexpected!r}")
+        with pytest.raises(ValueError, match=re.escape(", ".join(parts) + ".")):
+            run[op]()
+    assert equal(before, state((p, other)))
