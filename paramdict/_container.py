@@ -8,12 +8,14 @@ tuple that derived results share, so aligning two ParamDicts is one identity che
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, Union
 
 import torch
 from torch import Tensor
 from typing_extensions import Self
+
+from ._pytree import rebuild
 
 if TYPE_CHECKING:
     from _typeshed import SupportsKeysAndGetItem
@@ -90,18 +92,7 @@ def _validated(items: dict[Any, Any]) -> dict[str, Tensor]:
     return items
 
 
-# The values of an instance that `__init__` has not filled yet; never mutated.
-_UNBUILT: list[Tensor] = []
 _ABSENT = object()
-
-
-def _built(obj: object) -> bool:
-    """Whether `__init__` (or a constructor) has set the instance's keys already."""
-    try:
-        _KEYS_SLOT.__get__(obj)
-    except AttributeError:
-        return False
-    return True
 
 
 class _Container(dict[str, Tensor]):
@@ -117,7 +108,7 @@ class _Container(dict[str, Tensor]):
     def __init__(
         self, mapping_or_pairs: MappingOrPairs = (), /, **kwargs: Tensor
     ) -> None:
-        if dict.__len__(self) or _built(self):
+        if hasattr(self, "_keys"):
             _refuse("__init__ on an existing ParamDict", "Build a new one instead.")
         try:
             given = dict(mapping_or_pairs, **kwargs)
@@ -131,17 +122,6 @@ class _Container(dict[str, Tensor]):
         dict.__init__(self, items)
         self._keys = tuple(items)
         self._vals = list(items.values())
-
-    def __getattr__(self, name: str) -> Any:
-        # Only reached when a slot is unset: an instance that an unpickler made
-        # with `cls.__new__(cls)` and never initialized. It holds no entries (a
-        # ParamDict refuses item assignment), so it reads as an empty ParamDict.
-        if name == "_keys" and not dict.__len__(self):
-            return ()
-        if name == "_vals" and not dict.__len__(self):
-            return _UNBUILT
-        msg = f"{type(self).__name__!r} object has no attribute {name!r}"
-        raise AttributeError(msg)
 
     @classmethod
     def _from_parts(cls, keys: tuple[str, ...], values: Iterable[Any], /) -> Self:
@@ -283,8 +263,8 @@ class _Container(dict[str, Tensor]):
         return obj
 
     def __setstate__(self, state: object) -> NoReturn:
-        # A ParamDict pickles as `(cls, (dict(p),))` and carries no state: a state
-        # could only set `_keys`/`_vals` apart from the entries (a tampered file).
+        # A ParamDict pickles as `rebuild(name, dict(p))` and carries no state: a
+        # state could only set `_keys`/`_vals` apart from the entries (a forgery).
         msg = (
             f"Refusing to unpickle a {type(self).__name__} with extra state "
             f"({type(state).__name__}): ParamDict pickles hold only their entries, so "
@@ -309,10 +289,12 @@ class _Container(dict[str, Tensor]):
 
     # ---------------------------------------------------------------- pickling
 
-    def __reduce__(self) -> tuple[type[Self], tuple[dict[str, Tensor]]]:
-        # An exact dict inside: `torch.load(weights_only=True)` fills only exact
-        # dicts, then calls the class (registered as a safe global) on it.
-        return (type(self), (dict(self),))
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, dict[str, Tensor]]]:
+        # `rebuild` is the one safe global for `torch.load(weights_only=True)`: it
+        # calls the constructor on an exact dict (the only mapping that loader
+        # fills), so nothing in a file reaches the internal fields.
+        cls = type(self)
+        return (rebuild, (f"{cls.__module__}.{cls.__qualname__}", dict(self)))
 
     # ---------------------------------------------------------------- equality
 
@@ -447,9 +429,6 @@ class _Container(dict[str, Tensor]):
         )
         entries = "entry" if len(self) == 1 else "entries"
         return f"{name}(  # {len(self)} {entries}, {total:,} elements{body}\n)"
-
-
-_KEYS_SLOT = _Container.__dict__["_keys"]
 
 
 def _describe_kind(value: Tensor) -> str:

@@ -428,12 +428,13 @@ def test_bad_input_is_refused_and_nothing_changes(case: Case) -> None:
 def test_numpy_defers_to_paramdict() -> None:
     """Numpy does not broadcast a ParamDict into an object array."""
     p = _p()
+    array: Any = np.ones(2)  # the operators under test are not typed for this
     with pytest.raises(TypeError, match="numpy"):
-        p + np.ones(2)
+        p + array
     with pytest.raises(TypeError, match="numpy"):
-        np.ones(2) + p
+        array + p
     with pytest.raises(TypeError, match="numpy"):
-        np.ones(2) * p
+        array * p
     # numpy scalars that are numbers still work as numbers
     torch.testing.assert_close((p * np.float64(2.0))["w"], p["w"] * 2)
     torch.testing.assert_close((np.float32(2.0) * p)["w"], p["w"] * 2)
