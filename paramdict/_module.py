@@ -39,7 +39,7 @@ def _walk(module: nn.Module) -> tuple[dict[str, _Slot], bool]:
     """
     slots: dict[str, _Slot] = {}
     seen: set[int] = set()
-    _collect(module, "", slots, seen, [])
+    _collect(module, "", slots, seen, {id(module)})
     return slots, len(seen) < len(slots)
 
 
@@ -48,20 +48,23 @@ def _collect(
     dot: str,
     slots: dict[str, _Slot],
     seen: set[int],
-    above: list[nn.Module],
+    above: set[int],
 ) -> None:
     for held in (module._parameters, module._buffers):
         for name, tensor in held.items():
             if tensor is not None:
                 slots[dot + name] = (held, name)
                 seen.add(id(tensor))
-    above.append(module)
     for name, sub in module._modules.items():
         # A submodule that is one of its own ancestors (`m.l1.parent = m`) is a
         # cycle, not more tensors: `named_parameters()` lists its tensors once.
-        if sub is not None and not any(sub is a for a in above):
+        if sub is not None and id(sub) not in above:
+            above.add(id(sub))
             _collect(sub, f"{dot}{name}.", slots, seen, above)
-    above.pop()
+            above.discard(id(sub))
+
+
+_SCRIPTED = torch.jit.ScriptModule
 
 
 def _check_module(module: object, what: str, *, swaps: bool) -> nn.Module:
@@ -72,7 +75,7 @@ def _check_module(module: object, what: str, *, swaps: bool) -> nn.Module:
             "model itself (for a state dict, use `ParamDict(state_dict)`)."
         )
         raise TypeError(msg)
-    if swaps and isinstance(module, torch.jit.ScriptModule):
+    if swaps and isinstance(module, _SCRIPTED):
         msg = (
             f"{what} cannot run a TorchScript module: its parameters live in the "
             "compiled module and cannot be swapped for other tensors (nothing was "
