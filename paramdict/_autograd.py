@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TypeAlias, cast
 
@@ -15,6 +16,95 @@ __all__ = ["Outputs"]
 
 Outputs: TypeAlias = Tensor | Sequence[Tensor]
 """What to differentiate: a tensor (usually a scalar loss) or a sequence of them."""
+
+
+def _empty_error(what: str) -> ValueError:
+    # torch refuses empty `inputs` too; say which call and what to do.
+    msg = (
+        f"`{what}` needs at least one entry to differentiate with respect to, but the "
+        "ParamDict is empty. Check the selection that built it (e.g. `.trainable()` "
+        "of a frozen model)."
+    )
+    return ValueError(msg)
+
+
+def _constant_error(what: str, fix: str) -> ValueError:
+    msg = (
+        f"`{what}`: `loss` does not require grad, so it depends on no entry. Was it "
+        f"computed under `torch.no_grad()` or from detached values? {fix}"
+    )
+    return ValueError(msg)
+
+
+def _reaches_graph(loss: object, what: str) -> bool:
+    """Check `loss` is a tensor or a non-empty sequence of them; return if recorded."""
+    kind = type(loss).__name__
+    if isinstance(loss, Tensor):
+        return loss.requires_grad
+    if isinstance(loss, Sequence) and not isinstance(loss, str):
+        items = cast("Sequence[object]", loss)
+    else:
+        items = ()
+    if items:
+        bad = [i for i, t in enumerate(items) if not isinstance(t, Tensor)]
+        if not bad:
+            return any(cast("Tensor", t).requires_grad for t in items)
+        msg = (
+            f"`{what}` takes a tensor or a sequence of tensors as `loss`; the items at "
+            f"positions {bad!r} are not tensors."
+        )
+        raise TypeError(msg)
+    empty = " (empty)" if isinstance(loss, Sequence) else ""
+    msg = (
+        f"`{what}` takes a tensor or a non-empty sequence of tensors as `loss`, got "
+        f"{kind}{empty}."
+    )
+    raise TypeError(msg)
+
+
+def _check_grad_outputs(loss: object, grad_outputs: object, what: str) -> None:
+    """Refuse a number of `grad_outputs` that differs from the number of losses."""
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        return
+    if not isinstance(grad_outputs, Sequence):
+        msg = (
+            f"`{what}` takes a tensor, a sequence of tensors or `None` as "
+            f"`grad_outputs`, got {type(grad_outputs).__name__}."
+        )
+        raise TypeError(msg)
+    count = 1 if isinstance(loss, Tensor) else len(cast("Sequence[Tensor]", loss))
+    given = len(cast("Sequence[object]", grad_outputs))
+    if given != count:
+        msg = (
+            f"`{what}`: `grad_outputs` does not fit `loss`: {given} "
+            f"given for {count} output(s). Pass one per output of `loss`."
+        )
+        raise ValueError(msg)
+
+
+def _explained(err: RuntimeError, what: str) -> Exception:
+    """Turn torch's refusal of `loss` or `grad_outputs` into a ValueError saying so."""
+    text = str(err)
+    if (
+        "Mismatch in shape" in text
+        or "grad can be implicitly created" in text
+        or re.search(r"got \d+ tensors and \d+ gradients", text) is not None
+        or "grad_tensors" in text
+        or "grad_outputs" in text
+    ):
+        msg = (
+            f"`{what}`: `grad_outputs` does not fit `loss`: {text} Pass one tensor "
+            "of `loss`'s shape per output, or `None` for a scalar `loss`."
+        )
+        return ValueError(msg)
+    if "backward through the graph a second time" in text:
+        msg = (
+            f"`{what}`: the graph of `loss` was already freed by an earlier "
+            f"backward pass ({text.split('.')[0]}). Pass `retain_graph=True` to the "
+            "earlier call."
+        )
+        return ValueError(msg)
+    return err
 
 
 class _Autograd(_Container):
@@ -77,14 +167,20 @@ class _Autograd(_Container):
             tensor([2., 4.])
         """
         values = self._vals
+        if not values:
+            empty = _empty_error("grad")
+            raise empty
         inputs = values
         needs: list[bool] = []
         if allow_unused:
             needs = [v.requires_grad for v in values]
             if not all(needs):
                 inputs = [v for v, n in zip(values, needs) if n]
-        found: Sequence[Tensor | None] = ()
-        if inputs:
+        found: Sequence[Tensor | None] = [None] * len(inputs)
+        reaches = _reaches_graph(loss, "grad")
+        if grad_outputs is not None:
+            _check_grad_outputs(loss, grad_outputs, "grad")
+        if inputs and reaches:
             try:
                 found = torch.autograd.grad(
                     loss,
@@ -95,7 +191,7 @@ class _Autograd(_Container):
                     allow_unused=True,
                     is_grads_batched=is_grads_batched,
                 )
-            except RuntimeError:
+            except RuntimeError as err:
                 # torch checks that every input requires grad before running the
                 # graph (which stays intact); name the entries that do not.
                 frozen = self._frozen_error(
@@ -105,13 +201,28 @@ class _Autograd(_Container):
                 )
                 if frozen is not None:
                     raise frozen from None
-                raise
+                raise _explained(err, "grad") from err
+        elif not allow_unused:
+            frozen = self._frozen_error(
+                "grad",
+                "Call `.requires_grad_()` on them, drop them with `.trainable()`, "
+                "or pass `allow_unused=True` to get zeros.",
+            )
+            if frozen is not None:
+                raise frozen
+            if inputs:
+                constant = _constant_error(
+                    "grad", "Pass `allow_unused=True` for zeros."
+                )
+                raise constant
         if len(inputs) != len(values):
             it = iter(found)
             found = [next(it) if n else None for n in needs]
         for g in found:
             if g is None:
-                found = self._fill_unused(found, values, allow_unused=allow_unused)
+                found = self._fill_unused(
+                    found, values, allow_unused=allow_unused, create_graph=create_graph
+                )
                 break
         # Every entry is a tensor by now (`_fill_unused` replaced the `None`s).
         return self._derive(cast("Sequence[Tensor]", found))
@@ -122,6 +233,7 @@ class _Autograd(_Container):
         values: list[Tensor],
         *,
         allow_unused: bool,
+        create_graph: bool,
     ) -> list[Tensor]:
         """Return `found` with zeros for the unused entries, or raise naming them."""
         if not allow_unused:
@@ -131,7 +243,18 @@ class _Autograd(_Container):
                 "to get zeros for them, or leave them out with `.exclude(...)`."
             )
             raise ValueError(msg)
-        return [torch.zeros_like(v) if g is None else g for v, g in zip(values, found)]
+        # As `torch.autograd.grad(..., materialize_grads=True)` fills them: zeros
+        # that require grad under `create_graph`, so higher derivatives are zeros.
+        return [
+            g
+            if g is not None
+            else torch.zeros_like(
+                v,
+                requires_grad=create_graph
+                and (v.is_floating_point() or v.is_complex()),
+            )
+            for v, g in zip(values, found)
+        ]
 
     def backward(
         self,
@@ -174,20 +297,32 @@ class _Autograd(_Container):
             >>> w.grad
             tensor([3., 3.])
         """
+        values = self._vals
+        if not values:
+            empty = _empty_error("backward")
+            raise empty
         frozen = self._frozen_error(
             "backward",
             "Call `.requires_grad_()` on them or drop them with `.trainable()`.",
         )
         if frozen is not None:
             raise frozen
-        values = self._vals
-        torch.autograd.backward(
-            loss,
-            grad_tensors=grad_outputs,
-            retain_graph=retain_graph,
-            create_graph=create_graph,
-            inputs=values,
-        )
+        reaches = _reaches_graph(loss, "backward")
+        if grad_outputs is not None:
+            _check_grad_outputs(loss, grad_outputs, "backward")
+        if not reaches:
+            constant = _constant_error("backward", "Nothing was accumulated.")
+            raise constant
+        try:
+            torch.autograd.backward(
+                loss,
+                grad_tensors=grad_outputs,
+                retain_graph=retain_graph,
+                create_graph=create_graph,
+                inputs=values,
+            )
+        except RuntimeError as err:
+            raise _explained(err, "backward") from err
         grads = [v.grad for v in values]
         if any(g is None for g in grads):
             unused = sorted(k for k, g in zip(self._keys, grads) if g is None)

@@ -8,7 +8,7 @@ tuple that derived results share, so aligning two ParamDicts is one identity che
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, Union, cast
 
 import torch
@@ -16,6 +16,7 @@ from torch import Tensor
 from typing_extensions import Self
 
 from ._checks import describe_kind
+from ._pytree import rebuild
 
 if TYPE_CHECKING:
     from _typeshed import SupportsKeysAndGetItem
@@ -92,10 +93,16 @@ def _validated(items: dict[Any, Any]) -> dict[str, Tensor]:
     return items
 
 
+_ABSENT = object()
+
+
 class _Container(dict[str, Tensor]):
     """Storage, construction and the read-only mapping protocol (see `ParamDict`)."""
 
     __slots__ = ("_keys", "_vals")
+    # numpy must not treat a ParamDict as an array of objects: with this, numpy
+    # operators return `NotImplemented` and Python asks the ParamDict, which refuses.
+    __array_ufunc__ = None
     _keys: tuple[str, ...]
     _vals: list[Tensor]  # the values in key order; never mutated, never handed out
 
@@ -104,7 +111,15 @@ class _Container(dict[str, Tensor]):
     ) -> None:
         if hasattr(self, "_keys"):
             _refuse("__init__ on an existing ParamDict", "Build a new one instead.")
-        items = _validated(dict(mapping_or_pairs, **kwargs))
+        try:
+            given = dict(mapping_or_pairs, **kwargs)
+        except (TypeError, ValueError) as err:
+            msg = (
+                "ParamDict takes a mapping or an iterable of (key, tensor) pairs, got "
+                f"{type(mapping_or_pairs).__name__} ({err})."
+            )
+            raise TypeError(msg) from None
+        items = _validated(given)
         dict.__init__(self, items)  # pyright: ignore[reportUnknownMemberType]
         self._keys = tuple(items)
         self._vals = list(items.values())
@@ -179,23 +194,20 @@ class _Container(dict[str, Tensor]):
         incoming = dict(*args, **kwargs)
         stored = dict.get  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
         for key, value in incoming.items():
-            if stored(self, key) is not value:
+            if stored(self, key, _ABSENT) is not value:
                 break
         else:
             return  # every value is the stored object: nothing changes
         changed = sorted(
-            k
-            for k, v in incoming.items()
-            if k not in self or dict.__getitem__(self, k) is not v  # pyright: ignore[reportUnknownMemberType]
+            repr(k) for k, v in incoming.items() if stored(self, k, _ABSENT) is not v
         )
-        if changed:
-            msg = (
-                "ParamDict is immutable: `update` would change "
-                f"{_format_keys(changed)}. Use `p | other` for an updated copy. If a "
-                "module replaced these tensors inside `torch.func.functional_call`, "
-                "pass `dict(p)` to receive the replacements."
-            )
-            raise TypeError(msg)
+        msg = (
+            f"ParamDict is immutable: `update` would change [{', '.join(changed)}]. "
+            "Use `p | other` for an updated copy. If a module replaced these tensors "
+            "inside `torch.func.functional_call`, pass `dict(p)` to receive the "
+            "replacements."
+        )
+        raise TypeError(msg)
 
     @classmethod
     def fromkeys(cls, keys: Iterable[str], value: Tensor, /) -> Self:  # type: ignore[override]  # values must be tensors
@@ -220,23 +232,39 @@ class _Container(dict[str, Tensor]):
         """
         return cls((k, value) for k in keys)
 
-    def copy(self) -> Self:
-        """Return a shallow copy of the same type (the same tensor objects).
+    def copy(self) -> dict[str, Tensor]:
+        """Return a shallow, mutable copy as a plain `dict` (the same tensor objects).
+
+        As `dict.copy` does for every `dict` subclass, the copy is a plain `dict`:
+        a copy of an immutable mapping is only useful to change, and
+        `torch.func.functional_call` copies its mapping and writes the tied
+        aliases into the copy. `copy.copy(p)` returns a ParamDict of the same type.
 
         Returns:
-            A new ParamDict with the same keys, order and tensors; `self` is
-            unchanged. Use `clone()` for copies of the tensors.
+            A new `dict` with the same keys, order and tensors; `self` is unchanged.
+            Use `clone()` for copies of the tensors.
 
         Example:
             >>> p = ParamDict(w=torch.ones(2))
-            >>> q = p.copy()
-            >>> q == p, q is p, q["w"] is p["w"]
-            (True, False, True)
+            >>> d = p.copy()
+            >>> type(d).__name__, d["w"] is p["w"]
+            ('dict', True)
         """
-        return self._from_parts(self._keys, self._vals)
+        return dict(self)
 
     def __copy__(self) -> Self:
-        return self.copy()
+        return self._from_parts(self._keys, self._vals)
+
+    def __setstate__(self, state: object) -> NoReturn:
+        # A ParamDict pickles as `rebuild(name, dict(p))` and carries no state: a
+        # state could only set `_keys`/`_vals` apart from the entries (a forgery).
+        msg = (
+            f"Refusing to unpickle a {type(self).__name__} with extra state "
+            f"({type(state).__name__}): ParamDict pickles hold only their entries, so "
+            "this file was not written by `torch.save`/`pickle` of a ParamDict. Load "
+            "the entries as a plain dict and build `ParamDict(entries)` instead."
+        )
+        raise TypeError(msg)
 
     def __or__(self, other: Mapping[str, Tensor]) -> Self:  # type: ignore[override]  # returns Self, not dict
         if not isinstance(other, Mapping):
@@ -254,10 +282,12 @@ class _Container(dict[str, Tensor]):
 
     # ---------------------------------------------------------------- pickling
 
-    def __reduce__(self) -> tuple[type[Self], tuple[dict[str, Tensor]]]:
-        # An exact dict inside: `torch.load(weights_only=True)` fills only exact
-        # dicts, then calls the class (registered as a safe global) on it.
-        return (type(self), (dict(self),))
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[str, dict[str, Tensor]]]:
+        # `rebuild` is the one safe global for `torch.load(weights_only=True)`: it
+        # calls the constructor on an exact dict (the only mapping that loader
+        # fills), so nothing in a file reaches the internal fields.
+        cls = type(self)
+        return (rebuild, (f"{cls.__module__}.{cls.__qualname__}", dict(self)))
 
     # ---------------------------------------------------------------- equality
 
@@ -296,6 +326,13 @@ class _Container(dict[str, Tensor]):
             other._keys is self._keys or other._keys == self._keys
         ):
             return other._vals  # callers only read it
+        given: object = other  # checked at run time
+        if not isinstance(given, Mapping):
+            msg = (
+                f"{what} takes a mapping with the same keys, got "
+                f"{type(given).__name__}."
+            )
+            raise TypeError(msg)
         if len(other) == len(self._keys):
             try:
                 return [other[k] for k in self._keys]

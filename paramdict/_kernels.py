@@ -100,6 +100,20 @@ def operand(p: _Container, other: object, what: str) -> Any:
             f"{bad!r} are not tensors. Convert them with `torch.as_tensor`."
         )
         raise TypeError(msg)
+    if isinstance(other, list | tuple | str):
+        msg = (
+            f"{what} takes a number, a 0-dim tensor or a mapping with the same "
+            f"keys, got {type(other).__name__}. For per-entry values pass a "
+            "mapping, e.g. `{key: value for key, value in zip(p, values)}`."
+        )
+        raise TypeError(msg)
+    if type(other).__module__ == "numpy":
+        msg = (
+            f"{what} takes a number, a 0-dim tensor or a mapping with the same "
+            f"keys, got a numpy {type(other).__name__}. Convert it with "
+            "`torch.as_tensor(...)` (and use a mapping for per-entry values)."
+        )
+        raise TypeError(msg)
     return NotImplemented
 
 

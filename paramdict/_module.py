@@ -40,12 +40,16 @@ def _walk(module: nn.Module) -> tuple[dict[str, _Slot], bool]:
     """
     slots: dict[str, _Slot] = {}
     seen: set[int] = set()
-    _collect(module, "", slots, seen)
+    _collect(module, "", slots, seen, {id(module)})
     return slots, len(seen) < len(slots)
 
 
 def _collect(
-    module: nn.Module, dot: str, slots: dict[str, _Slot], seen: set[int]
+    module: nn.Module,
+    dot: str,
+    slots: dict[str, _Slot],
+    seen: set[int],
+    above: set[int],
 ) -> None:
     for held in (module._parameters, module._buffers):
         for name, tensor in held.items():
@@ -53,8 +57,34 @@ def _collect(
                 slots[dot + name] = (held, name)
                 seen.add(id(tensor))
     for name, sub in module._modules.items():
-        if sub is not None:
-            _collect(sub, f"{dot}{name}.", slots, seen)
+        # A submodule that is one of its own ancestors (`m.l1.parent = m`) is a
+        # cycle, not more tensors: `named_parameters()` lists its tensors once.
+        if sub is not None and id(sub) not in above:
+            above.add(id(sub))
+            _collect(sub, f"{dot}{name}.", slots, seen, above)
+            above.discard(id(sub))
+
+
+_SCRIPTED = torch.jit.ScriptModule
+
+
+def _check_module(module: object, what: str, *, swaps: bool) -> nn.Module:
+    """Return `module` if it is an `nn.Module` this operation can use, else raise."""
+    if not isinstance(module, nn.Module):
+        msg = (
+            f"{what} takes a torch.nn.Module, got {type(module).__name__}. Pass the "
+            "model itself (for a state dict, use `ParamDict(state_dict)`)."
+        )
+        raise TypeError(msg)
+    if swaps and isinstance(module, _SCRIPTED):
+        msg = (
+            f"{what} cannot run a TorchScript module: its parameters live in the "
+            "compiled module and cannot be swapped for other tensors (nothing was "
+            "run). Call it on the original `nn.Module` before `torch.jit.script`, "
+            "or write the values in with `to_module`."
+        )
+        raise TypeError(msg)
+    return module
 
 
 def _tensor_at(slot: _Slot) -> Tensor:
@@ -87,6 +117,31 @@ def _unexpected_message(module: nn.Module, unexpected: list[str], what: str) -> 
     )
 
 
+def _cannot_copy(value: Tensor, target: Tensor) -> tuple[str, str] | None:
+    """Why `target.copy_(value)` must not run, as `(problem, detail)`, or `None`."""
+    if value.layout != torch.strided:
+        return "not a dense tensor", str(value.layout).removeprefix("torch.")
+    if value.is_meta and not target.is_meta:
+        return "a meta tensor holds no values", "meta"
+    if target.shape != value.shape:
+        return "shape differs", f"{tuple(value.shape)} vs {tuple(target.shape)}"
+    if target.dtype != value.dtype:
+        return "dtype differs", f"{value.dtype} vs {target.dtype}"
+    return None
+
+
+def _same_values(a: Tensor, b: Tensor) -> bool:
+    return (
+        a.layout == b.layout == torch.strided
+        and not a.is_meta
+        and not b.is_meta
+        and a.shape == b.shape
+        and a.dtype == b.dtype
+        and a.device == b.device
+        and torch.equal(a, b)
+    )
+
+
 class _ModuleIO(_Container):
     """`from_module`, `call`, `swapped_into` and `to_module` (see `ParamDict`)."""
 
@@ -107,12 +162,16 @@ class _ModuleIO(_Container):
         Returns:
             A new ParamDict; the module is unchanged.
 
+        Raises:
+            TypeError: If `module` is not an `nn.Module`.
+
         Example:
             >>> model = torch.nn.Linear(3, 2)
             >>> p = ParamDict.from_module(model)
             >>> list(p), p["weight"] is model.weight
             (['weight', 'bias'], True)
         """
+        _check_module(module, "`from_module`", swaps=False)
         items: dict[str, Tensor] = dict(module.named_parameters())
         if buffers:
             items.update(module.named_buffers())
@@ -148,17 +207,19 @@ class _ModuleIO(_Container):
                 wrong (run the tasks in a loop), and for running statistics a
                 BatchNorm would update in place (see "BatchNorm in inner loops"
                 in the MAML tutorial).
-            TypeError: If the module replaced one of the given tensors while
-                running (e.g. assigned a new buffer); the module gets its own
-                tensors back, and `functional_call` with a plain `dict` receives
-                the replacements.
+            TypeError: If `module` is not an `nn.Module` or is a TorchScript module
+                (refused before anything runs), or if the module replaced one of the
+                given tensors while running (e.g. assigned a new buffer); the module
+                gets its own tensors back, and `functional_call` with a plain `dict`
+                receives the replacements.
 
         Example:
             >>> model = torch.nn.Linear(2, 1).requires_grad_(False)
-            >>> p = ParamDict.from_module(model) * 0
+            >>> p = ParamDict.from_module(model).zeros_like()
             >>> p.call(model, torch.ones(1, 2))
             tensor([[0.]])
         """
+        _check_module(module, "`call`", swaps=True)
         if torch.compiler.is_compiling():
             # dynamo traces `functional_call` without a graph break.
             try:
@@ -234,6 +295,20 @@ class _ModuleIO(_Container):
             raise ValueError(msg)
         return plan
 
+    def _tied_disagree(self, slots: dict[str, _Slot]) -> list[str]:
+        """The given names that are tied in the module but hold different values."""
+        first: dict[int, tuple[str, Tensor]] = {}
+        disagree: set[str] = set()
+        for key, value in self.items():
+            if key not in slots:
+                continue
+            tensor_id = id(_tensor_at(slots[key]))
+            seen = first.setdefault(tensor_id, (key, value))
+            other = seen[1]
+            if seen[0] != key and other is not value and not _same_values(other, value):
+                disagree.update((seen[0], key))
+        return sorted(disagree)
+
     def _unexpected_in(
         self, slots: dict[str, _Slot], module: nn.Module, what: str
     ) -> ValueError | None:
@@ -260,8 +335,10 @@ class _ModuleIO(_Container):
             The module itself.
 
         Raises:
-            ValueError: If a key names no parameter or buffer of the module; the
-                module is not touched.
+            ValueError: If a key names no parameter or buffer of the module, or
+                tied names (one tensor under several names) are given different
+                tensors; the module is not touched.
+            TypeError: If `module` is not an `nn.Module` or is a TorchScript module.
 
         Example:
             >>> model = torch.nn.Linear(2, 1).requires_grad_(False)
@@ -272,7 +349,8 @@ class _ModuleIO(_Container):
             >>> model.weight is ParamDict.from_module(model)["weight"]
             True
         """
-        originals = _put(self._swap_plan(module, "`swapped_into`"))
+        _check_module(module, "`swapped_into`", swaps=True)
+        originals = _put(self._swap_plan(module, "`swapped_into`", ties_agree=True))
         try:
             yield module
         finally:
@@ -293,8 +371,11 @@ class _ModuleIO(_Container):
 
         Raises:
             ValueError: If a key names nothing in the module, a module tensor has no
-                entry (with `strict=True`), or a shape or dtype differs; the message
-                names the keys, and the module is left unchanged.
+                entry (with `strict=True`), a shape or dtype differs, an entry is
+                sparse or on the meta device, or tied names (one tensor under several
+                names) are given different values; the message names the keys, and
+                the module is left unchanged.
+            TypeError: If `module` is not an `nn.Module`.
 
         Example:
             >>> model = torch.nn.Linear(2, 1)
@@ -303,6 +384,7 @@ class _ModuleIO(_Container):
             >>> model.weight.abs().sum().item()
             0.0
         """
+        _check_module(module, "`to_module`", swaps=False)
         slots = _slots(module)
         unexpected = [k for k in self._keys if k not in slots]
         problems: list[str] = []
@@ -320,26 +402,26 @@ class _ModuleIO(_Container):
             )
             if missing:
                 problems.append(f"missing {missing!r}")
-        shape_bad: list[str] = []
-        dtype_bad: list[str] = []
+        bad: dict[str, list[str]] = {}
         for key, value in self.items():
             if key not in slots:
                 continue
             target = _tensor_at(slots[key])
-            if target.shape != value.shape:
-                shape_bad.append(
-                    f"{key!r} ({tuple(value.shape)} vs {tuple(target.shape)})"
-                )
-            elif target.dtype != value.dtype:
-                dtype_bad.append(f"{key!r} ({value.dtype} vs {target.dtype})")
-        if shape_bad:
-            problems.append("shape differs for " + ", ".join(sorted(shape_bad)))
-        if dtype_bad:
-            problems.append("dtype differs for " + ", ".join(sorted(dtype_bad)))
+            reason = _cannot_copy(value, target)
+            if reason is not None:
+                bad.setdefault(reason[0], []).append(f"{key!r} ({reason[1]})")
+        for what, entries in sorted(bad.items()):
+            problems.append(f"{what} for " + ", ".join(sorted(entries)))
+        disagree = self._tied_disagree(slots)
+        if disagree:
+            problems.append(
+                f"{disagree!r} are tied (one tensor under several names) but hold "
+                "different values; give one of the names"
+            )
         if problems:
             fix = (
                 " Pass `strict=False` to write a subset."
-                if strict and not unexpected and not shape_bad and not dtype_bad
+                if strict and not unexpected and not bad and not disagree
                 else ""
             )
             msg = (

@@ -1,20 +1,29 @@
-"""Pytree registration: ParamDicts flatten to their values, keyed by `MappingKey`.
+"""Pytree registration and loading: how ParamDicts are taken apart and rebuilt.
 
 Unflattening trusts its leaves: `torch.func` rebuilds trees whose leaves are ints or
 `None` (`in_dims`, `out_dims`), so nothing here may check that leaves are tensors.
+
+Loading trusts nothing: a ParamDict pickles as `rebuild(name, entries)`, and `rebuild`
+(the one safe global for `torch.load(weights_only=True)`; the classes are not) builds
+it through the class's constructor, which checks every entry. A file cannot name the
+class itself, so it cannot make an instance without `__init__` or set its fields.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
+from torch import Tensor
 from torch.utils import _pytree as pytree
 
 if TYPE_CHECKING:
     from ._container import _Container
 
-__all__ = ["register"]
+__all__ = ["rebuild", "register"]
+
+_CLASSES: dict[str, type[_Container]] = {}
+"""Every ParamDict class by its full name, for `rebuild`."""
 
 
 def _flatten(tree: _Container) -> tuple[list[Any], tuple[str, ...]]:
@@ -32,12 +41,59 @@ def _to_dumpable(context: tuple[str, ...]) -> list[str]:
     return list(context)
 
 
-def _from_dumpable(dumpable: list[str]) -> tuple[str, ...]:
-    return tuple(dumpable)
+def _from_dumpable(dumpable: object) -> tuple[str, ...]:
+    # A serialized treespec is data from outside: its keys must be str, once each.
+    items = cast("list[object]", dumpable) if isinstance(dumpable, list) else None
+    if items is None or not all(isinstance(k, str) for k in items):
+        msg = (
+            "A serialized ParamDict treespec must hold a list of str keys, got "
+            f"{dumpable!r:.200}."
+        )
+        raise TypeError(msg)
+    keys = cast("list[str]", items)
+    if len(set(keys)) != len(keys):
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        msg = f"A serialized ParamDict treespec repeats the keys {repeated!r}."
+        raise ValueError(msg)
+    return tuple(keys)
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def rebuild(name: object, entries: object, /) -> _Container:
+    """Build the ParamDict class registered as `name` from `entries` (unpickling).
+
+    Args:
+        name: The class's full name, as `register` recorded it.
+        entries: A plain `dict` of the entries.
+
+    Returns:
+        `cls(entries)`, checked as every construction is.
+
+    Raises:
+        TypeError: If `name` is not a registered ParamDict class (import the module
+            that defines a subclass before loading it), or `entries` is not a dict.
+    """
+    cls = _CLASSES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        msg = (
+            f"Cannot load a ParamDict of class {name!r:.100}: no such class is "
+            "defined. Import the module that defines it before loading."
+        )
+        raise TypeError(msg)
+    if type(entries) is not dict:
+        msg = (
+            f"A pickled {cls.__name__} holds a plain dict of its entries, got "
+            f"{type(entries).__name__}."
+        )
+        raise TypeError(msg)
+    return cls(cast("dict[str, Tensor]", entries))
 
 
 def register(cls: type[_Container]) -> None:
-    """Register `cls` as a pytree node and as a safe global for `torch.load`.
+    """Register `cls` as a pytree node and for `rebuild` (loading).
 
     Called for `ParamDict` on import and for each subclass when it is defined.
 
@@ -52,10 +108,13 @@ def register(cls: type[_Container]) -> None:
         cls,
         _flatten,
         unflatten,
-        serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+        serialized_type_name=_name(cls),
         to_dumpable_context=_to_dumpable,
         from_dumpable_context=_from_dumpable,
         flatten_with_keys_fn=_flatten_with_keys,
     )
-    # torch leaves the element type of `add_safe_globals`' list partly unannotated.
-    torch.serialization.add_safe_globals([cls])  # pyright: ignore[reportUnknownMemberType]
+    _CLASSES[_name(cls)] = cls
+
+
+# torch leaves the element type of `add_safe_globals`' list partly unannotated.
+torch.serialization.add_safe_globals([rebuild])  # pyright: ignore[reportUnknownMemberType]

@@ -294,8 +294,9 @@ class _Reduce(_Container):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If `max_norm` is negative or `p` is not positive, or the
-                entries are on more than one device.
+            ValueError: If `max_norm` is negative or NaN, `p` is not positive, or
+                the entries are on more than one device. (A 0-dim tensor `max_norm`
+                is not read, so it is not checked.)
             TypeError: If `max_norm` is not a number or a 0-dim tensor.
 
         Example:
@@ -318,7 +319,7 @@ class _Reduce(_Container):
                 f"{type(limit).__name__}."
             )
             raise TypeError(msg)
-        elif float(limit) < 0:
+        elif not float(limit) >= 0:  # also refuses NaN
             msg = f"`clip_norm` takes a non-negative `max_norm`, got {limit!r}."
             raise ValueError(msg)
         total = self.norm(p)
@@ -382,7 +383,8 @@ class _Reduce(_Container):
         Raises:
             ValueError: If `vector` is not 1-dim or its length differs from the
                 number of elements of `like`.
-            TypeError: If `vector` is not a tensor, or a value of `like` is not.
+            TypeError: If `vector` is not a dense tensor, a key of `like` is not a
+                `str`, or a value of `like` is not a tensor.
 
         Example:
             >>> like = ParamDict(w=torch.zeros(1, 2), b=torch.zeros(()))
@@ -400,10 +402,22 @@ class _Reduce(_Container):
                 f"{type(given[1]).__name__}."
             )
             raise TypeError(msg)
-        shaped: dict[str, object] = dict(like)
-        bad = sorted(k for k, v in shaped.items() if not isinstance(v, Tensor))
+        shaped: dict[object, object] = {}
+        shaped.update(like)
+        not_str = [k for k in shaped if not isinstance(k, str)]
+        if not_str:
+            shown = ", ".join(repr(k) for k in not_str)
+            msg = f"`from_vector`: ParamDict keys must be str; `like` has {shown}."
+            raise TypeError(msg)
+        bad = sorted(str(k) for k, v in shaped.items() if not isinstance(v, Tensor))
         if bad:
             msg = f"`from_vector`: the entries {bad!r} of `like` are not tensors."
+            raise TypeError(msg)
+        if vector.layout != torch.strided:
+            msg = (
+                f"`from_vector` takes a dense tensor, got a {vector.layout} one. "
+                "Convert it with `.to_dense()`."
+            )
             raise TypeError(msg)
         if vector.dim() != 1:
             msg = (

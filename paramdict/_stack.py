@@ -47,7 +47,8 @@ class _Stack(_Container):
             ValueError: If `paramdicts` is empty, the keys differ (naming the
                 position and the keys), or the values of a key differ in shape,
                 dtype or device (naming the key).
-            TypeError: If an element is not a mapping or a value is not a tensor.
+            TypeError: If an element is not a mapping, a key is not a `str` or a
+                value is not a tensor.
 
         Example:
             >>> models = [torch.nn.Linear(3, 2) for _ in range(4)]
@@ -59,7 +60,14 @@ class _Stack(_Container):
             >>> out.shape
             torch.Size([4, 5, 2])
         """
-        members: list[object] = list(paramdicts)  # checked at run time
+        try:
+            members: list[object] = list(paramdicts)  # checked below
+        except TypeError:
+            msg = (
+                "`stack` takes an iterable of mappings, got "
+                f"{type(paramdicts).__name__}."
+            )
+            raise TypeError(msg) from None
         if not members:
             msg = "`stack` needs at least one mapping to stack, got none."
             raise ValueError(msg)
@@ -67,7 +75,13 @@ class _Stack(_Container):
         if not isinstance(first, Mapping):
             msg = f"`stack` takes mappings of tensors, got {type(first).__name__}."
             raise TypeError(msg)
-        keys = tuple(cast("Mapping[str, object]", first).keys())
+        given = tuple(cast("Mapping[object, object]", first).keys())
+        not_str = [k for k in given if not isinstance(k, str)]
+        if not_str:
+            shown = ", ".join(repr(k) for k in not_str)
+            msg = f"`stack`: ParamDict keys must be str; the mappings have {shown}."
+            raise TypeError(msg)
+        keys = cast("tuple[str, ...]", given)
         columns: list[list[Tensor]] = [[] for _ in keys]
         for position, member in enumerate(members):
             if not isinstance(member, Mapping):

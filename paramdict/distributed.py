@@ -68,6 +68,14 @@ def _check_paramdict(p: object, name: str) -> None:
 
 
 def _check_group(group: dist.ProcessGroup | None, name: str) -> None:
+    if group is not None and not (
+        dist.is_available() and isinstance(group, dist.ProcessGroup)
+    ):
+        msg = (
+            f"`{name}` takes a `torch.distributed.ProcessGroup` (or `None` for the "
+            f"default group) as `group`, got {type(group).__name__}."
+        )
+        raise TypeError(msg)
     if not dist.is_available():
         msg = f"`{name}` needs `torch.distributed`, which this build of torch lacks."
         raise ValueError(msg)
@@ -82,6 +90,25 @@ def _check_group(group: dist.ProcessGroup | None, name: str) -> None:
         msg = (
             f"`{name}` was called on process {dist.get_rank()}, which is not a member "
             "of `group`. Call it only on the group's members."
+        )
+        raise ValueError(msg)
+
+
+def _check_src(src: object, group: dist.ProcessGroup | None) -> None:
+    if isinstance(src, bool) or not isinstance(src, int):
+        msg = (
+            f"`broadcast` takes an int global rank as `src`, got {type(src).__name__}."
+        )
+        raise TypeError(msg)
+    ranks = (
+        range(dist.get_world_size())
+        if group is None
+        else dist.get_process_group_ranks(group)
+    )
+    if src not in ranks:
+        msg = (
+            f"`broadcast` takes as `src` the global rank of a process in `group`, got "
+            f"{src}; the group holds the ranks {sorted(ranks)!r}."
         )
         raise ValueError(msg)
 
@@ -306,7 +333,8 @@ def all_reduce(
     """
     name = "all_reduce"
     _check_paramdict(p, name)
-    if op not in _REDUCE_OPS:
+    given: object = op  # checked at run time (unhashable values too)
+    if not isinstance(given, str) or given not in _REDUCE_OPS:
         fix = (
             " Pass the name instead of a `torch.distributed.ReduceOp`."
             if type(op).__qualname__.startswith("ReduceOp")
@@ -377,8 +405,9 @@ def broadcast(
         A new ParamDict of the same type, keys and order as `p`, holding `src`'s values.
 
     Raises:
-        TypeError: If `p` is not a ParamDict, or some entries are sparse tensors or
-            DTensors (the message names them).
+        TypeError: If `p` is not a ParamDict, `src` is not an int, `group` is not a
+            process group, or some entries are sparse tensors or DTensors (the
+            message names them).
         ValueError: If no process group is initialized, this process is not in
             `group`, `src` is not in `group`, `bucket_cap_mb` is not positive, or
             the processes disagree on keys, order, shapes, dtypes, devices or
@@ -399,6 +428,8 @@ def broadcast(
     _check_group(group, name)
     cap = _cap_bytes(bucket_cap_mb, name)
     _agree(p, f"broadcast(src={src!r}, bucket_cap_mb={bucket_cap_mb!r})", group, name)
+    # After `_agree`: every process passed this `src`, so all raise alike.
+    _check_src(src, group)
     _check_plain(p, name)
     values = list(p.values())
     out = list(values)

@@ -188,10 +188,10 @@ def test_backward_with_grad_outputs_and_create_graph() -> None:
     torch.testing.assert_close(g["w"], 3 * w.detach() ** 2)
 
 
-def test_other_autograd_errors_pass_through_unchanged() -> None:
-    """A loss outside the graph is torch's own error; a frozen entry is ours alone."""
+def test_a_loss_outside_the_graph_and_a_frozen_entry_are_named() -> None:
+    """A loss outside the graph and a frozen entry each get a clear ValueError."""
     p = ParamDict(w=torch.ones(2, requires_grad=True))
-    with pytest.raises(RuntimeError, match="does not require grad"):
+    with pytest.raises(ValueError, match="`loss` does not require grad"):
         p.grad(torch.ones(()))
     q = p | {"frozen": torch.ones(2)}
     with pytest.raises(ValueError, match=r"\['frozen'\]") as info:

@@ -189,19 +189,24 @@ def test_subclass_keeps_type_through_construction_and_copy() -> None:
     """A subclass survives constructors, `|`, copy and fromkeys."""
     p = MyParams(w=torch.zeros(2))
     assert type(p | {"b": torch.zeros(1)}) is MyParams
-    assert type(p.copy()) is MyParams
     assert type(copy.copy(p)) is MyParams
     assert type(MyParams.fromkeys(["a", "b"], torch.zeros(1))) is MyParams
     assert "MyParams(" in repr(p)
 
 
-def test_copy_is_shallow() -> None:
-    """`copy()` shares the tensor objects and is a distinct ParamDict."""
+def test_copy_is_a_shallow_plain_dict() -> None:
+    """`copy()` is a mutable plain dict of the same tensors, as `dict.copy` gives."""
     p = _p()
     q = p.copy()
-    assert q is not p
+    assert type(q) is dict
     assert q["w"] is p["w"]
-    assert type(q) is ParamDict
+    assert list(q) == list(p)
+    q["w"] = torch.zeros(1)
+    assert p["w"] is not q["w"]
+    c = copy.copy(p)
+    assert type(c) is ParamDict
+    assert c is not p
+    assert c["w"] is p["w"]
 
 
 def test_every_way_of_building_keeps_the_value_order_in_step() -> None:
@@ -228,7 +233,6 @@ def test_every_way_of_building_keeps_the_value_order_in_step() -> None:
         "subclass": MyParams(a=torch.ones(1)),
         "from_module": p,
         "buffers": ParamDict.from_module(model, buffers=True),
-        "copy": p.copy(),
         "copy.copy": copy.copy(p),
         "deepcopy": copy.deepcopy(p),
         "pickle": pickle.loads(pickle.dumps(p.detach())),

@@ -151,8 +151,10 @@ def test_wrong_kind_of_operand() -> None:
     p, _ = _pair()
     with pytest.raises(TypeError, match=r"0-dim tensor.*shape \(2,\)"):
         p * torch.ones(2)
-    with pytest.raises(TypeError, match="unsupported operand"):
+    with pytest.raises(TypeError, match="got str"):
         p + "x"  # type: ignore[operator]  # the error under test
+    with pytest.raises(TypeError, match="unsupported operand"):
+        p + object()  # type: ignore[operator]  # the error under test
     with pytest.raises(TypeError, match="not tensors"):
         p + cast(Any, {"w": torch.zeros(3, 2), "b": "x", "s": torch.zeros(())})
 

@@ -40,7 +40,7 @@ def check_mapping(p: ParamDict, q: MyParams) -> None:
     d: dict[str, Tensor] = dict(p)
     assert_type(p | {"x": torch.zeros(1)}, ParamDict)
     assert_type(q | {"x": torch.zeros(1)}, MyParams)
-    assert_type(q.copy(), MyParams)
+    assert_type(q.copy(), dict[str, Tensor])
     assert_type(p == q, bool)
     assert_type(p.allclose(q, rtol=1e-3), bool)
     del m, d

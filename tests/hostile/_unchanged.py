@@ -1,0 +1,133 @@
+"""Snapshots that tell whether a call changed anything it was given.
+
+`state(obj)` records, recursively, every tensor's identity, metadata, version counter
+and exact bytes, every mapping's keys and order, and every module's parameters,
+buffers (objects and values), hooks and training flags; two snapshots compare equal
+exactly when nothing observable changed. `Case` and `check` drive the tables of bad
+inputs: each case builds its operands fresh, runs one call that must raise, and the
+snapshot of the operands taken before must equal the one taken after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+
+def _tensor_state(t: Tensor) -> tuple[Any, ...]:
+    meta = (
+        id(t),
+        type(t).__name__,
+        t.dtype,
+        tuple(t.shape),
+        str(t.device),
+        t.layout,
+        t.requires_grad,
+        t._version if t.layout == torch.strided and not t.is_inference() else None,
+        _tensor_state(t.grad) if t.is_leaf and t.grad is not None else None,
+    )
+    if t.is_meta:
+        return (*meta, None)
+    dense = t.detach().to_dense() if t.layout != torch.strided else t.detach()
+    data = dense.cpu().contiguous().reshape(-1).view(torch.uint8).clone()
+    return (*meta, data)
+
+
+def _module_state(m: nn.Module) -> tuple[Any, ...]:
+    mods = list(m.named_modules(remove_duplicate=True))
+    return (
+        id(m),
+        [(name, sub.training) for name, sub in mods],
+        [
+            (
+                name,
+                len(sub._forward_hooks),
+                len(sub._forward_pre_hooks),
+                len(sub._backward_hooks),
+                len(sub._state_dict_hooks),
+            )
+            for name, sub in mods
+        ],
+        [(n, _tensor_state(t)) for n, t in m.named_parameters(remove_duplicate=False)],
+        [(n, _tensor_state(t)) for n, t in m.named_buffers(remove_duplicate=False)],
+    )
+
+
+def state(obj: object) -> Any:
+    """Return a comparable snapshot of everything observable in `obj`."""
+    if isinstance(obj, Tensor):
+        return ("tensor", _tensor_state(obj))
+    if isinstance(obj, nn.Module) and not isinstance(obj, torch.jit.ScriptModule):
+        return ("module", _module_state(obj))
+    if isinstance(obj, Mapping):
+        internal = None
+        kept: Any = obj
+        if hasattr(type(obj), "_keys"):  # a ParamDict: its kept keys and values too
+            internal = (kept._keys, [id(v) for v in kept._vals])
+        return (
+            "mapping",
+            type(obj),
+            internal,
+            [(repr(k), state(v)) for k, v in obj.items()],
+        )
+    if isinstance(obj, list | tuple):
+        return ("sequence", type(obj), [state(v) for v in obj])
+    if type(obj).__module__ == "numpy" and hasattr(obj, "tobytes"):
+        array: Any = obj
+        return ("numpy", array.dtype, getattr(array, "shape", ()), array.tobytes())
+    return ("other", id(obj), type(obj))
+
+
+def equal(a: Any, b: Any) -> bool:
+    """Whether two snapshots from `state` are the same."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return (
+            isinstance(a, Tensor)
+            and isinstance(b, Tensor)
+            and a.shape == b.shape
+            and torch.equal(a, b)
+        )
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: build operands, make the call, expect this error."""
+
+    id: str
+    build: Callable[[], tuple[Any, ...]]
+    call: Callable[..., Any]
+    error: type[BaseException] | tuple[type[BaseException], ...]
+    match: str
+
+    def param(self) -> Any:
+        return pytest.param(self, id=self.id)
+
+
+def check(case: Case) -> None:
+    """Run `case`: it raises the expected error and changes none of its operands."""
+    operands = case.build()
+    before = state(operands)
+    with pytest.raises(case.error, match=case.match):
+        case.call(*operands)
+    after = state(operands)
+    assert equal(before, after), f"{case.id}: an operand changed"
+
+
+def operands(build: Callable[[], Any]) -> Callable[[], tuple[Any, ...]]:
+    """Return a builder of the one-operand tuple `(build(),)`."""
+    return lambda: (build(),)
+
+
+def unique_ids(cases: list[Case]) -> list[Case]:
+    """Return `cases`, after checking that no two share an id."""
+    ids = [c.id for c in cases]
+    assert len(set(ids)) == len(ids), sorted({i for i in ids if ids.count(i) > 1})
+    return cases
