@@ -11,21 +11,31 @@ from typing import TYPE_CHECKING, Any
 
 from . import distributed
 from ._autograd import Outputs
+from ._implicit import implicit_proximal, implicit_root
 from ._operators import Operand
 from ._paramdict import ParamDict
+from ._products import hvp, jvp, vjp
+from ._solve import CGInfo, cg
 from ._tensors import Device
 
 if TYPE_CHECKING:
     from . import optim
 
 __all__ = [
+    "CGInfo",
     "Device",
     "Operand",
     "Outputs",
     "ParamDict",
     "__version__",
+    "cg",
     "distributed",
+    "hvp",
+    "implicit_proximal",
+    "implicit_root",
+    "jvp",
     "optim",
+    "vjp",
 ]
 
 
