@@ -74,8 +74,9 @@ def cg(
     residual norm is at most `max(rtol * |b|, atol)` (SciPy's rule) or after
     `maxiter` iterations, whichever comes first; `info` says which, with every
     residual norm on the way. Not converging is reported, not raised: check
-    `info.converged`. An iteration that meets a direction of non-positive
-    curvature (`A` not positive definite) stops there, not converged.
+    `info.converged`. An indefinite `A` (a Hessian away from a minimum) is not
+    refused: the iteration runs on, as iMAML's does, and may or may not
+    converge; it stops early only at a breakdown (`p^T A p` zero or not finite).
 
     Args:
         matvec: The operator: a function from a ParamDict like `b` to one with the
@@ -134,9 +135,8 @@ def cg(
         ap = _applied(matvec, p, b)
         curvature = p.dot(ap)
         iterations += 1
-        if not float(curvature) > 0:
-            # `A` is not positive definite along `p`: no step can be trusted.
-            break
+        if float(curvature) == 0 or not math.isfinite(float(curvature)):
+            break  # breakdown: no step along `p` is defined
         alpha = rr / curvature
         x = x.add(p, alpha=alpha)
         r = r.sub(ap, alpha=alpha)
