@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from . import _peers, autograd, imports, maml, optim, pytree, update
+from . import _peers, autograd, imaml, imports, maml, optim, pytree, update
 from ._report import Config, Section, render_markdown
 
 __all__ = ["SECTIONS", "main"]
@@ -41,6 +41,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "optim": optim.measure,
     "maml": maml.measure,
     "memory": maml.measure_memory,
+    "imaml": imaml.measure,
     "import": imports.measure,
 }
 """Section key (for `--only`) to the function that measures it."""

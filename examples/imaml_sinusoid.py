@@ -48,7 +48,7 @@ INNER_STEPS = 25  # gradient steps on the proximal inner objective, per task
 INNER_LR = 0.02  # their step size
 LAM = 2.0  # the proximal strength: the inner problem is L(phi) + LAM/2 |phi - theta|^2
 CG_STEPS = 5  # conjugate-gradient iterations per meta-gradient (as in the paper)
-ITERATIONS = 3_000
+ITERATIONS = 1_000
 QUICK_ITERATIONS = 20
 
 

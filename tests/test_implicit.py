@@ -164,7 +164,7 @@ def test_adapted_and_params_are_unchanged() -> None:
 # torchopt 0.7.3 calls the deprecated `functorch.vjp` (its own warning).
 @pytest.mark.filterwarnings("ignore:We've integrated functorch:FutureWarning")
 def test_agrees_with_torchopt() -> None:
-    """torchopt's `custom_root` on tuples gives the same meta-gradient."""
+    """Torchopt's `custom_root` on tuples gives the same meta-gradient."""
     import torchopt
 
     a, c, theta = _problem()
