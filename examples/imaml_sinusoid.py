@@ -214,7 +214,7 @@ def time_per_iteration(
     The candidates run interleaved, `rounds` times each, on the same meta-batch.
     """
     params = ParamDict.from_module(model)
-    candidates = {
+    candidates: dict[str, Callable[[], Tensor]] = {
         "MAML, 1 step (the MAML demo)": lambda: maml_loss(params, model, tasks, steps=1)
     }
     for n in steps:

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from paramdict import ParamDict, hvp, jvp, vjp
 
-TIGHT = {"rtol": 1e-10, "atol": 1e-12}
+RTOL, ATOL = 1e-10, 1e-12
 
 
 def _mlp() -> nn.Module:
@@ -22,9 +22,12 @@ def _mlp() -> nn.Module:
     ).double()
     bn = model[1]
     assert isinstance(bn, nn.BatchNorm1d)
+    mean, var = bn.running_mean, bn.running_var
+    assert mean is not None
+    assert var is not None
     with torch.no_grad():
-        bn.running_mean.normal_()
-        bn.running_var.uniform_(0.5, 2.0)
+        mean.normal_()
+        var.uniform_(0.5, 2.0)
     return model.eval()
 
 
@@ -50,10 +53,14 @@ def test_hvp_equals_the_dense_hessian_through_call() -> None:
 
     v = params.randn_like()
     flat = params.to_vector().detach()
-    dense = torch.autograd.functional.hessian(_dense(loss, params), flat)
+    dense = torch.autograd.functional.hessian(  # type: ignore[no-untyped-call]  # untyped in torch
+        _dense(loss, params), flat
+    )
     got = hvp(loss, params, v)
     assert list(got) == list(params)
-    torch.testing.assert_close(got.to_vector(), dense @ v.to_vector(), **TIGHT)
+    torch.testing.assert_close(
+        got.to_vector(), dense @ v.to_vector(), rtol=RTOL, atol=ATOL
+    )
 
 
 # torch.func's forward mode scripts a helper on first use (torch's own warning).
@@ -85,16 +92,16 @@ def test_jvp_and_vjp_equal_the_dense_jacobian_through_call() -> None:
         return result
 
     flat = params.to_vector().detach()
-    dense = torch.autograd.functional.jacobian(
+    dense = torch.autograd.functional.jacobian(  # type: ignore[no-untyped-call]  # untyped in torch
         lambda z: _dense(out, params)(z).reshape(-1), flat
     )
     v = params.randn_like()
     u = torch.randn(6, 2, dtype=torch.float64)
     torch.testing.assert_close(
-        jvp(out, params, v).reshape(-1), dense @ v.to_vector(), **TIGHT
+        jvp(out, params, v).reshape(-1), dense @ v.to_vector(), rtol=RTOL, atol=ATOL
     )
     torch.testing.assert_close(
-        vjp(out, params, u).to_vector(), dense.T @ u.reshape(-1), **TIGHT
+        vjp(out, params, u).to_vector(), dense.T @ u.reshape(-1), rtol=RTOL, atol=ATOL
     )
 
 
@@ -109,14 +116,19 @@ def test_jvp_of_a_gradient_is_the_hvp() -> None:
         return p.grad(loss(p), create_graph=True)
 
     v = params.randn_like()
-    dense = torch.autograd.functional.hessian(
+    dense = torch.autograd.functional.hessian(  # type: ignore[no-untyped-call]  # untyped in torch
         _dense(loss, params), params.to_vector().detach()
     )
     got = jvp(gradient, params, v)
     assert isinstance(got, ParamDict)
-    torch.testing.assert_close(got.to_vector(), dense @ v.to_vector(), **TIGHT)
     torch.testing.assert_close(
-        vjp(gradient, params, v).to_vector(), dense @ v.to_vector(), **TIGHT
+        got.to_vector(), dense @ v.to_vector(), rtol=RTOL, atol=ATOL
+    )
+    torch.testing.assert_close(
+        vjp(gradient, params, v).to_vector(),
+        dense @ v.to_vector(),
+        rtol=RTOL,
+        atol=ATOL,
     )
 
 
@@ -131,7 +143,7 @@ def test_products_with_create_graph_differentiate_again() -> None:
 
     product = hvp(loss, params, v, create_graph=True)  # 12 w^2 v
     (third,) = torch.autograd.grad(product["w"].sum(), w)
-    torch.testing.assert_close(third, 24 * w.detach() * v["w"], **TIGHT)
+    torch.testing.assert_close(third, 24 * w.detach() * v["w"], rtol=RTOL, atol=ATOL)
     assert not hvp(loss, params, v)["w"].requires_grad
 
 
@@ -176,7 +188,7 @@ def test_hostile_inputs_name_the_problem() -> None:
     with pytest.raises(TypeError, match="`func` must be a callable"):
         hvp(3, params, v)  # type: ignore[arg-type]  # the error under test
     with pytest.raises(TypeError, match="`params` must be a ParamDict, got dict"):
-        hvp(loss, dict(params), v)  # type: ignore[type-var]  # the error under test
+        hvp(loss, dict(params), v)  # type: ignore[arg-type, type-var]  # the error under test
     with pytest.raises(ValueError, match=r"missing \['b'\], unexpected \['c'\]"):
         hvp(loss, params, {"a": torch.ones(2), "c": torch.ones(3)})
     with pytest.raises(ValueError, match=r"wrong shapes at \['b'\]"):
@@ -186,7 +198,7 @@ def test_hostile_inputs_name_the_problem() -> None:
     with pytest.raises(ValueError, match=r"scalar loss, got shape \(2,\)"):
         hvp(lambda p: p["a"] * 2, params, v)
     with pytest.raises(TypeError, match="must return a tensor or a ParamDict"):
-        jvp(lambda p: 3.0, params, v)  # type: ignore[call-overload]  # the error under test
+        jvp(lambda p: 3.0, params, v)  # type: ignore[arg-type, return-value]  # the error under test
     with pytest.raises(ValueError, match=r"`cotangents` has shape \(3,\)"):
         vjp(lambda p: p["a"] * 2, params, torch.ones(3))
     with pytest.raises(TypeError, match=r"\['i'\] of `params` are not floating"):
