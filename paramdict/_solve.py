@@ -32,6 +32,12 @@ class CGInfo(NamedTuple):
             and after each one (the recurrence's residual, as SciPy reports it).
         tolerance: The bound the residual norm had to reach,
             `max(rtol * |b|, atol)`.
+
+    Example:
+        >>> b = ParamDict(w=torch.tensor([3.0, 4.0]))
+        >>> _, info = cg(lambda v: v, b)
+        >>> info
+        CGInfo(converged=True, iterations=1, residual_norms=(5.0, 0.0), tolerance=5e-05)
     """
 
     converged: bool
