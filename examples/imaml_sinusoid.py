@@ -160,6 +160,8 @@ def train(
     iterations: int,
     generator: torch.Generator,
     steps: int = INNER_STEPS,
+    inner_lr: float = INNER_LR,
+    lam: float = LAM,
     cg_steps: int = CG_STEPS,
     meta_batch: int = META_BATCH,
 ) -> tuple[float, list[CGInfo]]:
@@ -172,7 +174,14 @@ def train(
     for _ in range(iterations):
         tasks = sample_tasks(meta_batch, generator=generator)
         loss = meta_loss(
-            params, model, tasks, steps=steps, cg_steps=cg_steps, on_solve=solves.append
+            params,
+            model,
+            tasks,
+            steps=steps,
+            inner_lr=inner_lr,
+            lam=lam,
+            cg_steps=cg_steps,
+            on_solve=solves.append,
         )
         meta_grads = params.grad(loss)  # the implicit meta-gradient, keyed
         params, state = meta_optimizer.step(params, meta_grads, state)
@@ -186,7 +195,14 @@ def train(
 
 
 def evaluate(
-    params: ParamDict, model: nn.Module, tasks: Tasks, /, *, steps: int
+    params: ParamDict,
+    model: nn.Module,
+    tasks: Tasks,
+    /,
+    *,
+    steps: int,
+    inner_lr: float = INNER_LR,
+    lam: float = LAM,
 ) -> Tensor:
     """Return every task's query MSE after 0, 1, ..., `steps` proximal inner steps.
 
@@ -201,7 +217,15 @@ def evaluate(
         ]
         fast = anchor
         for step in range(steps):
-            fast = proximal_step(fast, anchor, model, tasks, per_task=step > 0)
+            fast = proximal_step(
+                fast,
+                anchor,
+                model,
+                tasks,
+                per_task=step > 0,
+                inner_lr=inner_lr,
+                lam=lam,
+            )
             errors.append(task_losses(fast, model, tasks.x_query, tasks.y_query))
     return torch.stack(errors)
 
@@ -260,6 +284,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         f"{INNER_STEPS})",
     )
     parser.add_argument(
+        "--inner-lr",
+        type=float,
+        default=INNER_LR,
+        metavar="LR",
+        help=f"the inner step size (default {INNER_LR})",
+    )
+    parser.add_argument(
+        "--lam",
+        type=float,
+        default=LAM,
+        metavar="LAM",
+        help=f"the proximal strength (default {LAM})",
+    )
+    parser.add_argument(
         "--cg-steps",
         type=_positive,
         default=CG_STEPS,
@@ -311,7 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"iMAML on sinusoid regression: MLP 1-40-40-1 (ReLU), K = {SHOTS}")
     print(
         f"  {iterations:,} meta-iterations, meta-batch of {META_BATCH} tasks; "
-        f"{steps} inner steps (lr {INNER_LR}) on the support loss + {LAM}/2 "
+        f"{steps} inner steps (lr {args.inner_lr}) on the support loss + "
+        f"{args.lam}/2 "
         "|phi - theta|^2"
     )
     print(
@@ -325,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         iterations=iterations,
         generator=torch.Generator().manual_seed(int(train_seed)),
         steps=steps,
+        inner_lr=args.inner_lr,
+        lam=args.lam,
         cg_steps=args.cg_steps,
     )
     elapsed = time.perf_counter() - start
@@ -345,7 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         queries=EVAL_QUERIES,
     )
     params = ParamDict.from_module(model)
-    errors = evaluate(params, model, tasks, steps=steps)
+    errors = evaluate(
+        params, model, tasks, steps=steps, inner_lr=args.inner_lr, lam=args.lam
+    )
     print(
         f"\nQuery MSE on {len(tasks)} new tasks ({SHOTS} support and {EVAL_QUERIES} "
         "query points each), mean and 95% CI:"
@@ -370,7 +413,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         anchor = params.detach()
 
         def step(fast: ParamDict, some: Tasks, per_task: bool) -> ParamDict:
-            return proximal_step(fast, anchor, model, some, per_task=per_task)
+            return proximal_step(
+                fast,
+                anchor,
+                model,
+                some,
+                per_task=per_task,
+                inner_lr=args.inner_lr,
+                lam=args.lam,
+            )
 
         if save_plot(
             args.plot,
