@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ._container import key_mismatch_message
 from ._paramdict import ParamDict
@@ -55,6 +56,7 @@ class _Implicit(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
         return (None, None, *ctx.implicit_backward(grads))
 
@@ -167,7 +169,8 @@ def implicit_proximal(
     `lam (H + lam I)^-1 g` at `params`, with `H` the Hessian of `loss` at
     `adapted`. It is found by solving `(I + H / lam) x = g` with `cg` and keyed
     Hessian-vector products; memory does not grow with the inner steps that
-    produced `adapted`. `adapted` and `params` are unchanged.
+    produced `adapted`. `adapted` and `params` are unchanged. The meta-gradient
+    carries no graph of its own, even under `create_graph=True`.
 
     The gradient is exact when `adapted` is the exact minimizer and the solve
     converges; iMAML's approximation is a few inner steps and a few CG

@@ -258,3 +258,14 @@ def test_bad_optimality_is_named_when_the_gradient_is_taken() -> None:
     adapted = implicit_root(phi, theta, optimality=no_graph)
     with pytest.raises(ValueError, match="does not depend on `phi`"):
         theta.grad(_outer_loss(adapted))
+
+
+def test_the_meta_gradient_is_not_differentiated_again() -> None:
+    """The implicit gradient carries no graph, so a second derivative is refused."""
+    a, c, theta = _problem()
+    phi = _exact_solution(a, c, theta)
+    adapted = implicit_proximal(phi, theta, loss=_inner_loss(a, c), lam=LAM)
+    grads = theta.grad(_outer_loss(adapted), create_graph=True)
+    assert not grads["w"].requires_grad
+    with pytest.raises(ValueError, match=r"does not depend on \['b', 'w'\]"):
+        theta.grad(grads.sum())
