@@ -170,7 +170,8 @@ def implicit_proximal(
     `adapted`. It is found by solving `(I + H / lam) x = g` with `cg` and keyed
     Hessian-vector products; memory does not grow with the inner steps that
     produced `adapted`. `adapted` and `params` are unchanged. The meta-gradient
-    carries no graph of its own, even under `create_graph=True`.
+    carries no graph back to `params`, even under `create_graph=True`, so a
+    second derivative through it is refused.
 
     The gradient is exact when `adapted` is the exact minimizer and the solve
     converges; iMAML's approximation is a few inner steps and a few CG
