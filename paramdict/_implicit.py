@@ -318,7 +318,9 @@ def implicit_root(
                     f"`adapted`, got {type(residual).__name__}."
                 )
                 raise TypeError(msg)
-            outs = aligned(adapted, residual, "optimality(phi, theta)", what)
+            outs = aligned(
+                adapted, residual, "optimality(phi, theta)", what, against="adapted"
+            )
             phi_values = list(phi.values())
 
             def transposed(w: P) -> P:

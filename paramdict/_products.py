@@ -67,7 +67,13 @@ def check_floating(params: ParamDict, name: str, what: str) -> None:
 
 
 def aligned(
-    params: ParamDict, other: object, name: str, what: str, *, shapes: bool = True
+    params: ParamDict,
+    other: object,
+    name: str,
+    what: str,
+    *,
+    shapes: bool = True,
+    against: str = "params",
 ) -> list[Tensor]:
     """Return `other`'s tensors in `params`' key order, checking keys and shapes."""
     if not isinstance(other, Mapping):
@@ -80,8 +86,8 @@ def aligned(
         msg = key_mismatch_message(
             list(params),
             other,
-            what=f"`{what}` ({name} vs params)",
-            fix=f"Give `{name}` exactly the params' keys.",
+            what=f"`{what}` ({name} vs {against})",
+            fix=f"Give `{name}` exactly the keys of the {against}.",
         )
         raise ValueError(msg)
     not_tensors = sorted(k for k in params if not isinstance(other[k], Tensor))
@@ -98,7 +104,7 @@ def aligned(
             )
             msg = (
                 f"`{what}`: `{name}` has the wrong shapes at {wrong!r} ({detail}); "
-                "each must have its param's shape."
+                f"each must have the shape of its entry in the {against}."
             )
             raise ValueError(msg)
     return values
@@ -317,7 +323,7 @@ def _matching(
 ) -> list[Tensor]:
     """Return `given` as tensors shaped like `func`'s output, or raise."""
     if out is not None:
-        return aligned(out, given, name, what)
+        return aligned(out, given, name, what, against="function's output")
     if not isinstance(given, Tensor):
         msg = (
             f"`{what}`: the function returns a tensor, so `{name}` must be a "

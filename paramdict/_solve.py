@@ -59,7 +59,7 @@ def _check_number(value: object, name: str) -> float:
 def _applied(matvec: Callable[[P], Mapping[str, Tensor]], x: P, b: P) -> P:
     """Return `matvec(x)` as a ParamDict like `b`, checking its keys and shapes."""
     out = matvec(x)
-    values = aligned(b, out, "matvec(x)", "cg")
+    values = aligned(b, out, "matvec(x)", "cg", against="`b`")
     return b._derive(values)
 
 
@@ -131,7 +131,7 @@ def cg(
         x = b.zeros_like()
         r = b
     else:
-        x = b._derive(aligned(b, x0, "x0", "cg"))
+        x = b._derive(aligned(b, x0, "x0", "cg", against="`b`"))
         r = b - _applied(matvec, x, b)
     rr = r.dot(r)
     norms = [math.sqrt(float(rr))]

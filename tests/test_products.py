@@ -199,6 +199,14 @@ def test_hostile_inputs_name_the_problem() -> None:
         hvp(lambda p: p["a"] * 2, params, v)
     with pytest.raises(TypeError, match="must return a tensor or a ParamDict"):
         jvp(lambda p: 3.0, params, v)  # type: ignore[arg-type, return-value]  # the error under test
+    with pytest.raises(
+        ValueError, match=r"cotangents vs function's output\): missing \['b'\]"
+    ):
+        vjp(lambda p: p * 2, params, {"a": torch.ones(2)})
+    with pytest.raises(TypeError, match="returns a tensor, so `cotangents` must be"):
+        vjp(lambda p: p["a"] * 2, params, v)  # type: ignore[arg-type, return-value]  # the error under test
+    with pytest.raises(TypeError, match="`func` must be a callable"):
+        jvp(None, params, v)  # type: ignore[call-overload]  # the error under test
     with pytest.raises(ValueError, match=r"`cotangents` has shape \(3,\)"):
         vjp(lambda p: p["a"] * 2, params, torch.ones(3))
     with pytest.raises(TypeError, match=r"\['i'\] of `params` are not floating"):
