@@ -87,7 +87,7 @@ def aligned(
             list(params),
             other,
             what=f"`{what}` ({name} vs {against})",
-            fix=f"Give `{name}` exactly the keys of the {against}.",
+            fix=f"Give `{name}` exactly the keys of {against}.",
         )
         raise ValueError(msg)
     not_tensors = sorted(k for k in params if not isinstance(other[k], Tensor))
@@ -104,7 +104,7 @@ def aligned(
             )
             msg = (
                 f"`{what}`: `{name}` has the wrong shapes at {wrong!r} ({detail}); "
-                f"each must have the shape of its entry in the {against}."
+                f"each must have the shape of its entry in {against}."
             )
             raise ValueError(msg)
     return values
