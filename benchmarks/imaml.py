@@ -10,7 +10,10 @@ the tasks batched with `torch.func.vmap`), with N inner steps:
 
 Each sample runs in a fresh process (`python -m benchmarks.imaml --peak-memory NAME
 --steps N`), which reports the growth of the resident set's high-water mark over one
-meta-iteration after a warm-up, as the `memory` section does.
+meta-iteration after a warm-up, as the `memory` section does. The workers run with
+glibc's mmap threshold fixed (`MALLOC_MMAP_THRESHOLD_=65536`): left dynamic, it moves
+with the sizes freed before, and the growth of the same computation varied by 20 to
+40% between processes (a few percent with it fixed).
 
 Part of `python -m benchmarks` (run only this with `--only imaml`).
 """
@@ -18,11 +21,12 @@ Part of `python -m benchmarks` (run only this with `--only imaml`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -69,6 +73,25 @@ def _memory_worker(name: str, steps: int) -> dict[str, Any]:
     return {"name": name, "steps": steps, "bytes": after - before, "reset": exact}
 
 
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+"""Set for the workers: a fixed mmap threshold makes the high-water mark repeatable."""
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the block (the fresh processes inherit them)."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def measure(config: Config) -> Section:
     """Measure the peak-memory growth at each number of inner steps, fresh processes."""
     steps = QUICK_STEPS if config.quick else STEPS
@@ -79,7 +102,8 @@ def measure(config: Config) -> Section:
         "meta-gradient of the sinusoid example (25 tasks batched with vmap, K = 10, "
         "MLP 1-40-40-1) with N inner steps: iMAML (`implicit_proximal`, 5 CG "
         "iterations) as ParamDict, and second-order MAML unrolled; each sample in a "
-        "fresh process after a warm-up; medians.",
+        "fresh process after a warm-up, with glibc's mmap threshold fixed at 64 KiB; "
+        "medians.",
     )
     names = (OURS, MAML)
     medians: dict[str, dict[int, float]] = {name: {} for name in names}
@@ -88,18 +112,19 @@ def measure(config: Config) -> Section:
         samples: dict[str, list[float]] = {name: [] for name in names}
         for i in range(config.processes):
             for name in names if i % 2 == 0 else names[::-1]:
-                result = run_fresh(
-                    [
-                        "-m",
-                        "benchmarks.imaml",
-                        "--peak-memory",
-                        name,
-                        "--steps",
-                        str(n),
-                    ],
-                    threads=config.threads,
-                    what=f"The memory worker for {name} at {n} steps",
-                )
+                with _environment(MALLOC):
+                    result = run_fresh(
+                        [
+                            "-m",
+                            "benchmarks.imaml",
+                            "--peak-memory",
+                            name,
+                            "--steps",
+                            str(n),
+                        ],
+                        threads=config.threads,
+                        what=f"The memory worker for {name} at {n} steps",
+                    )
                 samples[name].append(float(result["bytes"]))
                 exact = exact and bool(result["reset"])
         row_medians = {name: statistics.median(s) for name, s in samples.items()}
