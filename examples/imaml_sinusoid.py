@@ -45,10 +45,10 @@ from examples.maml_sinusoid import (
 from paramdict import CGInfo, ParamDict, implicit_proximal, optim
 
 INNER_STEPS = 25  # gradient steps on the proximal inner objective, per task
-INNER_LR = 0.02  # their step size
-LAM = 2.0  # the proximal strength: the inner problem is L(phi) + LAM/2 |phi - theta|^2
+INNER_LR = 0.01  # their step size: the MAML demo's
+LAM = 1.0  # the proximal strength: the inner problem is L(phi) + LAM/2 |phi - theta|^2
 CG_STEPS = 5  # conjugate-gradient iterations per meta-gradient (as in the paper)
-ITERATIONS = 1_000
+ITERATIONS = 1_500
 QUICK_ITERATIONS = 20
 
 
