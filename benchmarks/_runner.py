@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from . import _peers, autograd, imports, maml, maml_cnn, optim, pytree, update
+from . import _peers, autograd, imaml, imports, maml, maml_cnn, optim, pytree, update
 from ._report import Config, Section, render_markdown
 
 __all__ = ["SECTIONS", "main"]
@@ -43,6 +43,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "memory": maml.measure_memory,
     "cnn": maml_cnn.measure,
     "cnn-memory": maml_cnn.measure_memory,
+    "imaml": imaml.measure,
     "import": imports.measure,
 }
 """Section key (for `--only`) to the function that measures it."""

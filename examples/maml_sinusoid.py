@@ -25,7 +25,7 @@ import argparse
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -382,13 +382,17 @@ def save_plot(
     title: str,
     inner_lr: float = INNER_LR,
     shown: int = 3,
+    adapt: Callable[[ParamDict, Tasks, bool], ParamDict] | None = None,
+    label: str = "MAML",
 ) -> bool:
     """Plot a few tasks and the MSE-vs-steps curve, like the paper's Figures 2-3.
 
     Each task panel shows the true sinusoid, its K support points and the
     prediction before adaptation, after 1 and after the last inner step; the last
-    panel shows the mean query MSE (95% interval) against the inner steps. Return
-    whether the PNG was written (not when matplotlib is missing).
+    panel shows the mean query MSE (95% interval) against the inner steps. One
+    inner step is `adapt(fast, tasks, per_task)` (an SGD step of `inner_step` by
+    default); `label` names the method. Return whether the PNG was written (not
+    when matplotlib is missing).
     """
     try:
         import matplotlib as mpl
@@ -404,15 +408,18 @@ def save_plot(
         curves = {0: predict(params, model, grid).expand(shown, -1, -1)}
         fast = params
         for step in range(1, steps + 1):
-            fast = inner_step(
-                fast,
-                model,
-                some.x_support,
-                some.y_support,
-                inner_lr=inner_lr,
-                create_graph=False,
-                per_task=step > 1,
-            )
+            if adapt is not None:
+                fast = adapt(fast, some, step > 1)
+            else:
+                fast = inner_step(
+                    fast,
+                    model,
+                    some.x_support,
+                    some.y_support,
+                    inner_lr=inner_lr,
+                    create_graph=False,
+                    per_task=step > 1,
+                )
             if step in (1, steps):
                 curves[step] = torch.func.vmap(predict, in_dims=(0, None, None))(
                     fast, model, grid
@@ -446,7 +453,7 @@ def save_plot(
     mean, half = mean_and_interval(errors)
     ax = panels[-1]
     x_steps = torch.arange(steps + 1)
-    ax.plot(x_steps, mean, "o-", color="tab:red", label="MAML")
+    ax.plot(x_steps, mean, "o-", color="tab:red", label=label)
     ax.fill_between(x_steps, mean - half, mean + half, color="tab:red", alpha=0.2)
     for step in sorted({0, 1, steps}):
         ax.annotate(

@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import distributed
 from ._autograd import Outputs
+from ._implicit import implicit_proximal, implicit_root
 from ._operators import Operand
 from ._paramdict import ParamDict
+from ._products import hvp, jvp, vjp
+from ._solve import CGInfo, cg
 from ._tensors import Device
 
 if TYPE_CHECKING:
@@ -21,13 +24,20 @@ if TYPE_CHECKING:
     __version__: str
 
 __all__ = [
+    "CGInfo",
     "Device",
     "Operand",
     "Outputs",
     "ParamDict",
     "__version__",
+    "cg",
     "distributed",
+    "hvp",
+    "implicit_proximal",
+    "implicit_root",
+    "jvp",
     "optim",
+    "vjp",
 ]
 
 

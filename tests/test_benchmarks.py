@@ -28,6 +28,7 @@ SECTIONS = [
     "memory",
     "cnn",
     "cnn-memory",
+    "imaml",
     "import",
 ]
 GOALS = [
@@ -40,6 +41,7 @@ GOALS = [
     "CNN MAML (second order, loop) within 1.02x of plain dicts",
     "CNN MAML (first order, loop) within 1.02x of plain dicts",
     "CNN MAML peak memory (second order, loop) within 1.02x of plain dicts",
+    "iMAML peak memory flat from 5 to 100 inner steps",
     "`import paramdict` under 50 ms",
 ]
 
