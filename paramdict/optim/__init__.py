@@ -47,6 +47,7 @@ from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._protocol import Optimizer, register_state
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
+from .muon import Muon, MuonState
 from .rmsprop import RMSprop, RMSpropState
 from .sgd import SGD, SGDState
 
@@ -60,6 +61,8 @@ __all__ = [
     "ClipGradNorm",
     "InPlaceKernels",
     "Kernels",
+    "Muon",
+    "MuonState",
     "Optimizer",
     "ParamGroups",
     "RMSprop",

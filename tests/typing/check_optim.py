@@ -88,3 +88,16 @@ def check_step_module(m: nn.Module, x: Tensor) -> None:
     assert_type(
         opt.step_module(m, lambda: m(x).sum(), state), tuple[Tensor, optim.AdamState]
     )
+
+
+def check_muon(p: ParamDict, q: MyParams, g: ParamDict, t: Tensor) -> None:
+    muon = optim.Muon(lr=t, nesterov=False, adjust_lr_fn="match_rms_adamw")
+    assert_type(muon, optim.Muon)
+    assert_type(muon.ns_coefficients, tuple[float, float, float])
+    assert_type(muon.init(p), optim.MuonState)
+    assert_type(muon.step(q, g, muon.init(q)), tuple[MyParams, optim.MuonState])
+    state = muon.init(p)
+    assert_type(state.step, Tensor)
+    assert_type(state.momentum_buffer, ParamDict)
+    recipe = optim.ParamGroups({"*.weight": optim.Muon()}, default=optim.Muon())
+    assert_type(recipe.init(p), tuple[optim.MuonState, ...])
