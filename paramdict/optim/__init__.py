@@ -45,6 +45,7 @@ from ._groups import ParamGroups
 from ._hyper import Rate
 from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._protocol import Optimizer, register_state
+from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
 from .muon import Muon, MuonState
@@ -53,6 +54,8 @@ from .sgd import SGD, SGDState
 
 __all__ = [
     "SGD",
+    "Adafactor",
+    "AdafactorState",
     "Adagrad",
     "AdagradState",
     "Adam",

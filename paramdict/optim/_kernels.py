@@ -29,7 +29,7 @@ from __future__ import annotations
 # pyright: reportPrivateImportUsage=false, reportPrivateUsage=false
 # (torch's in-place foreach kernels have private names only; `_aligned` is
 # ParamDict's own package-internal alignment)
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -474,11 +474,42 @@ class Kernels:
         return x._derive([self._sub_scaled(v, y[k], rates[k]) for k, v in x.items()])
 
     def _sub_scaled(self, x: Tensor, y: Tensor, rate: float | Tensor) -> Tensor:
-        if isinstance(rate, Tensor) and rate.dim() == 0:
-            rate = rate.item()  # torch.optim's `_to_scalar`
+        if (
+            isinstance(rate, Tensor)
+            and rate.dim() == 0
+            and not torch.compiler.is_compiling()
+            and not torch._C._functorch.is_functorch_wrapped_tensor(rate)
+        ):
+            # torch.optim's `_to_scalar`; compiled or under vmap: a tensor.
+            rate = rate.item()
         if isinstance(rate, Tensor):
-            return torch.sub(x, y * rate)
+            return torch.sub(x, y * rate.to(x.dtype))
         return torch.add(x, y.to(x.dtype), alpha=-rate)
+
+    def apply(self, x: P, fn: Callable[..., Tensor], /, *others: ParamDict) -> P:
+        """Return `fn(x[k], *(o[k] for o in others))` for each key `k` of `x`.
+
+        For per-entry work with no foreach kernel (reductions along a dimension,
+        matrix products: Adafactor's factored second moment). `fn` must not
+        write into its arguments; when `x` is written in place (owned by the
+        in-place kernels) `fn` must keep each entry's shape and dtype.
+
+        Args:
+            x: The first operand; its keys are the result's.
+            fn: A function of one tensor per operand.
+            others: Further operands with `x`'s keys.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([[3.0, 4.0]]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.apply(p, lambda v: v.norm(dim=-1, keepdim=True))["w"]
+            tensor([[5.]])
+        """
+        return x._derive([fn(v, *(other[k] for other in others)) for k, v in x.items()])
 
     def orthogonalize(
         self, x: P, coefficients: tuple[float, float, float], steps: int, eps: float, /
@@ -547,7 +578,7 @@ class RecordedKernels(Kernels):
     @override
     def _sub_scaled(self, x: Tensor, y: Tensor, rate: float | Tensor) -> Tensor:
         if isinstance(rate, Tensor):
-            return torch.sub(x, y * rate)  # kept a tensor: differentiable
+            return torch.sub(x, y * rate.to(x.dtype))  # a tensor: differentiable
         return torch.add(x, y.to(x.dtype), alpha=-rate)
 
 
@@ -743,3 +774,9 @@ class InPlaceKernels(Kernels):
         if not self._mine(x):
             return self._made(super().orthogonalize(x, coefficients, steps, eps))
         return self._copied(x, super().orthogonalize(x, coefficients, steps, eps))
+
+    @override
+    def apply(self, x: P, fn: Callable[..., Tensor], /, *others: ParamDict) -> P:
+        if not self._mine(x):
+            return self._made(super().apply(x, fn, *others))
+        return self._copied(x, super().apply(x, fn, *others))

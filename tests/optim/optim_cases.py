@@ -168,6 +168,28 @@ TABLE: list[Case] = [
         {"lr_decay": 0.05},
     ),
     Case(
+        "adafactor",
+        optim.Adafactor,
+        torch.optim.Adafactor,
+        {"lr": 0.01, "weight_decay": 0.01, "maximize": True, "d": 2.0},
+        {
+            "adafactor": {},
+            "adafactor-decay-eps-d": {
+                "lr": 0.05,
+                "beta2_decay": -0.5,
+                "eps": (1e-3, 1e-2),
+                "d": 1.5,
+            },
+            "adafactor-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+        },
+        ("adafactor-weight-decay-maximize",),
+        {"weight_decay": 0.05},
+    ),
+    Case(
         "muon",
         muon_on_weights,
         torch_muon_on_weights,

@@ -77,6 +77,7 @@ def test_state_is_a_pytree_of_tensors(opt: optim.Optimizer[Any]) -> None:
         optim.RMSpropState,
         optim.AdagradState,
         optim.MuonState,
+        optim.AdafactorState,
     ],
 )
 def test_state_tree_spec_serializes(state_type: type) -> None:
@@ -88,6 +89,7 @@ def test_state_tree_spec_serializes(state_type: type) -> None:
         optim.RMSpropState: optim.RMSprop(),
         optim.AdagradState: optim.Adagrad(),
         optim.MuonState: optim.Muon(),
+        optim.AdafactorState: optim.Adafactor(),
     }
     spec = pytree.tree_structure(opts[state_type].init(params))
     assert pytree.treespec_loads(pytree.treespec_dumps(spec)) == spec
@@ -143,3 +145,19 @@ def test_vmap_steps_an_ensemble_like_separate_runs(
         for _ in range(2):
             expected, member_state = opt.step(expected, grad, member_state)
         torch.testing.assert_close(dict(result), dict(expected), rtol=rtol, atol=atol)
+
+
+def test_adafactor_state_is_factored_for_matrices() -> None:
+    """Matrices keep `row_var` and `col_var`, vectors `variance`, as in torch."""
+    params = ParamDict(w=torch.zeros(2, 3, 4), b=torch.zeros(4), s=torch.zeros(()))
+    state = optim.Adafactor().init(params)
+    assert state._fields == ("step", "row_var", "col_var", "variance")
+    assert state.row_var["w"].shape == (2, 3, 1)
+    assert state.col_var["w"].shape == (2, 1, 4)
+    assert list(state.variance) == ["b", "s"]
+    model = torch.nn.Linear(3, 2)
+    theirs = torch.optim.Adafactor(model.parameters())
+    torch.autograd.backward(model(torch.ones(1, 3)).sum())
+    theirs.step()  # type: ignore[no-untyped-call]  # torch's annotation
+    assert set(theirs.state[model.weight]) == {"step", "row_var", "col_var"}
+    assert set(theirs.state[model.bias]) == {"step", "variance"}

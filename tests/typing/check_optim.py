@@ -101,3 +101,16 @@ def check_muon(p: ParamDict, q: MyParams, g: ParamDict, t: Tensor) -> None:
     assert_type(state.momentum_buffer, ParamDict)
     recipe = optim.ParamGroups({"*.weight": optim.Muon()}, default=optim.Muon())
     assert_type(recipe.init(p), tuple[optim.MuonState, ...])
+
+
+def check_adafactor(p: ParamDict, q: MyParams, g: ParamDict, t: Tensor) -> None:
+    ada = optim.Adafactor(lr=t, beta2_decay=-0.5, eps=(None, 1e-3), d=2.0)
+    assert_type(ada, optim.Adafactor)
+    assert_type(ada.eps, tuple[float | None, float])
+    assert_type(ada.init(p), optim.AdafactorState)
+    assert_type(ada.step(q, g, ada.init(q)), tuple[MyParams, optim.AdafactorState])
+    state = ada.init(p)
+    assert_type(state.step, Tensor)
+    assert_type(state.row_var, ParamDict)
+    assert_type(state.col_var, ParamDict)
+    assert_type(state.variance, ParamDict)
