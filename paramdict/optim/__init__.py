@@ -48,11 +48,13 @@ from ._protocol import Optimizer, register_state
 from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
+from .lbfgs import LBFGS, LBFGSState
 from .muon import Muon, MuonState
 from .rmsprop import RMSprop, RMSpropState
 from .sgd import SGD, SGDState
 
 __all__ = [
+    "LBFGS",
     "SGD",
     "Adafactor",
     "AdafactorState",
@@ -64,6 +66,7 @@ __all__ = [
     "ClipGradNorm",
     "InPlaceKernels",
     "Kernels",
+    "LBFGSState",
     "Muon",
     "MuonState",
     "Optimizer",

@@ -114,3 +114,18 @@ def check_adafactor(p: ParamDict, q: MyParams, g: ParamDict, t: Tensor) -> None:
     assert_type(state.row_var, ParamDict)
     assert_type(state.col_var, ParamDict)
     assert_type(state.variance, ParamDict)
+
+
+def check_lbfgs(p: ParamDict, q: MyParams) -> None:
+    opt = optim.LBFGS(line_search_fn="strong_wolfe", history_size=10)
+    assert_type(opt, optim.LBFGS)
+    assert_type(opt.init(p), optim.LBFGSState)
+    assert_type(
+        opt.step(q, lambda x: x["w"].sum(), opt.init(q)),
+        tuple[MyParams, optim.LBFGSState],
+    )
+    state = opt.init(p)
+    assert_type(state.n_iter, int)
+    assert_type(state.old_dirs, tuple[Tensor, ...])
+    assert_type(state.d, Tensor | None)
+    assert_type(state.H_diag, float | Tensor)
