@@ -176,3 +176,15 @@ def test_compiling_the_step_is_refused_by_dynamo() -> None:
     with pytest.raises(torch._dynamo.exc.Unsupported):
         compiled(params, lambda p: (p["w"] ** 2).sum(), opt.init(params))
     torch._dynamo.reset()
+
+
+def test_entries_the_loss_does_not_use_get_zero_gradients() -> None:
+    """An unused entry has a zero gradient, as torch gives `grad=None` entries."""
+    params = ParamDict(
+        xy=torch.tensor([-1.5, 2.0], dtype=torch.float64),
+        unused=torch.ones(3, dtype=torch.float64),
+    )
+    opt = optim.LBFGS(line_search_fn="strong_wolfe")
+    new, _ = opt.step(params, lambda p: _rosenbrock(p["xy"]), opt.init(params))
+    torch.testing.assert_close(new["unused"], params["unused"], rtol=0, atol=0)
+    assert not torch.equal(new["xy"], params["xy"])
