@@ -14,10 +14,11 @@ def test_differentiable_steps_equal_default_and_reach_the_learning_rate() -> Non
     start = ParamDict.from_module(make_model(torch.float64)).detach()
     data = list(batches(torch.float64, steps=4))
     lr = torch.tensor(0.01, dtype=torch.float64, requires_grad=True)
-    kwargs = {"weight_decay": 0.01, "maximize": False, "d": 1.5}
     results = []
     for differentiable in (False, True):
-        opt = optim.Adafactor(lr=lr, differentiable=differentiable, **kwargs)
+        opt = optim.Adafactor(
+            lr=lr, weight_decay=0.01, d=1.5, differentiable=differentiable
+        )
         params = start.requires_grad_()
         state = opt.init(params)
         for x, y in data[:3]:
