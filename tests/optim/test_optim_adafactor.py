@@ -33,4 +33,5 @@ def test_differentiable_steps_equal_default_and_reach_the_learning_rate() -> Non
     (meta,) = torch.autograd.grad(
         F.mse_loss(forward(recorded, *data[3][:1]), data[3][1]), lr
     )
-    assert meta.isfinite() and meta != 0
+    assert meta.isfinite()
+    assert meta != 0
