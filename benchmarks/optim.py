@@ -48,6 +48,8 @@ SETTINGS = [
     ("SGD momentum", optim.SGD, torch.optim.SGD, "sgd", {"lr": 1e-3, "momentum": 0.9}),
     ("RMSprop", optim.RMSprop, torch.optim.RMSprop, "rmsprop", {"lr": 1e-3}),
     ("Adagrad", optim.Adagrad, torch.optim.Adagrad, "adagrad", {"lr": 1e-3}),
+    # No torchopt counterpart (""): timed against torch.optim only.
+    ("Adafactor", optim.Adafactor, torch.optim.Adafactor, "", {"lr": 1e-3}),
 ]
 TARGET = ("Adam", (160, 64), 1.10)
 
@@ -83,7 +85,7 @@ def _candidates(
 
     candidates: dict[str, Callable[[], object]] = {OURS: step_ours, TORCH: step_torch}
     torchopt = _peers.load("torchopt")
-    if torchopt is not None:
+    if torchopt is not None and torchopt_name:
         tx = getattr(torchopt, torchopt_name)(**kwargs)
         plain = dict(zip(keys, [v.clone() for v in values]))
         plain_grads = dict(zip(keys, grads))

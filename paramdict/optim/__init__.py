@@ -45,13 +45,19 @@ from ._groups import ParamGroups
 from ._hyper import Rate
 from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._protocol import Optimizer, register_state
+from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
+from .lbfgs import LBFGS, LBFGSState
+from .muon import Muon, MuonState
 from .rmsprop import RMSprop, RMSpropState
 from .sgd import SGD, SGDState
 
 __all__ = [
+    "LBFGS",
     "SGD",
+    "Adafactor",
+    "AdafactorState",
     "Adagrad",
     "AdagradState",
     "Adam",
@@ -60,6 +66,9 @@ __all__ = [
     "ClipGradNorm",
     "InPlaceKernels",
     "Kernels",
+    "LBFGSState",
+    "Muon",
+    "MuonState",
     "Optimizer",
     "ParamGroups",
     "RMSprop",

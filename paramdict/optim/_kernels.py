@@ -29,6 +29,7 @@ from __future__ import annotations
 # pyright: reportPrivateImportUsage=false, reportPrivateUsage=false
 # (torch's in-place foreach kernels have private names only; `_aligned` is
 # ParamDict's own package-internal alignment)
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -37,6 +38,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype, decay_factor, is_zero
+from ._matrix import newton_schulz
 
 __all__ = ["InPlaceKernels", "Kernels", "RecordedKernels"]
 
@@ -442,6 +444,105 @@ class Kernels:
         """
         return x.where(ParamDict.fromkeys(x, condition), other)
 
+    def sub_scaled_by_key(
+        self, x: P, y: ParamDict, rates: Mapping[str, float | Tensor], /
+    ) -> P:
+        """Return `x - rates[k] * y` entry by entry, one rate per key.
+
+        For rates that differ by key but come from numbers (Muon's learning
+        rate adjusted to each matrix's shape): a number is `torch.add`'s `alpha`,
+        the one rounding torch.optim takes. A 0-dim tensor is read as the number
+        torch.optim reads (`.item()`) in this mode; the recorded mode keeps it a
+        tensor, differentiably. Any other tensor multiplies `y` first.
+
+        Args:
+            x: The operand.
+            y: The ParamDict to subtract, scaled; its keys are `x`'s.
+            rates: One rate per key of `x`.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]), b=torch.tensor([2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> new = ops.sub_scaled_by_key(p, p, {"w": 0.5, "b": 0.25})
+            >>> new["w"], new["b"]
+            (tensor([0.5000, 2.0000]), tensor([1.5000]))
+        """
+        return x._derive([self._sub_scaled(v, y[k], rates[k]) for k, v in x.items()])
+
+    def _sub_scaled(self, x: Tensor, y: Tensor, rate: float | Tensor) -> Tensor:
+        if (
+            isinstance(rate, Tensor)
+            and rate.dim() == 0
+            and not torch.compiler.is_compiling()
+            and not torch._C._functorch.is_functorch_wrapped_tensor(rate)
+        ):
+            # torch.optim's `_to_scalar`; compiled or under vmap: a tensor.
+            rate = rate.item()
+        if isinstance(rate, Tensor):
+            return torch.sub(x, y * rate.to(x.dtype))
+        return torch.add(x, y.to(x.dtype), alpha=-rate)
+
+    def apply(self, x: P, fn: Callable[..., Tensor], /, *others: ParamDict) -> P:
+        """Return `fn(x[k], *(o[k] for o in others))` for each key `k` of `x`.
+
+        For per-entry work with no foreach kernel (reductions along a dimension,
+        matrix products: Adafactor's factored second moment). `fn` must not
+        write into its arguments; when `x` is written in place (owned by the
+        in-place kernels) `fn` must keep each entry's shape and dtype.
+
+        Args:
+            x: The first operand; its keys are the result's.
+            fn: A function of one tensor per operand.
+            others: Further operands with `x`'s keys.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([[3.0, 4.0]]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.apply(p, lambda v: v.norm(dim=-1, keepdim=True))["w"]
+            tensor([[5.]])
+        """
+        return x._derive([fn(v, *(other[k] for other in others)) for k, v in x.items()])
+
+    def orthogonalize(
+        self, x: P, coefficients: tuple[float, float, float], steps: int, eps: float, /
+    ) -> P:
+        """Return each matrix of `x` orthogonalized by Newton-Schulz iterations.
+
+        Muon's update direction, entry by entry as torch.optim computes it: in
+        bfloat16, the matrix (transposed when it has more rows than columns)
+        divided by its Frobenius norm (at least `eps`), then `steps` iterations
+        of `X <- a X + (b A + c A A) X` with `A = X X^T` and `(a, b, c) =
+        coefficients`. Each result is cast back to its entry's dtype (exactly).
+
+        Args:
+            x: ParamDict of 2-D entries.
+            coefficients: The polynomial's `(a, b, c)`.
+            steps: The number of iterations.
+            eps: The least norm divided by.
+
+        Returns:
+            A new ParamDict of `x`'s dtypes.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.eye(2) * 3.0)
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.orthogonalize(p, (2.0, -1.5, 0.5), 5, 1e-7)["w"]
+            tensor([[1., 0.],
+                    [0., 1.]])
+        """
+        return x._derive(
+            [newton_schulz(v, coefficients, steps, eps) for v in x.values()]
+        )
+
 
 class RecordedKernels(Kernels):
     """The differentiable vocabulary: out of place, recorded by autograd.
@@ -473,6 +574,12 @@ class RecordedKernels(Kernels):
         elif value != 1:
             a = a.mul(value)
         return x.add(a.div(b))
+
+    @override
+    def _sub_scaled(self, x: Tensor, y: Tensor, rate: float | Tensor) -> Tensor:
+        if isinstance(rate, Tensor):
+            return torch.sub(x, y * rate.to(x.dtype))  # a tensor: differentiable
+        return torch.add(x, y.to(x.dtype), alpha=-rate)
 
 
 def _values(x: ParamDict) -> list[Tensor]:
@@ -651,3 +758,25 @@ class InPlaceKernels(Kernels):
         if not self._mine(x):
             return self._made(super().where(condition, x, other))
         return self._copied(x, super().where(condition, x, other))
+
+    @override
+    def sub_scaled_by_key(
+        self, x: P, y: ParamDict, rates: Mapping[str, float | Tensor], /
+    ) -> P:
+        if not self._mine(x):
+            return self._made(super().sub_scaled_by_key(x, y, rates))
+        return self._copied(x, super().sub_scaled_by_key(x, y, rates))
+
+    @override
+    def orthogonalize(
+        self, x: P, coefficients: tuple[float, float, float], steps: int, eps: float, /
+    ) -> P:
+        if not self._mine(x):
+            return self._made(super().orthogonalize(x, coefficients, steps, eps))
+        return self._copied(x, super().orthogonalize(x, coefficients, steps, eps))
+
+    @override
+    def apply(self, x: P, fn: Callable[..., Tensor], /, *others: ParamDict) -> P:
+        if not self._mine(x):
+            return self._made(super().apply(x, fn, *others))
+        return self._copied(x, super().apply(x, fn, *others))

@@ -22,9 +22,13 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "optim"))
-from optim_cases import TABLE  # the shared optimizer case table
+from optim_cases import TABLE as ROWS  # the shared optimizer case table
 
 from paramdict import ParamDict, optim
+
+# Optimizers of 2-D entries (Muon) have a section of their own below.
+TABLE = [case for case in ROWS if not case.matrices_only]
+MATRIX_ROWS = [case for case in ROWS if case.matrices_only]
 
 np: Any
 try:
@@ -641,3 +645,80 @@ def test_bad_step_module_input_leaves_the_module_alone(
     assert [id(p) for p in model.parameters()] == identities
     for old, new in zip(values, model.parameters()):
         torch.testing.assert_close(new.detach(), old, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------ matrices only (Muon)
+
+
+def _matrix_optimizers() -> list[Any]:
+    return [
+        pytest.param(case.classes[0], case.rich, id=case.name)
+        for case in MATRIX_ROWS
+        if case.classes is not None
+    ]
+
+
+@pytest.mark.parametrize(("cls", "rich"), _matrix_optimizers())
+def test_entries_that_are_not_matrices_are_refused_by_name(
+    cls: Callable[..., optim.Optimizer[Any]], rich: dict[str, Any]
+) -> None:
+    """Entries that are not 2-D are named, sorted, with the ParamGroups fix."""
+    params = ParamDict(
+        w=torch.ones(2, 2), b=torch.ones(2), a=torch.ones(()), c=torch.ones(1, 2, 2)
+    )
+    with pytest.raises(ValueError, match=r"\['a', 'b', 'c'\] are not 2-D.*ParamGroups"):
+        cls(**rich).init(params)
+
+
+def _matrix_step_params() -> list[Any]:
+    return [
+        pytest.param(cls, rich, spoil, error, match, id=f"{name.id}-{case}")
+        for name in _matrix_optimizers()
+        for cls, rich in [name.values]
+        for case, spoil, error, match in STEP_CASES
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cls", "rich", "spoil", "error", "match"), _matrix_step_params()
+)
+def test_bad_step_input_to_a_matrix_optimizer_is_refused(
+    cls: Callable[..., optim.Optimizer[Any]],
+    rich: dict[str, Any],
+    spoil: Spoil,
+    error: type[Exception],
+    match: str,
+) -> None:
+    """Each bad `step` argument is named for Muon too; inputs are unchanged."""
+    opt = cls(**rich)
+    params = ParamDict(w=torch.ones(1, 3), b=torch.ones(2, 1))
+    grads = ParamDict(w=torch.full((1, 3), 0.5), b=torch.full((2, 1), -0.5))
+    args = spoil(params, grads, opt.init(params))
+    before = _snapshot(args)
+    with pytest.raises(error, match=match):
+        opt.step(*args)
+    _assert_unchanged(before, args)
+
+
+BAD_MUON: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"ns_steps": 100}, ValueError, r"`ns_steps` must be in \[0, 100\)"),
+    ({"ns_steps": 2.0}, TypeError, r"`ns_steps` must be an int"),
+    ({"ns_coefficients": (1.0, 2.0)}, TypeError, r"`ns_coefficients` must be a tuple"),
+    ({"ns_coefficients": (1.0, math.nan, 2.0)}, TypeError, r"`ns_coefficients`"),
+    ({"adjust_lr_fn": "rms"}, ValueError, r"`adjust_lr_fn` must be None, 'original'"),
+    ({"momentum": -0.1}, ValueError, r"`momentum` must be non-negative"),
+    ({"eps": -1.0}, ValueError, r"`eps` must be non-negative"),
+    ({"nesterov": 1}, TypeError, r"`nesterov` must be True or False"),
+    ({"lr": -1.0}, ValueError, r"`lr`"),
+    ({"weight_decay": math.nan}, ValueError, r"`weight_decay`"),
+    ({"maximize": True}, TypeError, r"maximize"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), BAD_MUON)
+def test_bad_muon_hyperparameter_is_refused_by_name(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    """Muon's own options are checked at construction, naming the argument."""
+    with pytest.raises(error, match=match):
+        optim.Muon(**kwargs)

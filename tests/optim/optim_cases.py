@@ -36,10 +36,30 @@ class Case:
     """Trajectory ids also checked against torch's foreach implementation."""
     tensor_lr: dict[str, Any] = field(default_factory=dict)
     """Options beside a 0-dim tensor `lr` for the tensor-lr trajectory."""
+    classes: tuple[type[Any], type[Any]] | None = None
+    """`(ours, theirs)` classes when `ours`/`theirs` are factories around them."""
+    matrices_only: bool = False
+    """The optimizer takes 2-D entries only (the hostile tests use matrices)."""
 
     def make(self) -> optim.Optimizer[Any]:
         """Return the rich configuration."""
         return self.ours(**self.rich)
+
+
+def muon_on_weights(**kwargs: Any) -> optim.Optimizer[Any]:
+    """Muon on the MLP's weight matrices; the biases stay as they are."""
+    lr = kwargs.get("lr")
+    if isinstance(lr, ParamDict):
+        kwargs = {**kwargs, "lr": lr.select("*weight")}
+    return optim.ParamGroups(
+        {"*weight": optim.Muon(**kwargs)},
+        default=optim.SGD(lr=0.0, differentiable=kwargs.get("differentiable", False)),
+    )
+
+
+def torch_muon_on_weights(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
+    """torch.optim.Muon on the 2-D parameters; the others get no optimizer."""
+    return torch.optim.Muon([p for p in params if p.dim() == 2], **kwargs)
 
 
 # One row per optimizer. Adding an optimizer: one row here.
@@ -147,7 +167,59 @@ TABLE: list[Case] = [
         ("adagrad-weight-decay-maximize",),
         {"lr_decay": 0.05},
     ),
+    Case(
+        "adafactor",
+        optim.Adafactor,
+        torch.optim.Adafactor,
+        {"lr": 0.01, "weight_decay": 0.01, "maximize": True, "d": 2.0},
+        {
+            "adafactor": {},
+            "adafactor-decay-eps-d": {
+                "lr": 0.05,
+                "beta2_decay": -0.5,
+                "eps": (1e-3, 1e-2),
+                "d": 1.5,
+            },
+            "adafactor-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+        },
+        ("adafactor-weight-decay-maximize",),
+        {"weight_decay": 0.05},
+    ),
+    Case(
+        "muon",
+        muon_on_weights,
+        torch_muon_on_weights,
+        {"lr": 0.02, "weight_decay": 0.01, "adjust_lr_fn": "match_rms_adamw"},
+        {
+            "muon": {"lr": 0.02},
+            "muon-plain-momentum": {"lr": 0.02, "nesterov": False, "momentum": 0.9},
+            "muon-ns": {
+                "lr": 0.02,
+                "ns_steps": 3,
+                "ns_coefficients": (2.0, -1.5, 0.5),
+                "eps": 1e-5,
+            },
+            "muon-match-rms-adamw": {
+                "lr": 0.01,
+                "adjust_lr_fn": "match_rms_adamw",
+                "weight_decay": 0.0,
+            },
+            "muon-original": {"lr": 0.02, "adjust_lr_fn": "original", "momentum": 0},
+        },
+        (),
+        {"weight_decay": 0.05},
+        classes=(optim.Muon, torch.optim.Muon),
+        matrices_only=True,
+    ),
 ]
+
+# Rows that compute in bfloat16 (Muon's Newton-Schulz iterations): under vmap a
+# batched bfloat16 matmul rounds otherwise than one matrix at a time.
+BFLOAT16_ROWS = {"muon"}
 
 # Cases whose torch.optim reference needs a newer torch than the oldest supported.
 _DECOUPLED = pytest.mark.skipif(
@@ -192,14 +264,12 @@ def trajectory_params(*, foreach_only: bool = False) -> list[Any]:
 
 def classes() -> list[Any]:
     """Return `(ours, theirs)` for each row."""
+    rows = [(case.classes or (case.ours, case.theirs)) for case in TABLE]
     return [
         pytest.param(
-            case.ours,
-            case.theirs,
-            id=case.ours.__name__,
-            marks=NEWER_TORCH.get(case.ours.__name__, ()),
+            ours, theirs, id=ours.__name__, marks=NEWER_TORCH.get(ours.__name__, ())
         )
-        for case in TABLE
+        for ours, theirs in rows
     ]
 
 

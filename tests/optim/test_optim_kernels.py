@@ -89,3 +89,28 @@ def test_kernels_accept_rates_in_every_form() -> None:
     by_key = ops.mul(x, x.full_like(0.5))
     torch.testing.assert_close(dict(by_tensor), dict(by_number))
     torch.testing.assert_close(dict(by_key), dict(by_number))
+
+
+def _matrix_kernel_calls(ops: optim.Kernels, x: ParamDict, y: ParamDict) -> ParamDict:
+    """Muon's and Adafactor's kernels, each consuming its first operand."""
+    x = ops.orthogonalize(x, (3.4445, -4.7750, 2.0315), 5, 1e-7)
+    x = ops.sub_scaled_by_key(x, y, {"w": 0.25, "v": torch.tensor(0.5).double()})
+    return ops.apply(x, lambda a, b: a * b.abs().sqrt(), y)
+
+
+def test_new_kernels_in_place_equal_functional_and_recorded_bitwise() -> None:
+    """`orthogonalize`, `sub_scaled_by_key`, `apply`: one result in three modes."""
+    torch.manual_seed(0)
+    x = ParamDict(w=torch.randn(4, 3).double(), v=torch.randn(2, 5).double())
+    y = ParamDict((k, torch.randn_like(v)) for k, v in x.items())
+    functional = _matrix_kernel_calls(optim.Kernels.for_params(x), x, y)
+    recorded = _matrix_kernel_calls(optim.RecordedKernels.for_params(x), x, y)
+    ops = optim.InPlaceKernels.for_params(x)
+    assert isinstance(ops, optim.InPlaceKernels)
+    owned = _clone(x)
+    pointers = [t.data_ptr() for t in owned.values()]
+    ops.own(owned)
+    in_place = _matrix_kernel_calls(ops, owned, y)
+    assert [t.data_ptr() for t in in_place.values()] == pointers
+    for other in (recorded, in_place):
+        torch.testing.assert_close(dict(other), dict(functional), rtol=0, atol=0)

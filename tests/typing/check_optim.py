@@ -88,3 +88,44 @@ def check_step_module(m: nn.Module, x: Tensor) -> None:
     assert_type(
         opt.step_module(m, lambda: m(x).sum(), state), tuple[Tensor, optim.AdamState]
     )
+
+
+def check_muon(p: ParamDict, q: MyParams, g: ParamDict, t: Tensor) -> None:
+    muon = optim.Muon(lr=t, nesterov=False, adjust_lr_fn="match_rms_adamw")
+    assert_type(muon, optim.Muon)
+    assert_type(muon.ns_coefficients, tuple[float, float, float])
+    assert_type(muon.init(p), optim.MuonState)
+    assert_type(muon.step(q, g, muon.init(q)), tuple[MyParams, optim.MuonState])
+    state = muon.init(p)
+    assert_type(state.step, Tensor)
+    assert_type(state.momentum_buffer, ParamDict)
+    recipe = optim.ParamGroups({"*.weight": optim.Muon()}, default=optim.Muon())
+    assert_type(recipe.init(p), tuple[optim.MuonState, ...])
+
+
+def check_adafactor(p: ParamDict, q: MyParams, g: ParamDict, t: Tensor) -> None:
+    ada = optim.Adafactor(lr=t, beta2_decay=-0.5, eps=(None, 1e-3), d=2.0)
+    assert_type(ada, optim.Adafactor)
+    assert_type(ada.eps, tuple[float | None, float])
+    assert_type(ada.init(p), optim.AdafactorState)
+    assert_type(ada.step(q, g, ada.init(q)), tuple[MyParams, optim.AdafactorState])
+    state = ada.init(p)
+    assert_type(state.step, Tensor)
+    assert_type(state.row_var, ParamDict)
+    assert_type(state.col_var, ParamDict)
+    assert_type(state.variance, ParamDict)
+
+
+def check_lbfgs(p: ParamDict, q: MyParams) -> None:
+    opt = optim.LBFGS(line_search_fn="strong_wolfe", history_size=10)
+    assert_type(opt, optim.LBFGS)
+    assert_type(opt.init(p), optim.LBFGSState)
+    assert_type(
+        opt.step(q, lambda x: x["w"].sum(), opt.init(q)),
+        tuple[MyParams, optim.LBFGSState],
+    )
+    state = opt.init(p)
+    assert_type(state.n_iter, int)
+    assert_type(state.old_dirs, tuple[Tensor, ...])
+    assert_type(state.d, Tensor | None)
+    assert_type(state.H_diag, float | Tensor)

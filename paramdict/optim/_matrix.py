@@ -1,0 +1,32 @@
+"""Matrix kernels of the optimizers that work on whole 2-D entries (Muon)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["newton_schulz"]
+
+
+def newton_schulz(
+    grad: Tensor, coefficients: tuple[float, float, float], steps: int, eps: float
+) -> Tensor:
+    """Return `grad` orthogonalized by `steps` Newton-Schulz iterations, as torch.
+
+    The arithmetic of `torch.optim.Muon`: bfloat16, the wide orientation,
+    division by the Frobenius norm (at least `eps`), then the quintic iteration
+    with coefficients `(a, b, c)`; the result is cast back to `grad`'s dtype
+    (exact from bfloat16). Out of place, so it is differentiable.
+    """
+    a, b, c = coefficients
+    x = grad.bfloat16()
+    tall = grad.size(0) > grad.size(1)
+    if tall:
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    if tall:
+        x = x.T
+    return x.to(grad.dtype)

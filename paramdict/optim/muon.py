@@ -1,0 +1,208 @@
+"""Muon: momentum orthogonalized by Newton-Schulz iterations, for 2-D entries."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, NamedTuple, cast
+
+import attrs
+from torch import Tensor
+from typing_extensions import override
+
+from .._paramdict import ParamDict
+from ._base import TorchOptimizer
+from ._hyper import Rate, check_non_negative
+from ._kernels import Kernels
+from ._protocol import register_state
+
+__all__ = ["Muon", "MuonState"]
+
+# torch.optim.Muon's defaults (Keller Jordan's coefficients).
+_NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+_ADJUST_LR_FNS = (None, "original", "match_rms_adamw")
+
+NOT_A_MATRIX = (
+    "Muon updates 2-D entries (matrices) only; {keys!r} are not 2-D ({shapes}). "
+    "Give the other entries to another optimizer by key pattern, e.g. "
+    "`optim.ParamGroups({{'*.weight': optim.Muon(...)}}, default=optim.AdamW(...))`."
+)
+
+
+@register_state
+class MuonState(NamedTuple):
+    """The state of `Muon`.
+
+    Attributes:
+        step: The number of steps taken, a 0-dim tensor.
+        momentum_buffer: The momentum buffer, keyed like the parameters.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.Muon(momentum=0.5)
+        >>> params = ParamDict(w=torch.ones(2, 2))
+        >>> _, state = opt.step(params, params, opt.init(params))
+        >>> state.momentum_buffer["w"]
+        tensor([[0.5000, 0.5000],
+                [0.5000, 0.5000]])
+    """
+
+    step: Tensor
+    momentum_buffer: ParamDict
+
+
+def _check_coefficients(instance: object, attribute: Any, value: Any) -> None:
+    ok = isinstance(value, tuple) and len(value) == 3  # pyright: ignore[reportUnknownArgumentType]  # checked here
+    if not ok or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        for v in value
+    ):
+        msg = f"`{attribute.name}` must be a tuple of three numbers, got {value!r}."
+        raise TypeError(msg)
+
+
+def _check_ns_steps(instance: object, attribute: Any, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
+        raise TypeError(msg)
+    if not 0 <= value < 100:
+        msg = f"`{attribute.name}` must be in [0, 100), got {value!r}."
+        raise ValueError(msg)
+
+
+def _check_adjust_lr_fn(instance: object, attribute: Any, value: Any) -> None:
+    if value not in _ADJUST_LR_FNS:
+        msg = (
+            f"`{attribute.name}` must be None, 'original' or 'match_rms_adamw', "
+            f"got {value!r}."
+        )
+        raise ValueError(msg)
+
+
+def _ratio(shape: tuple[int, ...], adjust_lr_fn: str | None) -> float:
+    """Return torch.optim.Muon's learning-rate factor for a matrix of `shape`."""
+    rows, cols = shape[:2]
+    if adjust_lr_fn == "match_rms_adamw":
+        return 0.2 * math.sqrt(max(rows, cols))
+    return math.sqrt(max(1, rows / cols))
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Muon(TorchOptimizer[MuonState]):
+    """Muon, the functional `torch.optim.Muon`: orthogonalized momentum for matrices.
+
+    Same hyperparameters, defaults and arithmetic as `torch.optim.Muon`
+    (including its bfloat16 Newton-Schulz iterations), so a run gives the same
+    parameters. Each step: the momentum buffer moves toward the gradient
+    (`lerp` by `1 - momentum`); the update (Nesterov: the gradient moved toward
+    the buffer by `momentum`) is orthogonalized by `ns_steps` Newton-Schulz
+    iterations; the parameters decay by `1 - lr * weight_decay`; then the update
+    is subtracted, scaled by `lr` adjusted to each matrix's shape
+    (`adjust_lr_fn`). Muon updates 2-D entries only: `init` refuses others,
+    naming them; give those to another optimizer with `ParamGroups`. Like
+    torch.optim.Muon it has no `maximize`. A 0-dim tensor `lr` is read as a
+    number (as torch reads it) in the default mode and stays a tensor with
+    `differentiable=True`. The attributes below are the constructor's keyword
+    arguments.
+
+    Attributes:
+        lr: Learning rate: a number, a 0-dim tensor or a per-key ParamDict.
+        weight_decay: Decoupled weight decay, in any of the same forms.
+        momentum: Momentum factor.
+        nesterov: Use Nesterov momentum.
+        ns_coefficients: The coefficients `(a, b, c)` of the Newton-Schulz
+            polynomial.
+        eps: The least norm the update is divided by.
+        ns_steps: The number of Newton-Schulz iterations, below 100.
+        adjust_lr_fn: `None` or `"original"` (`lr * sqrt(max(1, rows / cols))`),
+            or `"match_rms_adamw"` (`0.2 * lr * sqrt(max(rows, cols))`).
+        differentiable: Keep the autograd graph through `step` (see `step`).
+
+    Raises:
+        ValueError: If a hyperparameter is out of range; the message names it.
+        TypeError: If a hyperparameter is of the wrong kind.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> params = ParamDict(w=torch.eye(2))
+        >>> opt = optim.Muon(lr=0.1, weight_decay=0.0)
+        >>> state = opt.init(params)
+        >>> grads = {"w": torch.tensor([[2.0, 0.0], [0.0, 2.0]])}
+        >>> params, state = opt.step(params, grads, state)
+        >>> params["w"].diagonal()
+        tensor([0.8875, 0.8875])
+    """
+
+    state_type: ClassVar[type[MuonState]] = MuonState
+
+    lr: Rate = 1e-3
+    weight_decay: Rate = 0.1
+    momentum: float = attrs.field(default=0.95, validator=check_non_negative)
+    nesterov: bool = True
+    ns_coefficients: tuple[float, float, float] = attrs.field(
+        default=_NS_COEFFICIENTS, validator=_check_coefficients
+    )
+    eps: float = attrs.field(default=1e-7, validator=check_non_negative)
+    ns_steps: int = attrs.field(default=5, validator=_check_ns_steps)
+    adjust_lr_fn: str | None = attrs.field(default=None, validator=_check_adjust_lr_fn)
+    differentiable: bool = False
+    # Not an argument: torch.optim.Muon has no `maximize`.
+    maximize: bool = attrs.field(default=False, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        """Validate the options."""
+        super().__attrs_post_init__()
+        if not isinstance(cast(object, self.nesterov), bool):
+            msg = f"`nesterov` must be True or False, got {self.nesterov!r}."
+            raise TypeError(msg)
+
+    def init_state(self, params: ParamDict, /) -> MuonState:
+        """Return the first state: step 0 and a zero momentum buffer.
+
+        Args:
+            params: The parameters to optimize (checked by `init`); unchanged.
+
+        Returns:
+            A `MuonState`.
+
+        Raises:
+            ValueError: If an entry is not 2-D; the message names them.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.Muon().init(ParamDict(w=torch.ones(2, 3))).momentum_buffer["w"]
+            tensor([[0., 0., 0.],
+                    [0., 0., 0.]])
+        """
+        bad = sorted(k for k, v in params.items() if v.dim() != 2)
+        if bad:
+            shapes = ", ".join(f"{k!r}: {tuple(params[k].shape)}" for k in bad)
+            raise ValueError(NOT_A_MATRIX.format(keys=bad, shapes=shapes))
+        return MuonState(self.counter(params), params.zeros_like())
+
+    def _adjusted(self, params: ParamDict, lr: Rate) -> dict[str, float | Tensor]:
+        """Return the learning rate of each entry, adjusted to its shape."""
+        ratios = {
+            k: _ratio(tuple(v.shape), self.adjust_lr_fn) for k, v in params.items()
+        }
+        if isinstance(lr, ParamDict):
+            return {k: lr[k] * r for k, r in ratios.items()}
+        return {k: lr * r for k, r in ratios.items()}
+
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: MuonState, ops: Kernels, /
+    ) -> tuple[ParamDict, MuonState]:
+        step = self.next_step(state)
+        lr = self.rate("lr", step)
+        buffer = ops.lerp(state.momentum_buffer, grads, 1 - self.momentum)
+        if self.nesterov:
+            update = ops.lerp(grads, buffer, self.momentum)
+        else:
+            update = ops.borrowed(buffer)
+        update = ops.orthogonalize(
+            update, self.ns_coefficients, self.ns_steps, self.eps
+        )
+        params = ops.decay(params, lr, self.rate("weight_decay", step))
+        new_params = ops.sub_scaled_by_key(params, update, self._adjusted(params, lr))
+        return new_params, MuonState(step, buffer)
