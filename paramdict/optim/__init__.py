@@ -46,7 +46,17 @@ from ._hyper import Rate
 from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._protocol import Optimizer, register_state
 from .adagrad import Adagrad, AdagradState
-from .adam import Adam, AdamState, AdamW
+from .adam import (
+    Adam,
+    Adamax,
+    AdamaxState,
+    AdamState,
+    AdamW,
+    NAdam,
+    NAdamState,
+    RAdam,
+    RAdamState,
+)
 from .rmsprop import RMSprop, RMSpropState
 from .sgd import SGD, SGDState
 
@@ -57,11 +67,17 @@ __all__ = [
     "Adam",
     "AdamState",
     "AdamW",
+    "Adamax",
+    "AdamaxState",
     "ClipGradNorm",
     "InPlaceKernels",
     "Kernels",
+    "NAdam",
+    "NAdamState",
     "Optimizer",
     "ParamGroups",
+    "RAdam",
+    "RAdamState",
     "RMSprop",
     "RMSpropState",
     "Rate",

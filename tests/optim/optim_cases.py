@@ -147,6 +147,72 @@ TABLE: list[Case] = [
         ("adagrad-weight-decay-maximize",),
         {"lr_decay": 0.05},
     ),
+    Case(
+        "nadam",
+        optim.NAdam,
+        torch.optim.NAdam,
+        {"lr": 0.01, "weight_decay": 0.01, "momentum_decay": 0.01, "maximize": True},
+        {
+            "nadam": {"lr": 0.01},
+            "nadam-betas-eps-momentum-decay": {
+                "lr": 0.01,
+                "betas": (0.5, 0.9),
+                "eps": 1e-3,
+                "momentum_decay": 0.1,
+            },
+            "nadam-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+            "nadam-decoupled": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "decoupled_weight_decay": True,
+            },
+        },
+        ("nadam-weight-decay-maximize", "nadam-decoupled"),
+        {"weight_decay": 0.1},
+    ),
+    Case(
+        "radam",
+        optim.RAdam,
+        torch.optim.RAdam,
+        {"lr": 0.01, "weight_decay": 0.01, "decoupled_weight_decay": True},
+        {
+            "radam": {"lr": 0.01},
+            "radam-betas-eps": {"lr": 0.01, "betas": (0.5, 0.9), "eps": 1e-3},
+            "radam-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+            "radam-decoupled": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "decoupled_weight_decay": True,
+            },
+        },
+        ("radam-weight-decay-maximize", "radam-decoupled"),
+        {"weight_decay": 0.1},
+    ),
+    Case(
+        "adamax",
+        optim.Adamax,
+        torch.optim.Adamax,
+        {"lr": 0.01, "weight_decay": 0.01, "maximize": True},
+        {
+            "adamax": {"lr": 0.01},
+            "adamax-betas-eps": {"lr": 0.01, "betas": (0.5, 0.9), "eps": 1e-3},
+            "adamax-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+        },
+        ("adamax-weight-decay-maximize",),
+        {"weight_decay": 0.1},
+    ),
 ]
 
 # Cases whose torch.optim reference needs a newer torch than the oldest supported.
