@@ -45,6 +45,7 @@ from ._groups import ParamGroups
 from ._hyper import Rate
 from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._protocol import Optimizer, register_state
+from .adadelta import Adadelta, AdadeltaState
 from .adagrad import Adagrad, AdagradState
 from .adam import (
     Adam,
@@ -62,6 +63,8 @@ from .sgd import SGD, SGDState
 
 __all__ = [
     "SGD",
+    "Adadelta",
+    "AdadeltaState",
     "Adagrad",
     "AdagradState",
     "Adam",

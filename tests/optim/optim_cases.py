@@ -213,6 +213,22 @@ TABLE: list[Case] = [
         ("adamax-weight-decay-maximize",),
         {"weight_decay": 0.1},
     ),
+    Case(
+        "adadelta",
+        optim.Adadelta,
+        torch.optim.Adadelta,
+        {"lr": 0.5, "rho": 0.8, "weight_decay": 0.01, "maximize": True},
+        {
+            "adadelta": {},
+            "adadelta-lr-rho-eps": {"lr": 0.5, "rho": 0.5, "eps": 1e-4},
+            "adadelta-weight-decay-maximize": {
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+        },
+        ("adadelta-weight-decay-maximize",),
+        {"weight_decay": 0.1},
+    ),
 ]
 
 # Cases whose torch.optim reference needs a newer torch than the oldest supported.
