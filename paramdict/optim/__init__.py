@@ -59,6 +59,7 @@ from .adam import (
     RAdamState,
 )
 from .rmsprop import RMSprop, RMSpropState
+from .rprop import Rprop, RpropState
 from .sgd import SGD, SGDState
 
 __all__ = [
@@ -85,6 +86,8 @@ __all__ = [
     "RMSpropState",
     "Rate",
     "RecordedKernels",
+    "Rprop",
+    "RpropState",
     "SGDState",
     "TorchOptimizer",
     "register_state",

@@ -229,6 +229,23 @@ TABLE: list[Case] = [
         ("adadelta-weight-decay-maximize",),
         {"weight_decay": 0.1},
     ),
+    Case(
+        "rprop",
+        optim.Rprop,
+        torch.optim.Rprop,
+        {"lr": 0.01, "etas": (0.4, 1.5), "step_sizes": (1e-4, 0.1), "maximize": True},
+        {
+            "rprop": {"lr": 0.01},
+            "rprop-etas-step-sizes": {
+                "lr": 0.01,
+                "etas": (0.3, 1.5),
+                "step_sizes": (1e-3, 0.05),
+            },
+            "rprop-maximize": {"lr": 0.01, "maximize": True},
+        },
+        ("rprop-etas-step-sizes",),
+        {"etas": (0.3, 1.5)},
+    ),
 ]
 
 # Cases whose torch.optim reference needs a newer torch than the oldest supported.
