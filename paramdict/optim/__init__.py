@@ -58,12 +58,15 @@ from .adam import (
     RAdam,
     RAdamState,
 )
+from .asgd import ASGD, ASGDState
 from .rmsprop import RMSprop, RMSpropState
 from .rprop import Rprop, RpropState
 from .sgd import SGD, SGDState
 
 __all__ = [
+    "ASGD",
     "SGD",
+    "ASGDState",
     "Adadelta",
     "AdadeltaState",
     "Adagrad",

@@ -246,6 +246,26 @@ TABLE: list[Case] = [
         ("rprop-etas-step-sizes",),
         {"etas": (0.3, 1.5)},
     ),
+    Case(
+        "asgd",
+        optim.ASGD,
+        torch.optim.ASGD,
+        {"lr": 0.05, "lambd": 0.01, "t0": 2, "weight_decay": 0.01, "maximize": True},
+        {
+            "asgd": {"lr": 0.05},
+            "asgd-lambd-alpha-t0": {"lr": 0.05, "lambd": 0.01, "alpha": 0.5, "t0": 20},
+            "asgd-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+                "t0": 50,
+            },
+        },
+        # torch's foreach ASGD rounds its step size differently from its default
+        # (single-tensor) ASGD (8e-8 apart in float64 here): not compared.
+        (),
+        {"lambd": 0.01, "t0": 10},
+    ),
 ]
 
 # Cases whose torch.optim reference needs a newer torch than the oldest supported.
