@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, cast
 
 import attrs
 import torch
@@ -158,9 +158,10 @@ class ASGD(TorchOptimizer[ASGDState]):
             ...
             TypeError: `ASGD` needs a `ASGDState` as its state, got SGDState. ...
         """
-        if isinstance(state, ASGDState) and isinstance(state.eta, ParamDict):
-            check_rate_keys(params, "eta", state.eta)
-            state = state._replace(eta=state.mu)  # the rest as for a number `lr`
+        given = cast(object, state)  # checked by the base: annotations are promises
+        if isinstance(given, ASGDState) and isinstance(given.eta, ParamDict):
+            check_rate_keys(params, "eta", given.eta)
+            state = given._replace(eta=given.mu)  # the rest as for a number `lr`
         super().check_state(params, state)
 
     @override
