@@ -7,7 +7,7 @@ pieces are written once: the running moments and the weight-decay prologue.
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import attrs
 import torch
@@ -67,6 +67,13 @@ class AdamState(NamedTuple):
     exp_avg: ParamDict
     exp_avg_sq: ParamDict
     max_exp_avg_sq: ParamDict
+
+
+def _check_flag(instance: object, attribute: Any, value: Any) -> None:
+    """Raise `TypeError` unless `value` is True or False, naming the argument."""
+    if not isinstance(value, bool):
+        msg = f"`{attribute.name}` must be True or False, got {value!r}."
+        raise TypeError(msg)
 
 
 def _moments(
@@ -361,7 +368,7 @@ class NAdam(TorchOptimizer[NAdamState]):
     eps: float = attrs.field(default=1e-8, validator=check_non_negative)
     weight_decay: Rate = 0.0
     momentum_decay: float = attrs.field(default=4e-3, validator=check_non_negative)
-    decoupled_weight_decay: bool = False
+    decoupled_weight_decay: bool = attrs.field(default=False, validator=_check_flag)
     maximize: bool = False
     differentiable: bool = False
 
@@ -483,7 +490,7 @@ class RAdam(TorchOptimizer[RAdamState]):
     )
     eps: float = attrs.field(default=1e-8, validator=check_non_negative)
     weight_decay: Rate = 0.0
-    decoupled_weight_decay: bool = False
+    decoupled_weight_decay: bool = attrs.field(default=False, validator=_check_flag)
     maximize: bool = False
     differentiable: bool = False
 

@@ -318,6 +318,31 @@ EXTRA_CONFIG: dict[str, list[tuple[str, dict[str, Any], type[Exception], str]]] 
         ("eps-negative", {"eps": -1.0}, ValueError, r"`eps`"),
         ("momentum-inf", {"momentum": math.inf}, ValueError, r"`momentum`"),
     ],
+    "nadam": [
+        ("momentum-decay-negative", {"momentum_decay": -1e-3}, ValueError, r"`mom"),
+        ("momentum-decay-nan", {"momentum_decay": math.nan}, ValueError, r"`mom"),
+        ("betas-one", {"betas": (1.0, 0.9)}, ValueError, r"`betas\[0\]`"),
+        ("decoupled-string", {"decoupled_weight_decay": "yes"}, TypeError, r"`dec"),
+    ],
+    "radam": [
+        ("betas-negative", {"betas": (0.9, -0.5)}, ValueError, r"`betas\[1\]`"),
+        ("eps-negative", {"eps": -1.0}, ValueError, r"`eps`"),
+        ("decoupled-none", {"decoupled_weight_decay": None}, TypeError, r"`dec"),
+    ],
+    "adamax": [
+        ("betas-list", {"betas": [0.9, 0.999]}, TypeError, r"`betas`"),
+        ("eps-inf", {"eps": math.inf}, ValueError, r"`eps`"),
+    ],
+    "adadelta": [
+        ("rho-above-one", {"rho": 1.5}, ValueError, r"`rho`"),
+        ("rho-negative", {"rho": -0.1}, ValueError, r"`rho`"),
+        ("eps-negative", {"eps": -1e-6}, ValueError, r"`eps`"),
+    ],
+    "asgd": [
+        ("lambd-string", {"lambd": "1e-4"}, TypeError, r"`lambd`"),
+        ("alpha-none", {"alpha": None}, TypeError, r"`alpha`"),
+        ("t0-bool", {"t0": True}, TypeError, r"`t0`"),
+    ],
     "rprop": [
         ("weight-decay-unknown", {"weight_decay": 0.1}, TypeError, r"weight_decay"),
         ("etas-swapped", {"etas": (1.2, 0.5)}, ValueError, r"`etas`"),

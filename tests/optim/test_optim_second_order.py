@@ -79,7 +79,10 @@ def _rows() -> list[Any]:
         pytest.param(case.ours, case.theirs, options, id=name)
         for case in TABLE
         if case.name in SECOND_ORDER
-        for name, options in {**case.trajectories, f"{case.name}-rich": case.rich}.items()
+        for name, options in {
+            **case.trajectories,
+            f"{case.name}-rich": case.rich,
+        }.items()
     ]
 
 
