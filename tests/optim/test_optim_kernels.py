@@ -124,7 +124,7 @@ def test_new_kernels_in_place_equal_functional_bitwise(call: Any) -> None:
     expected = call(optim.Kernels.for_params(x), x, y)
     recorded = call(optim.RecordedKernels.for_params(x), x, y)
     owned = _clone(x)
-    ops = optim.InPlaceKernels.for_params(owned)
+    ops = optim.InPlaceKernels(torch.float64, torch.device("cpu"))
     ops.own(owned)
     pointers = [t.data_ptr() for t in owned.values()]
     got = call(ops, owned, y)
