@@ -30,6 +30,17 @@ def test_hyperparameters_are_torchs_names_and_defaults(
     assert not missing
 
 
+@pytest.mark.parametrize(("ours", "theirs"), classes())
+def test_default_configuration_is_torchs_defaults(
+    ours: type[Any], theirs: type[torch.optim.Optimizer]
+) -> None:
+    """A default configuration holds the values of torch.optim's `defaults`."""
+    reference = theirs([torch.zeros(1, requires_grad=True)])
+    config = ours()
+    for field in attrs.fields(ours):
+        assert getattr(config, field.name) == reference.defaults[field.name], field.name
+
+
 BAD_VALUES = [
     (optim.SGD, {"lr": -0.1}, ValueError, r"`lr` must be non-negative, got -0\.1"),
     (optim.SGD, {"momentum": -1}, ValueError, r"`momentum` must be non-negative"),
