@@ -479,44 +479,6 @@ class Kernels:
         """
         return x.clamp(min, max)
 
-    def gt(self, x: ParamDict, value: float, /) -> ParamDict:
-        """Return the boolean mask `x > value`.
-
-        Args:
-            x: The operand.
-            value: A number.
-
-        Returns:
-            A new ParamDict of boolean tensors.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([-1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.gt(p, 0.0)["w"]
-            tensor([False,  True])
-        """
-        return x.map(lambda v: v.gt(value))
-
-    def lt(self, x: ParamDict, value: float, /) -> ParamDict:
-        """Return the boolean mask `x < value`.
-
-        Args:
-            x: The operand.
-            value: A number.
-
-        Returns:
-            A new ParamDict of boolean tensors.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([-1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.lt(p, 0.0)["w"]
-            tensor([ True, False])
-        """
-        return x.map(lambda v: v.lt(value))
-
     def eq(self, x: ParamDict, value: float, /) -> ParamDict:
         """Return the boolean mask `x == value`.
 
@@ -551,7 +513,7 @@ class Kernels:
             >>> from paramdict import optim
             >>> p = ParamDict(w=torch.tensor([-1.0, 4.0]))
             >>> ops = optim.Kernels.for_params(p)
-            >>> ops.masked_fill(p, ops.lt(p, 0.0), 0.0)["w"]
+            >>> ops.masked_fill(p, ops.eq(p, -1.0), 0.0)["w"]
             tensor([0., 4.])
         """
         return x.map(lambda v, m: v.masked_fill(m, value), mask)

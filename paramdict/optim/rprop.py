@@ -153,10 +153,11 @@ class Rprop(TorchOptimizer[RpropState]):
         step = self.next_step(state)
         grads = self.prologue(params, grads, step, ops)
         # The factor for each entry: etaplus where the gradient kept its sign,
-        # etaminus where it flipped, 1 where either is zero (torch's order).
+        # etaminus where it flipped, 1 where either is zero (torch's order; the
+        # sign is exactly 1, -1 or 0, and etaplus > 1 > etaminus > 0).
         sign = ops.sign(ops.mul(ops.borrowed(grads), state.prev))
-        sign = ops.masked_fill(sign, ops.gt(sign, 0), etaplus)
-        sign = ops.masked_fill(sign, ops.lt(sign, 0), etaminus)
+        sign = ops.masked_fill(sign, ops.eq(sign, 1), etaplus)
+        sign = ops.masked_fill(sign, ops.eq(sign, -1), etaminus)
         sign = ops.masked_fill(sign, ops.eq(sign, 0), 1)
         step_size = ops.mul(state.step_size, sign)
         step_size = ops.clamp(step_size, step_size_min, step_size_max)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -32,7 +33,7 @@ def test_hyperparameters_are_torchs_names_and_defaults(
 
 @pytest.mark.parametrize(("ours", "theirs"), classes())
 def test_default_configuration_is_torchs_defaults(
-    ours: type[Any], theirs: type[torch.optim.Optimizer]
+    ours: type[Any], theirs: Callable[..., torch.optim.Optimizer]
 ) -> None:
     """A default configuration holds the values of torch.optim's `defaults`."""
     reference = theirs([torch.zeros(1, requires_grad=True)])
