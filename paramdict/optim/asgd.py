@@ -30,7 +30,7 @@ class ASGDState(NamedTuple):
 
     `eta` and `mu` are 0-dim tensors in torch.optim's dtype for them (float32
     unless the default dtype is float64), which keeps its rounding; with a
-    per-key learning rate `eta` is a ParamDict of per-key values.
+    per-key learning rate `eta` is a ParamDict of per-key values in that dtype.
 
     Attributes:
         step: The number of steps taken, a 0-dim tensor.
@@ -131,7 +131,7 @@ class ASGD(TorchOptimizer[ASGDState]):
         eta = lr if isinstance(lr, ParamDict) else counter.new_full((), 0).add(lr)
         return ASGDState(
             counter,
-            eta if isinstance(eta, ParamDict) else eta.to(dtype),
+            eta.to(dtype),
             torch.ones((), dtype=dtype, device=counter.device),
             params.zeros_like(),
         )
@@ -172,9 +172,7 @@ class ASGD(TorchOptimizer[ASGDState]):
         step = self.next_step(state)
         grads = self.prologue(params, grads, step, ops)
         # torch reads `eta` as a number: a double of the stored value.
-        eta = state.eta
-        if isinstance(eta, Tensor):
-            eta = eta.to(step.dtype)
+        eta = state.eta.to(step.dtype)
         params = ops.mul(params, _one_minus(lambd, eta))
         new_params = ops.sub_scaled(params, grads, eta)
         ax = ops.add_scaled(
@@ -185,9 +183,8 @@ class ASGD(TorchOptimizer[ASGDState]):
         ax = ops.where(state.mu != 1, ax, new_params)
         new_eta = _eta(self.rate("lr", step), lambd, self.alpha, step)
         mu = 1 / torch.clamp(step - self.t0, min=1)
-        if isinstance(new_eta, Tensor):
-            new_eta = new_eta.to(state.mu.dtype)
-        return new_params, ASGDState(step, new_eta, mu.to(state.mu.dtype), ax)
+        dtype = state.mu.dtype
+        return new_params, ASGDState(step, new_eta.to(dtype), mu.to(dtype), ax)
 
 
 def _one_minus(lambd: float, eta: Tensor | ParamDict) -> Tensor | ParamDict:

@@ -153,5 +153,5 @@ def test_asgd_per_key_learning_rate_keeps_a_per_key_eta() -> None:
     state = opt.init(params)
     _, state = opt.step(params, params.ones_like(), state)
     assert isinstance(state.eta, ParamDict)
-    torch.testing.assert_close(state.eta["w"], torch.tensor(0.1 / 1.1).double())
+    torch.testing.assert_close(state.eta["w"], torch.tensor(0.1 / 1.1))
     torch.testing.assert_close(state.eta["b"], torch.tensor(0.2 / 1.2))
