@@ -11,8 +11,9 @@ state from step to step:
   inplace=False)` and `torchopt.apply_updates(params, updates, inplace=False)`, on
   plain dicts of tensors that do not require grad (torchopt's functional style).
 
-Adam, AdamW, SGD with momentum, RMSprop and Adagrad, with the same hyperparameters
-everywhere. Before timing, three steps of every candidate from the same start must
+Adam, AdamW, SGD with momentum, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta,
+Rprop and ASGD, with the same hyperparameters everywhere (torchopt where it has the
+optimizer). Before timing, three steps of every candidate from the same start must
 give the same parameters; a torchopt transformation that does not is left out, with
 a note. Part of `python -m benchmarks`; `python -m benchmarks --only optim` runs
 only this section.
@@ -38,7 +39,8 @@ TORCH = "torch.optim (foreach)"
 TORCHOPT = "torchopt (functional)"
 STEPS = 3
 
-# name, paramdict.optim class, torch.optim class, torchopt function name, kwargs
+# name, paramdict.optim class, torch.optim class, torchopt function name ("" where
+# torchopt has none), kwargs
 SETTINGS: list[
     tuple[str, Callable[..., optim.Optimizer[Any]], Any, str, dict[str, Any]]
 ]
@@ -48,8 +50,12 @@ SETTINGS = [
     ("SGD momentum", optim.SGD, torch.optim.SGD, "sgd", {"lr": 1e-3, "momentum": 0.9}),
     ("RMSprop", optim.RMSprop, torch.optim.RMSprop, "rmsprop", {"lr": 1e-3}),
     ("Adagrad", optim.Adagrad, torch.optim.Adagrad, "adagrad", {"lr": 1e-3}),
-    # No torchopt counterpart (""): timed against torch.optim only.
-    ("Adafactor", optim.Adafactor, torch.optim.Adafactor, "", {"lr": 1e-3}),
+    ("NAdam", optim.NAdam, torch.optim.NAdam, "", {"lr": 1e-3}),
+    ("RAdam", optim.RAdam, torch.optim.RAdam, "radam", {"lr": 1e-3}),
+    ("Adamax", optim.Adamax, torch.optim.Adamax, "adamax", {"lr": 1e-3}),
+    ("Adadelta", optim.Adadelta, torch.optim.Adadelta, "adadelta", {"lr": 1.0}),
+    ("Rprop", optim.Rprop, torch.optim.Rprop, "", {"lr": 1e-3}),
+    ("ASGD", optim.ASGD, torch.optim.ASGD, "", {"lr": 1e-3}),
 ]
 TARGET = ("Adam", (160, 64), 1.10)
 
@@ -85,7 +91,7 @@ def _candidates(
 
     candidates: dict[str, Callable[[], object]] = {OURS: step_ours, TORCH: step_torch}
     torchopt = _peers.load("torchopt")
-    if torchopt is not None and torchopt_name:
+    if torchopt is not None and torchopt_name:  # "": torchopt has no such optimizer
         tx = getattr(torchopt, torchopt_name)(**kwargs)
         plain = dict(zip(keys, [v.clone() for v in values]))
         plain_grads = dict(zip(keys, grads))

@@ -45,17 +45,34 @@ from ._groups import ParamGroups
 from ._hyper import Rate
 from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._protocol import Optimizer, register_state
+from .adadelta import Adadelta, AdadeltaState
 from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
-from .adam import Adam, AdamState, AdamW
+from .adam import (
+    Adam,
+    Adamax,
+    AdamaxState,
+    AdamState,
+    AdamW,
+    NAdam,
+    NAdamState,
+    RAdam,
+    RAdamState,
+)
+from .asgd import ASGD, ASGDState
 from .lbfgs import LBFGS, LBFGSState
 from .muon import Muon, MuonState
 from .rmsprop import RMSprop, RMSpropState
+from .rprop import Rprop, RpropState
 from .sgd import SGD, SGDState
 
 __all__ = [
+    "ASGD",
     "LBFGS",
     "SGD",
+    "ASGDState",
+    "Adadelta",
+    "AdadeltaState",
     "Adafactor",
     "AdafactorState",
     "Adagrad",
@@ -63,18 +80,26 @@ __all__ = [
     "Adam",
     "AdamState",
     "AdamW",
+    "Adamax",
+    "AdamaxState",
     "ClipGradNorm",
     "InPlaceKernels",
     "Kernels",
     "LBFGSState",
     "Muon",
     "MuonState",
+    "NAdam",
+    "NAdamState",
     "Optimizer",
     "ParamGroups",
+    "RAdam",
+    "RAdamState",
     "RMSprop",
     "RMSpropState",
     "Rate",
     "RecordedKernels",
+    "Rprop",
+    "RpropState",
     "SGDState",
     "TorchOptimizer",
     "register_state",

@@ -180,6 +180,8 @@ class TorchOptimizer(Optimizer[S]):
         for field, buffer in zip(given._fields, given):
             if field == "step" or (isinstance(buffer, ParamDict) and not buffer):
                 continue
+            if isinstance(buffer, Tensor) and buffer.dim() == 0:
+                continue  # a scalar of the state, such as NAdam's `mu_product`
             what = f"The state's `{field}`"
             if not isinstance(buffer, ParamDict):
                 msg = f"{what} must be a ParamDict, got {type(buffer).__name__}."

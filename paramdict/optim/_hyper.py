@@ -31,8 +31,10 @@ __all__ = [
     "decay_factor",
     "is_zero",
     "new_counter",
+    "product",
     "quotient",
     "scalar_dtype",
+    "state_scalar_dtype",
 ]
 
 Rate: TypeAlias = float | Tensor | ParamDict
@@ -148,6 +150,19 @@ def quotient(rate: Rate, divisor: Tensor) -> Tensor | ParamDict:
     return torch.div(divisor.new_full((), rate), divisor)
 
 
+def product(rate: Rate, factor: Tensor) -> Tensor | ParamDict:
+    """Return `rate * factor` for a 0-dim `factor`, rounded as `torch.optim` does.
+
+    A number times a step-dependent scalar is a double-precision product (torch
+    multiplies Python floats); a tensor rate multiplies in its own dtype.
+    """
+    if isinstance(rate, ParamDict):
+        return rate.mul(factor)
+    if isinstance(rate, Tensor):
+        return rate * factor.to(rate.dtype)
+    return factor * rate
+
+
 def decay_factor(lr: Rate, weight_decay: Rate) -> Rate:
     """Return `1 - lr * weight_decay`, the decoupled (AdamW) decay multiplier.
 
@@ -197,3 +212,17 @@ def new_counter(params: ParamDict) -> Tensor:
     first = next(iter(params.values()), None)
     device = first.device if first is not None else torch.device("cpu")
     return torch.zeros((), dtype=scalar_dtype(device), device=device)
+
+
+def state_scalar_dtype(device: torch.device) -> torch.dtype:
+    """Return the dtype `torch.optim` keeps per-parameter scalar state in.
+
+    NAdam's `mu_product` and ASGD's `eta` and `mu` are 0-dim tensors that
+    torch.optim stores in single precision unless the default dtype is
+    `float64`, and reads back at that precision: keeping them in the same
+    dtype keeps its rounding (a double-precision copy would drift from it by
+    about 1e-8 relative within 100 steps).
+    """
+    if device.type == "mps" or torch.get_default_dtype() != torch.float64:
+        return torch.float32
+    return torch.float64

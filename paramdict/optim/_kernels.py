@@ -3,7 +3,7 @@
 A rule (`Optimizer.update`) never calls ParamDict arithmetic or torch directly for
 the work on its buffers: it calls a small vocabulary on an `ops` object (`lerp`,
 `mul`, `decay`, `addcmul`, `addcdiv`, `sqrt`, `sign`, `maximum`, `add_scaled`,
-...), so the same rule runs in every mode:
+`clamp`, `masked_fill`, ...), so the same rule runs in every mode:
 
 - `Kernels` (functional): out of place, the mode of a default `step` (run under
   `torch.no_grad()`); `addcdiv` is one fused foreach call.
@@ -214,12 +214,12 @@ class Kernels:
             return x
         return self.mul(x, decay_factor(lr, weight_decay))
 
-    def div(self, x: P, value: float | Tensor, /) -> P:
-        """Return `x / value` for a scalar `value`.
+    def div(self, x: P, value: float | Tensor | ParamDict, /) -> P:
+        """Return `x / value` for a scalar `value` or a ParamDict of divisors.
 
         Args:
             x: The operand.
-            value: A number or a 0-dim tensor.
+            value: A number, a 0-dim tensor, or a ParamDict (entry by entry).
 
         Returns:
             A new ParamDict.
@@ -231,6 +231,8 @@ class Kernels:
             >>> ops.div(p, 2.0)["w"]
             tensor([0.5000, 2.0000])
         """
+        if isinstance(value, ParamDict):
+            return x.div(value)
         return x.div(self.scalar(value))
 
     def add(self, x: P, value: float | Tensor, /) -> P:
@@ -422,6 +424,101 @@ class Kernels:
             tensor([2., 4.])
         """
         return x.maximum(other)
+
+    def abs(self, x: P, /) -> P:
+        """Return the absolute value of `x`.
+
+        Args:
+            x: The operand.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([-1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.abs(p)["w"]
+            tensor([1., 4.])
+        """
+        return x.abs()
+
+    def reciprocal(self, x: P, /) -> P:
+        """Return `1 / x` (`torch.reciprocal`, as torch computes `number / tensor`).
+
+        Args:
+            x: The operand.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([2.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.reciprocal(p)["w"]
+            tensor([0.5000, 0.2500])
+        """
+        return x.reciprocal()
+
+    def clamp(self, x: P, min: float, max: float, /) -> P:  # torch's names
+        """Return `x` clamped to `[min, max]` (`min <= max`).
+
+        Args:
+            x: The operand.
+            min: The lower bound, a number.
+            max: The upper bound, a number.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([-1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.clamp(p, 0.0, 2.0)["w"]
+            tensor([0., 2.])
+        """
+        return x.clamp(min, max)
+
+    def eq(self, x: ParamDict, value: float, /) -> ParamDict:
+        """Return the boolean mask `x == value`.
+
+        Args:
+            x: The operand.
+            value: A number.
+
+        Returns:
+            A new ParamDict of boolean tensors.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([0.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.eq(p, 0.0)["w"]
+            tensor([ True, False])
+        """
+        return x.map(lambda v: v.eq(value))
+
+    def masked_fill(self, x: P, mask: ParamDict, value: float, /) -> P:
+        """Return `x` with `value` where the boolean `mask` holds.
+
+        Args:
+            x: The operand.
+            mask: Boolean tensors with `x`'s keys and shapes.
+            value: The number to fill in.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([-1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.masked_fill(p, ops.eq(p, -1.0), 0.0)["w"]
+            tensor([0., 4.])
+        """
+        return x.map(lambda v, m: v.masked_fill(m, value), mask)
 
     def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
         """Return `x` where the 0-dim bool `condition` holds, else `other`.
@@ -671,9 +768,12 @@ class InPlaceKernels(Kernels):
         return x
 
     @override
-    def div(self, x: P, value: float | Tensor, /) -> P:
+    def div(self, x: P, value: float | Tensor | ParamDict, /) -> P:
         if not self._mine(x):
             return self._made(super().div(x, value))
+        if isinstance(value, ParamDict):
+            torch._foreach_div_(_values(x), x._aligned(value, what="`div`"))
+            return x
         torch._foreach_div_(_values(x), self.scalar(value))
         return x
 
@@ -752,6 +852,36 @@ class InPlaceKernels(Kernels):
         if not self._mine(x):
             return self._made(super().maximum(x, other))
         return self._copied(x, super().maximum(x, other))
+
+    @override
+    def abs(self, x: P, /) -> P:
+        if not self._mine(x):
+            return self._made(super().abs(x))
+        torch._foreach_abs_(_values(x))
+        return x
+
+    @override
+    def reciprocal(self, x: P, /) -> P:
+        if not self._mine(x):
+            return self._made(super().reciprocal(x))
+        torch._foreach_reciprocal_(_values(x))
+        return x
+
+    @override
+    def clamp(self, x: P, min: float, max: float, /) -> P:  # torch's names
+        if not self._mine(x):
+            return self._made(super().clamp(x, min, max))
+        torch._foreach_clamp_min_(_values(x), min)
+        torch._foreach_clamp_max_(_values(x), max)
+        return x
+
+    @override
+    def masked_fill(self, x: P, mask: ParamDict, value: float, /) -> P:
+        if not self._mine(x):
+            return self._made(super().masked_fill(x, mask, value))
+        for v, m in zip(_values(x), x._aligned(mask, what="`masked_fill`")):
+            v.masked_fill_(m, value)
+        return x
 
     @override
     def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:

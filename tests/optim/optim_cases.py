@@ -215,6 +215,125 @@ TABLE: list[Case] = [
         classes=(optim.Muon, torch.optim.Muon),
         matrices_only=True,
     ),
+    Case(
+        "nadam",
+        optim.NAdam,
+        torch.optim.NAdam,
+        {"lr": 0.01, "weight_decay": 0.01, "momentum_decay": 0.01, "maximize": True},
+        {
+            "nadam": {"lr": 0.01},
+            "nadam-betas-eps-momentum-decay": {
+                "lr": 0.01,
+                "betas": (0.5, 0.9),
+                "eps": 1e-3,
+                "momentum_decay": 0.1,
+            },
+            "nadam-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+            "nadam-decoupled": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "decoupled_weight_decay": True,
+            },
+        },
+        ("nadam-weight-decay-maximize", "nadam-decoupled"),
+        {"weight_decay": 0.1},
+    ),
+    Case(
+        "radam",
+        optim.RAdam,
+        torch.optim.RAdam,
+        {"lr": 0.01, "weight_decay": 0.01, "decoupled_weight_decay": True},
+        {
+            "radam": {"lr": 0.01},
+            "radam-betas-eps": {"lr": 0.01, "betas": (0.5, 0.9), "eps": 1e-3},
+            "radam-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+            "radam-decoupled": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "decoupled_weight_decay": True,
+            },
+        },
+        ("radam-weight-decay-maximize", "radam-decoupled"),
+        {"weight_decay": 0.1},
+    ),
+    Case(
+        "adamax",
+        optim.Adamax,
+        torch.optim.Adamax,
+        {"lr": 0.01, "weight_decay": 0.01, "maximize": True},
+        {
+            "adamax": {"lr": 0.01},
+            "adamax-betas-eps": {"lr": 0.01, "betas": (0.5, 0.9), "eps": 1e-3},
+            "adamax-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+        },
+        ("adamax-weight-decay-maximize",),
+        {"weight_decay": 0.1},
+    ),
+    Case(
+        "adadelta",
+        optim.Adadelta,
+        torch.optim.Adadelta,
+        {"lr": 0.5, "rho": 0.8, "weight_decay": 0.01, "maximize": True},
+        {
+            "adadelta": {},
+            "adadelta-lr-rho-eps": {"lr": 0.5, "rho": 0.5, "eps": 1e-4},
+            "adadelta-weight-decay-maximize": {
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+        },
+        ("adadelta-weight-decay-maximize",),
+        {"weight_decay": 0.1},
+    ),
+    Case(
+        "rprop",
+        optim.Rprop,
+        torch.optim.Rprop,
+        {"lr": 0.01, "etas": (0.4, 1.5), "step_sizes": (1e-4, 0.1), "maximize": True},
+        {
+            "rprop": {"lr": 0.01},
+            "rprop-etas-step-sizes": {
+                "lr": 0.01,
+                "etas": (0.3, 1.5),
+                "step_sizes": (1e-3, 0.05),
+            },
+            "rprop-maximize": {"lr": 0.01, "maximize": True},
+        },
+        ("rprop-etas-step-sizes",),
+        {"etas": (0.3, 1.5)},
+    ),
+    Case(
+        "asgd",
+        optim.ASGD,
+        torch.optim.ASGD,
+        {"lr": 0.05, "lambd": 0.01, "t0": 2, "weight_decay": 0.01, "maximize": True},
+        {
+            "asgd": {"lr": 0.05},
+            "asgd-lambd-alpha-t0": {"lr": 0.05, "lambd": 0.01, "alpha": 0.5, "t0": 20},
+            "asgd-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+                "t0": 50,
+            },
+        },
+        # torch's foreach ASGD rounds its step size differently from its default
+        # (single-tensor) ASGD (8e-8 apart in float64 here): not compared.
+        (),
+        {"lambd": 0.01, "t0": 10},
+    ),
 ]
 
 # Rows that compute in bfloat16 (Muon's Newton-Schulz iterations): under vmap a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -32,6 +33,17 @@ def test_hyperparameters_are_torchs_names_and_defaults(
     implementation = {"params", "foreach", "fused", "capturable"}
     missing = set(signature.parameters) - implementation - set(attrs.fields_dict(ours))
     assert not missing
+
+
+@pytest.mark.parametrize(("ours", "theirs"), classes())
+def test_default_configuration_is_torchs_defaults(
+    ours: type[Any], theirs: Callable[..., torch.optim.Optimizer]
+) -> None:
+    """A default configuration holds the values of torch.optim's `defaults`."""
+    reference = theirs([torch.zeros(1, requires_grad=True)])
+    config = ours()
+    for field in attrs.fields(ours):
+        assert getattr(config, field.name) == reference.defaults[field.name], field.name
 
 
 BAD_VALUES = [

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from optim_cases import assert_matches, make_model, run_ours, run_torch
+from optim_cases import TABLE, assert_matches, make_model, run_ours, run_torch
 from torch import nn
 
 from paramdict import ParamDict, optim
@@ -85,6 +85,32 @@ def test_per_key_rates_match_one_torch_group_per_parameter() -> None:
         ),
     )
     assert_matches(run_ours(opt, dtype), run_torch(make, dtype), dtype)
+
+
+def _rows() -> list[Any]:
+    return [
+        pytest.param(case.ours, case.theirs, next(iter(case.trajectories.values())))
+        for case in TABLE
+    ]
+
+
+@pytest.mark.parametrize(("ours", "theirs", "kwargs"), _rows())
+def test_per_key_lr_matches_torch_groups_for_every_optimizer(
+    ours: Any, theirs: Any, kwargs: dict[str, Any]
+) -> None:
+    """A per-key `lr` equals one torch group per parameter, for every table row."""
+    rates = {"0.weight": 0.02, "0.bias": 0.04, "2.weight": 0.01, "2.bias": 0.03}
+    options = {k: v for k, v in kwargs.items() if k != "lr"}
+
+    def make(model: nn.Module) -> torch.optim.Optimizer:
+        groups = [{"params": [p], "lr": rates[k]} for k, p in model.named_parameters()]
+        return theirs(groups, **options)  # type: ignore[no-any-return]  # a class
+
+    dtype = torch.float64
+    lr = ParamDict((k, torch.tensor(v, dtype=dtype)) for k, v in rates.items())
+    assert_matches(
+        run_ours(ours(lr=lr, **options), dtype), run_torch(make, dtype), dtype
+    )
 
 
 def test_first_matching_group_takes_a_key() -> None:

@@ -114,3 +114,39 @@ def test_new_kernels_in_place_equal_functional_and_recorded_bitwise() -> None:
     assert [t.data_ptr() for t in in_place.values()] == pointers
     for other in (recorded, in_place):
         torch.testing.assert_close(dict(other), dict(functional), rtol=0, atol=0)
+
+
+def _kernel_calls() -> list[Any]:
+    """The kernels added for NAdam ... ASGD, each as `call(ops, x, y)`."""
+    return [
+        pytest.param(lambda ops, x, y: ops.abs(x), id="abs"),
+        pytest.param(lambda ops, x, y: ops.reciprocal(x), id="reciprocal"),
+        pytest.param(lambda ops, x, y: ops.clamp(x, -0.5, 0.25), id="clamp"),
+        pytest.param(lambda ops, x, y: ops.div(x, y), id="div-per-key"),
+        pytest.param(
+            lambda ops, x, y: ops.masked_fill(x, ops.eq(y.sign(), 0.0), 4.0),
+            id="masked-eq",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("call", _kernel_calls())
+def test_new_kernels_in_place_equal_functional_bitwise(call: Any) -> None:
+    """A kernel writes into an owned operand exactly the functional result."""
+    gen = torch.Generator().manual_seed(0)
+    x = ParamDict(
+        w=torch.randn(4, 3, generator=gen, dtype=torch.float64),
+        b=torch.randn(3, generator=gen, dtype=torch.float64),
+    )
+    y = x.map(lambda v: torch.randn(v.shape, generator=gen, dtype=v.dtype))
+    y = y | {"b": torch.tensor([0.0, -1.0, 2.0], dtype=torch.float64)}
+    expected = call(optim.Kernels.for_params(x), x, y)
+    recorded = call(optim.RecordedKernels.for_params(x), x, y)
+    owned = _clone(x)
+    ops = optim.InPlaceKernels(torch.float64, torch.device("cpu"))
+    ops.own(owned)
+    pointers = [t.data_ptr() for t in owned.values()]
+    got = call(ops, owned, y)
+    assert [t.data_ptr() for t in got.values()] == pointers
+    torch.testing.assert_close(dict(got), dict(expected), rtol=0, atol=0)
+    torch.testing.assert_close(dict(recorded), dict(expected), rtol=0, atol=0)

@@ -69,29 +69,10 @@ def test_state_is_a_pytree_of_tensors(opt: optim.Optimizer[Any]) -> None:
     assert pytree.tree_structure(rebuilt) == spec
 
 
-@pytest.mark.parametrize(
-    "state_type",
-    [
-        optim.SGDState,
-        optim.AdamState,
-        optim.RMSpropState,
-        optim.AdagradState,
-        optim.MuonState,
-        optim.AdafactorState,
-    ],
-)
-def test_state_tree_spec_serializes(state_type: type) -> None:
+@pytest.mark.parametrize("opt", configured(combinators=False))
+def test_state_tree_spec_serializes(opt: optim.Optimizer[Any]) -> None:
     """A tree spec holding a state (as torch.export stores one) dumps and loads."""
-    params = ParamDict(w=torch.zeros(2, 2))
-    opts: dict[type, optim.Optimizer[Any]] = {
-        optim.SGDState: optim.SGD(momentum=0.5),
-        optim.AdamState: optim.Adam(),
-        optim.RMSpropState: optim.RMSprop(),
-        optim.AdagradState: optim.Adagrad(),
-        optim.MuonState: optim.Muon(),
-        optim.AdafactorState: optim.Adafactor(),
-    }
-    spec = pytree.tree_structure(opts[state_type].init(params))
+    spec = pytree.tree_structure(opt.init(ParamDict(w=torch.zeros(2, 2))))
     assert pytree.treespec_loads(pytree.treespec_dumps(spec)) == spec
 
 
@@ -161,3 +142,36 @@ def test_adafactor_state_is_factored_for_matrices() -> None:
     theirs.step()  # type: ignore[no-untyped-call]  # torch's annotation
     assert set(theirs.state[model.weight]) == {"step", "row_var", "col_var"}
     assert set(theirs.state[model.bias]) == {"step", "variance"}
+
+
+def test_scalar_state_is_kept_in_torchs_dtype_for_it() -> None:
+    """NAdam's `mu_product` and ASGD's `eta`, `mu` follow torch's dtype choice."""
+    params = ParamDict(w=torch.zeros(2, dtype=torch.float64))
+    grads = params.ones_like()
+    opts: list[optim.Optimizer[Any]] = [optim.NAdam(), optim.ASGD()]
+    for opt in opts:
+        ours = opt.step(params, grads, opt.init(params))[1]
+        model = torch.nn.Linear(2, 1).double()
+        theirs = type(opt).__name__
+        reference = getattr(torch.optim, theirs)(model.parameters())
+        model.weight.grad = torch.ones_like(model.weight)
+        model.bias.grad = torch.ones_like(model.bias)
+        reference.step()
+        expected = reference.state[model.weight]
+        for field in ("mu_product", "eta", "mu"):
+            if field in expected:
+                value = getattr(ours, field)
+                assert value.dtype == expected[field].dtype, field
+                torch.testing.assert_close(value, expected[field], rtol=0, atol=0)
+
+
+def test_asgd_per_key_learning_rate_keeps_a_per_key_eta() -> None:
+    """With a per-key `lr`, ASGD's `eta` is per key, and decays per key."""
+    params = ParamDict(w=torch.zeros(2, dtype=torch.float64), b=torch.zeros(1))
+    lr = ParamDict(w=torch.tensor(0.1, dtype=torch.float64), b=torch.tensor(0.2))
+    opt = optim.ASGD(lr=lr, lambd=1.0, alpha=1.0)
+    state = opt.init(params)
+    _, state = opt.step(params, params.ones_like(), state)
+    assert isinstance(state.eta, ParamDict)
+    torch.testing.assert_close(state.eta["w"], torch.tensor(0.1 / 1.1))
+    torch.testing.assert_close(state.eta["b"], torch.tensor(0.2 / 1.2))

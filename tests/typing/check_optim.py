@@ -129,3 +129,58 @@ def check_lbfgs(p: ParamDict, q: MyParams) -> None:
     assert_type(state.old_dirs, tuple[Tensor, ...])
     assert_type(state.d, Tensor | None)
     assert_type(state.H_diag, float | Tensor)
+
+
+def check_torch_family(t: Tensor, p: ParamDict, q: MyParams, g: ParamDict) -> None:
+    nadam = optim.NAdam(lr=t, momentum_decay=4e-3, decoupled_weight_decay=True)
+    assert_type(nadam, optim.NAdam)
+    assert_type(nadam.init(p), optim.NAdamState)
+    assert_type(nadam.step(q, g, nadam.init(q)), tuple[MyParams, optim.NAdamState])
+    radam = optim.RAdam(lr=p, decoupled_weight_decay=True)
+    assert_type(radam, optim.RAdam)
+    assert_type(radam.init(p), optim.RAdamState)
+    assert_type(radam.step(p, g, radam.init(p)), tuple[ParamDict, optim.RAdamState])
+    adamax = optim.Adamax(betas=(0.9, 0.99))
+    assert_type(adamax, optim.Adamax)
+    assert_type(adamax.init(p), optim.AdamaxState)
+    assert_type(adamax.step(p, g, adamax.init(p)), tuple[ParamDict, optim.AdamaxState])
+    adadelta = optim.Adadelta(rho=0.9, differentiable=True)
+    assert_type(adadelta, optim.Adadelta)
+    assert_type(adadelta.init(p), optim.AdadeltaState)
+    assert_type(
+        adadelta.step(p, g, adadelta.init(p)), tuple[ParamDict, optim.AdadeltaState]
+    )
+    rprop = optim.Rprop(etas=(0.5, 1.2), step_sizes=(1e-6, 50.0))
+    assert_type(rprop, optim.Rprop)
+    assert_type(rprop.init(p), optim.RpropState)
+    assert_type(rprop.step(q, g, rprop.init(q)), tuple[MyParams, optim.RpropState])
+    asgd = optim.ASGD(lambd=1e-4, alpha=0.75, t0=1e6)
+    assert_type(asgd, optim.ASGD)
+    assert_type(asgd.init(p), optim.ASGDState)
+    assert_type(asgd.step(p, g, asgd.init(p)), tuple[ParamDict, optim.ASGDState])
+
+
+def check_torch_family_states(
+    n: optim.NAdamState,
+    r: optim.RAdamState,
+    m: optim.AdamaxState,
+    d: optim.AdadeltaState,
+    rp: optim.RpropState,
+    a: optim.ASGDState,
+) -> None:
+    assert_type(n.step, Tensor)
+    assert_type(n.mu_product, Tensor)
+    assert_type(n.exp_avg, ParamDict)
+    assert_type(n.exp_avg_sq, ParamDict)
+    assert_type(r.exp_avg, ParamDict)
+    assert_type(r.exp_avg_sq, ParamDict)
+    assert_type(m.exp_avg, ParamDict)
+    assert_type(m.exp_inf, ParamDict)
+    assert_type(d.square_avg, ParamDict)
+    assert_type(d.acc_delta, ParamDict)
+    assert_type(rp.prev, ParamDict)
+    assert_type(rp.step_size, ParamDict)
+    assert_type(a.eta, Tensor | ParamDict)
+    assert_type(a.mu, Tensor)
+    assert_type(a.ax, ParamDict)
+    assert_type(a._replace(step=a.step + 1), optim.ASGDState)

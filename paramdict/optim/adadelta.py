@@ -1,0 +1,122 @@
+"""Adadelta: steps scaled by running averages of squared gradients and updates."""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import attrs
+from torch import Tensor
+from typing_extensions import override
+
+from .._paramdict import ParamDict
+from ._base import TorchOptimizer
+from ._hyper import Rate, check_fraction, check_non_negative
+from ._kernels import Kernels
+from ._protocol import register_state
+
+__all__ = ["Adadelta", "AdadeltaState"]
+
+
+@register_state
+class AdadeltaState(NamedTuple):
+    """The state of `Adadelta`.
+
+    Attributes:
+        step: The number of steps taken, a 0-dim tensor.
+        square_avg: The running average of the squared gradients.
+        acc_delta: The running average of the squared updates.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.Adadelta(rho=0.5)
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> grads = ParamDict(w=torch.tensor([2.0, 2.0]))
+        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state.square_avg["w"]
+        tensor([2., 2.])
+    """
+
+    step: Tensor
+    square_avg: ParamDict
+    acc_delta: ParamDict
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Adadelta(TorchOptimizer[AdadeltaState]):
+    """Adadelta, the functional `torch.optim.Adadelta`.
+
+    Same hyperparameters, defaults and arithmetic as `torch.optim.Adadelta`, so
+    a run gives the same parameters: the update is the gradient times
+    `sqrt(acc_delta + eps) / sqrt(square_avg + eps)`, scaled by `lr`. The
+    attributes below are the constructor's keyword arguments.
+
+    Attributes:
+        lr: Coefficient that scales the update: a number, a 0-dim tensor
+            (learnable with `differentiable=True`) or a ParamDict of per-key
+            values.
+        rho: Smoothing constant of the running averages, in [0, 1].
+        eps: Term added inside the square roots for numerical stability.
+        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
+            or a ParamDict of per-key values.
+        maximize: Maximize the objective instead of minimizing it.
+        differentiable: Keep the autograd graph through `step` (see `step`).
+
+    Raises:
+        ValueError: If a rate or `eps` is negative or `rho` is outside [0, 1];
+            the message names the argument.
+        TypeError: If a hyperparameter is of the wrong kind.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> params = ParamDict(w=torch.tensor([1.0]))
+        >>> opt = optim.Adadelta(rho=0.0, eps=0.0)
+        >>> state = opt.init(params)
+        >>> params, state = opt.step(params, {"w": torch.tensor([2.0])}, state)
+        >>> params["w"], state.acc_delta["w"]
+        (tensor([1.]), tensor([0.]))
+    """
+
+    state_type: ClassVar[type[AdadeltaState]] = AdadeltaState
+
+    lr: Rate = 1.0
+    rho: float = attrs.field(default=0.9, validator=check_fraction)
+    eps: float = attrs.field(default=1e-6, validator=check_non_negative)
+    weight_decay: Rate = 0.0
+    maximize: bool = False
+    differentiable: bool = False
+
+    def init_state(self, params: ParamDict, /) -> AdadeltaState:
+        """Return the first state: step 0 and zero averages.
+
+        Args:
+            params: The parameters to optimize (checked by `init`); unchanged.
+
+        Returns:
+            An `AdadeltaState`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.Adadelta().init(ParamDict(w=torch.ones(2))).acc_delta["w"]
+            tensor([0., 0.])
+        """
+        return AdadeltaState(
+            self.counter(params), params.zeros_like(), params.zeros_like()
+        )
+
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: AdadeltaState, ops: Kernels, /
+    ) -> tuple[ParamDict, AdadeltaState]:
+        rho, eps = self.rho, self.eps
+        step = self.next_step(state)
+        grads = self.prologue(params, grads, step, ops)
+        square_avg = ops.mul(state.square_avg, rho)
+        square_avg = ops.addcmul(square_avg, grads, grads, 1 - rho)
+        std = ops.sqrt(ops.add(ops.borrowed(square_avg), eps))
+        delta = ops.sqrt(ops.add(ops.borrowed(state.acc_delta), eps))
+        delta = ops.mul(ops.div(delta, std), grads)
+        acc_delta = ops.mul(state.acc_delta, rho)
+        acc_delta = ops.addcmul(acc_delta, delta, delta, 1 - rho)
+        new_params = ops.sub_scaled(params, delta, self.rate("lr", step))
+        return new_params, AdadeltaState(step, square_avg, acc_delta)

@@ -1,0 +1,168 @@
+"""Rprop: resilient backpropagation, per-entry step sizes driven by gradient signs."""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any, ClassVar, NamedTuple, cast
+
+import attrs
+from torch import Tensor
+from typing_extensions import override
+
+from .._paramdict import ParamDict
+from ._base import TorchOptimizer
+from ._hyper import Rate
+from ._kernels import Kernels
+from ._protocol import register_state
+
+__all__ = ["Rprop", "RpropState"]
+
+
+def _pair(name: str, value: object) -> tuple[float, float]:
+    is_tuple = isinstance(value, tuple)
+    pair = cast("tuple[object, ...]", value) if is_tuple else ()
+    if not (
+        is_tuple
+        and len(pair) == 2
+        and all(type(v) is not bool and isinstance(v, Real) for v in pair)
+    ):
+        msg = f"`{name}` must be a pair of numbers, got {value!r}."
+        raise TypeError(msg)
+    return cast("tuple[float, float]", pair)
+
+
+def _check_etas(instance: object, attribute: Any, value: Any) -> None:
+    etaminus, etaplus = _pair(attribute.name, value)
+    if not 0 < etaminus < 1 < etaplus < math.inf:
+        msg = (
+            f"`etas` must be (etaminus, etaplus) with 0 < etaminus < 1 < etaplus, "
+            f"got {value!r}."
+        )
+        raise ValueError(msg)
+
+
+def _check_step_sizes(instance: object, attribute: Any, value: Any) -> None:
+    low, high = _pair(attribute.name, value)
+    if not 0 <= low <= high < math.inf:
+        msg = (
+            "`step_sizes` must be (min, max) with 0 <= min <= max, both finite, "
+            f"got {value!r}."
+        )
+        raise ValueError(msg)
+
+
+@register_state
+class RpropState(NamedTuple):
+    """The state of `Rprop`.
+
+    Attributes:
+        step: The number of steps taken, a 0-dim tensor.
+        prev: The previous step's gradient (zero where its sign flipped).
+        step_size: The per-entry step sizes, starting at `lr`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.Rprop(lr=0.1)
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> grads = ParamDict(w=torch.tensor([2.0, -2.0]))
+        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state.prev["w"], state.step_size["w"]
+        (tensor([ 2., -2.]), tensor([0.1000, 0.1000]))
+    """
+
+    step: Tensor
+    prev: ParamDict
+    step_size: ParamDict
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Rprop(TorchOptimizer[RpropState]):
+    """Rprop, the functional `torch.optim.Rprop`.
+
+    Same hyperparameters, defaults and arithmetic as `torch.optim.Rprop`, so a
+    run gives the same parameters. Each entry moves by its own step size
+    against the sign of its gradient; the step size grows by `etas[1]` while
+    the gradient keeps its sign, shrinks by `etas[0]` when it flips (and that
+    step is skipped), and stays within `step_sizes`. `lr` is the first step
+    size. Like torch.optim's, Rprop has no weight decay. The attributes below
+    are the constructor's keyword arguments.
+
+    Attributes:
+        lr: The initial step size: a number, a 0-dim tensor or a ParamDict of
+            per-key values.
+        etas: `(etaminus, etaplus)`, the factors that shrink and grow the step
+            sizes, with `0 < etaminus < 1 < etaplus`.
+        step_sizes: `(min, max)`, the bounds of the step sizes.
+        maximize: Maximize the objective instead of minimizing it.
+        differentiable: Keep the autograd graph through `step` (see `step`).
+
+    Raises:
+        ValueError: If `lr` is negative, or `etas` or `step_sizes` is out of
+            range; the message names the argument.
+        TypeError: If a hyperparameter is of the wrong kind.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> opt = optim.Rprop(lr=0.1)
+        >>> state = opt.init(params)
+        >>> grads = {"w": torch.tensor([3.0, -3.0])}
+        >>> params, state = opt.step(params, grads, state)
+        >>> params, state = opt.step(params, grads, state)
+        >>> params["w"]
+        tensor([0.7800, 2.2200])
+    """
+
+    state_type: ClassVar[type[RpropState]] = RpropState
+    weight_decay = 0.0  # not an option: torch.optim.Rprop has no weight decay
+
+    lr: Rate = 1e-2
+    etas: tuple[float, float] = attrs.field(default=(0.5, 1.2), validator=_check_etas)
+    step_sizes: tuple[float, float] = attrs.field(
+        default=(1e-6, 50), validator=_check_step_sizes
+    )
+    maximize: bool = False
+    differentiable: bool = False
+
+    def init_state(self, params: ParamDict, /) -> RpropState:
+        """Return the first state: step 0, zero `prev`, step sizes at `lr`.
+
+        Args:
+            params: The parameters to optimize (checked by `init`); unchanged.
+
+        Returns:
+            An `RpropState`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.Rprop(lr=0.5).init(ParamDict(w=torch.ones(2))).step_size["w"]
+            tensor([0.5000, 0.5000])
+        """
+        counter = self.counter(params)
+        lr = self.rate("lr", counter + 1)
+        return RpropState(counter, params.zeros_like(), params.zeros_like().add(lr))
+
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: RpropState, ops: Kernels, /
+    ) -> tuple[ParamDict, RpropState]:
+        etaminus, etaplus = self.etas
+        step_size_min, step_size_max = self.step_sizes
+        step = self.next_step(state)
+        grads = self.prologue(params, grads, step, ops)
+        # The factor for each entry: etaplus where the gradient kept its sign,
+        # etaminus where it flipped, 1 where either is zero (torch's order; the
+        # sign is exactly 1, -1 or 0, and etaplus > 1 > etaminus > 0).
+        sign = ops.sign(ops.mul(ops.borrowed(grads), state.prev))
+        sign = ops.masked_fill(sign, ops.eq(sign, 1), etaplus)
+        sign = ops.masked_fill(sign, ops.eq(sign, -1), etaminus)
+        sign = ops.masked_fill(sign, ops.eq(sign, 0), 1)
+        step_size = ops.mul(state.step_size, sign)
+        step_size = ops.clamp(step_size, step_size_min, step_size_max)
+        # Where the sign flipped the step is skipped and forgotten.
+        grads = ops.masked_fill(grads, ops.eq(sign, etaminus), 0)
+        direction = ops.sign(ops.borrowed(grads))
+        new_params = ops.addcmul(params, direction, step_size, -1)
+        return new_params, RpropState(step, grads, step_size)
