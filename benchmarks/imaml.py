@@ -179,14 +179,9 @@ def measure(config: Config) -> Section:
 
 def _main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peak-memory", choices=[OURS, MAML])
+    parser.add_argument("--peak-memory", choices=[OURS, MAML], required=True)
     parser.add_argument("--steps", type=int, default=STEPS[0])
-    args, rest = parser.parse_known_args(argv)
-    if args.peak_memory is None:
-        from ._runner import main
-
-        main(["--only", "imaml", *rest])
-        return
+    args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     print(json.dumps(_memory_worker(args.peak_memory, args.steps)))
 
