@@ -362,7 +362,8 @@ class Kernels:
             tensor([1.5000, 4.5000])
         """
         if isinstance(value, (Tensor, ParamDict)):
-            return x.addcdiv(self.mul(a, value), b)
+            # `Kernels.mul`, not `self.mul`: `a` is read, never consumed.
+            return x.addcdiv(Kernels.mul(self, a, value), b)
         return x.addcdiv(a, b, value=value)
 
     def sqrt(self, x: P, /) -> P:
