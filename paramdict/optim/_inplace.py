@@ -35,7 +35,7 @@ _DIFFERENTIABLE = (
 
 def _named_tensors(params: ParamDict, state: object) -> list[tuple[str, Tensor]]:
     """The tensors `step_` may write, each with a name for error messages."""
-    named = [(repr(key), value) for key, value in params.items()]
+    named = list(params.items())
     leaves, _ = pytree.tree_flatten_with_path(state)
     for path, leaf in leaves:
         if isinstance(leaf, Tensor):
@@ -44,7 +44,7 @@ def _named_tensors(params: ParamDict, state: object) -> list[tuple[str, Tensor]]
 
 
 def _refuse(names: list[str], why: str, fix: str) -> None:
-    msg = f"`step_` cannot write into {sorted(set(names))!r}: {why}. {fix}"
+    msg = f"`step_` cannot write into {sorted(set(names))!r}: {why}. {fix}."
     raise ValueError(msg)
 
 
@@ -105,7 +105,7 @@ def check_writable(
             shared += [other, name]
     for key, g in grads.items():
         if g.numel() and g.untyped_storage().data_ptr() in owners:
-            shared += [repr(key), owners[g.untyped_storage().data_ptr()]]
+            shared += [f"grads[{key!r}]", owners[g.untyped_storage().data_ptr()]]
     if shared:
         _refuse(
             shared,

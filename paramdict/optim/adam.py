@@ -9,6 +9,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
+from . import _fused
 from ._base import TorchOptimizer
 from ._hyper import (
     Rate,
@@ -85,6 +86,32 @@ class _AdamFamily(TorchOptimizer[AdamState]):
             params.zeros_like(),
             params.zeros_like() if self.amsgrad else ParamDict(),
         )
+
+    @override
+    def _step_in_place(
+        self, params: ParamDict, grads: ParamDict, state: AdamState
+    ) -> AdamState:
+        step = self.next_step(state)
+        lr, weight_decay = self.rate("lr", step), self.rate("weight_decay", step)
+        if not _fused.fusable(params, lr, weight_decay):
+            return super()._step_in_place(params, grads, state)
+        state.step.copy_(step)
+        _fused.adam_(
+            params,
+            grads,
+            state.exp_avg,
+            state.exp_avg_sq,
+            state.max_exp_avg_sq,
+            step,
+            amsgrad=self.amsgrad,
+            lr=float(lr),
+            betas=self.betas,
+            weight_decay=float(weight_decay),
+            eps=self.eps,
+            maximize=self.maximize,
+            decoupled=self._decoupled(),
+        )
+        return state
 
     @override
     def update(
