@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from . import _peers, autograd, imports, maml, optim, pytree, update
+from . import _peers, autograd, imports, maml, optim, optim_scale, pytree, update
 from ._report import Config, Section, render_markdown
 
 __all__ = ["SECTIONS", "main"]
@@ -39,6 +39,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "grad": autograd.measure,
     "pytree": pytree.measure,
     "optim": optim.measure,
+    "optim-scale": optim_scale.measure,
     "maml": maml.measure,
     "memory": maml.measure_memory,
     "import": imports.measure,

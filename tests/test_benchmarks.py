@@ -19,7 +19,16 @@ import torch
 from benchmarks._agree import check_agreement
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ["update", "grad", "pytree", "optim", "maml", "memory", "import"]
+SECTIONS = [
+    "update",
+    "grad",
+    "pytree",
+    "optim",
+    "optim-scale",
+    "maml",
+    "memory",
+    "import",
+]
 GOALS = [
     "`p.sub(g, alpha=lr)` within 1.10x of bare foreach",
     "`p - lr * g` at least 1.3x faster than the dict comprehension",

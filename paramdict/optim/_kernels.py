@@ -480,6 +480,15 @@ def _values(x: ParamDict) -> list[Tensor]:
     return list(x.values())
 
 
+def _on_cpu(value: Rate, x: ParamDict) -> bool:
+    """Whether `value` is a 0-dim tensor and `x`'s entries are on the CPU."""
+    return (
+        isinstance(value, Tensor)
+        and value.device.type == "cpu"
+        and all(v.device.type == "cpu" for v in x.values())
+    )
+
+
 class InPlaceKernels(Kernels):
     """The in-place vocabulary: results are written into owned first operands.
 
@@ -616,6 +625,21 @@ class InPlaceKernels(Kernels):
 
     @override
     def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
+        if self.dtype is not None and _on_cpu(value, x):
+            # With float32 or float64 entries, a 0-dim CPU value goes to the
+            # kernel as one scalar per entry, read
+            # on the host: bitwise `a * value` first (the kernel rounds the value
+            # to the entries' dtype and multiplies before dividing), without that
+            # extra pass over memory (24 -> 16 passes of an Adam step at 50 x
+            # 400,000, about 20% of it).
+            what = "`addcdiv`"
+            scalars = value.repeat(len(x))
+            ys, zs = x._aligned(a, what=what), x._aligned(b, what=what)
+            if not self._mine(x):
+                values = torch._foreach_addcdiv(_values(x), ys, zs, scalars)
+                return self._made(x._derive(values))
+            torch._foreach_addcdiv_(_values(x), ys, zs, scalars)
+            return x
         if not self._mine(x):
             return self._made(super().addcdiv(x, a, b, value))
         if isinstance(value, (Tensor, ParamDict)):
