@@ -1,4 +1,4 @@
-"""Optimizer steps at model scale: `paramdict.optim` against torch.optim foreach and fused.
+"""Optimizer steps at model scale: `paramdict.optim` against torch.optim's kernels.
 
 Sizes: 50 entries x 400,000 float32 (20M parameters) and the 148 parameter shapes
 of GPT-2 small (124M parameters). Candidates, each stepping equal tensors with

@@ -3,7 +3,7 @@
 `torch._fused_adam_`, `_fused_adamw_`, `_fused_sgd_` and `_fused_adagrad_` update
 every parameter and buffer of a step in one pass over memory, writing into them.
 `Optimizer.step_` of `Adam`, `AdamW`, `SGD` and `Adagrad` calls them here when a
-step allows it (`fusable`): every entry of one dtype (float32 or float64) on one
+step allows it (`numbers`): every entry of one dtype (float32 or float64) on one
 device that has the kernel, and the rates plain numbers. Any other step takes
 the generic in-place path (the rule on `InPlaceKernels`).
 
@@ -20,33 +20,36 @@ from __future__ import annotations
 # (torch's fused kernels and its list of devices that have them are private)
 import torch
 from torch import Tensor
-from torch.optim.optimizer import _get_fused_kernels_supported_devices
+from torch.optim import optimizer as _optimizer
 
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
 
-__all__ = ["adagrad_", "adam_", "fusable", "sgd_"]
+__all__ = ["adagrad_", "adam_", "numbers", "sgd_"]
 
-_DEVICES = frozenset(_get_fused_kernels_supported_devices())
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+_DEVICES = frozenset(
+    _optimizer._get_fused_kernels_supported_devices()  # type: ignore[attr-defined]  # private, not re-exported
+)
 
 
-def fusable(params: ParamDict, *rates: Rate, cpu_only: bool = False) -> bool:
-    """Return whether a fused kernel can take this step.
+def numbers(
+    params: ParamDict, *rates: Rate, cpu_only: bool = False
+) -> list[float] | None:
+    """Return the rates as floats when a fused kernel can take this step, else None.
 
     Every entry must share float32 or float64 and one device that has fused
     kernels (only the CPU with `cpu_only`), and every rate must be a number.
     """
-    if not all(_is_number(rate) for rate in rates) or compute_dtype(params) is None:
-        return False
+    floats = [float(r) for r in rates if isinstance(r, (int, float))]
+    if len(floats) != len(rates) or any(isinstance(r, bool) for r in rates):
+        return None
+    if compute_dtype(params) is None:
+        return None
     values = params._vals
     device = values[0].device
     if device.type not in _DEVICES or (cpu_only and device.type != "cpu"):
-        return False
-    return all(v.device == device for v in values)
+        return None
+    return floats if all(v.device == device for v in values) else None
 
 
 def _steps(step: Tensor, count: int) -> list[Tensor]:

@@ -70,8 +70,7 @@ def check_writable(
             recorded,
             "autograd is recording them (they have a `grad_fn`), and writing "
             "into them would change the graph that produced them",
-            "Pass leaves (`params.detach()`), or use `step`, which returns new "
-            "tensors",
+            "Pass leaves (`params.detach()`), or use `step`, which returns new tensors",
         )
     if not torch.is_inference_mode_enabled():
         inference = [name for name, t in named if t.is_inference()]
@@ -90,8 +89,7 @@ def check_writable(
     if overlapping:
         _refuse(
             overlapping,
-            "several of their elements share one memory location (an `expand`ed "
-            "view)",
+            "several of their elements share one memory location (an `expand`ed view)",
             "Give each entry its own memory (`.clone()`)",
         )
     owners: dict[int, str] = {}

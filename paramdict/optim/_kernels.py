@@ -29,7 +29,7 @@ from __future__ import annotations
 # pyright: reportPrivateImportUsage=false, reportPrivateUsage=false
 # (torch's in-place foreach kernels have private names only; `_aligned` is
 # ParamDict's own package-internal alignment)
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import torch
 from torch import Tensor
@@ -480,7 +480,7 @@ def _values(x: ParamDict) -> list[Tensor]:
     return list(x.values())
 
 
-def _on_cpu(value: Rate, x: ParamDict) -> bool:
+def _on_cpu(value: Rate, x: ParamDict) -> TypeGuard[Tensor]:
     """Whether `value` is a 0-dim tensor and `x`'s entries are on the CPU."""
     return (
         isinstance(value, Tensor)

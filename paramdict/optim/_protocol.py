@@ -38,8 +38,8 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._inplace import check_writable, write_back, written_state
+from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 
 __all__ = ["Optimizer", "register_state"]
@@ -274,9 +274,7 @@ class Optimizer(abc.ABC, Generic[S]):
             new_params = finished(new_params, params, ops.dtype)
         return requires_grad_like(new_params, params), new_state
 
-    def step_(
-        self, params: P, grads: Mapping[str, Tensor], state: S, /
-    ) -> tuple[P, S]:
+    def step_(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
         """Write one update into the tensors of `params` and `state`; return them.
 
         The in-place counterpart of `step`, for callers who own their parameters
@@ -316,8 +314,8 @@ class Optimizer(abc.ABC, Generic[S]):
             >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
             >>> opt = optim.SGD(lr=0.5)
             >>> state = opt.init(params)
-            >>> w = params["w"]
-            >>> params, state = opt.step_(params, {"w": torch.tensor([1.0, 1.0])}, state)
+            >>> w, grads = params["w"], {"w": torch.tensor([1.0, 1.0])}
+            >>> params, state = opt.step_(params, grads, state)
             >>> params["w"] is w, w
             (True, tensor([0.5000, 1.5000]))
         """

@@ -113,7 +113,8 @@ class Adagrad(TorchOptimizer[AdagradState]):
     ) -> AdagradState:
         step = self.next_step(state)
         lr, weight_decay = self.rate("lr", step), self.rate("weight_decay", step)
-        if not _fused.fusable(params, lr, weight_decay, cpu_only=True):
+        rates = _fused.numbers(params, lr, weight_decay, cpu_only=True)
+        if rates is None:
             return super()._step_in_place(params, grads, state)
         state.step.copy_(step)
         _fused.adagrad_(
@@ -121,9 +122,9 @@ class Adagrad(TorchOptimizer[AdagradState]):
             grads,
             state.sum,
             step,
-            lr=float(lr),
+            lr=rates[0],
             lr_decay=self.lr_decay,
-            weight_decay=float(weight_decay),
+            weight_decay=rates[1],
             eps=self.eps,
             maximize=self.maximize,
         )

@@ -93,7 +93,8 @@ class _AdamFamily(TorchOptimizer[AdamState]):
     ) -> AdamState:
         step = self.next_step(state)
         lr, weight_decay = self.rate("lr", step), self.rate("weight_decay", step)
-        if not _fused.fusable(params, lr, weight_decay):
+        rates = _fused.numbers(params, lr, weight_decay)
+        if rates is None:
             return super()._step_in_place(params, grads, state)
         state.step.copy_(step)
         _fused.adam_(
@@ -104,9 +105,9 @@ class _AdamFamily(TorchOptimizer[AdamState]):
             state.max_exp_avg_sq,
             step,
             amsgrad=self.amsgrad,
-            lr=float(lr),
+            lr=rates[0],
             betas=self.betas,
-            weight_decay=float(weight_decay),
+            weight_decay=rates[1],
             eps=self.eps,
             maximize=self.maximize,
             decoupled=self._decoupled(),

@@ -127,18 +127,17 @@ class SGD(TorchOptimizer[SGDState]):
         # torch's fused SGD copies the gradient into the buffer on the first step
         # only through `is_first_step`, a host-side flag; without dampening the
         # zero buffer gives the same, so only that case is fused.
-        if (self.momentum != 0 and self.dampening != 0) or not _fused.fusable(
-            params, lr, weight_decay
-        ):
+        rates = _fused.numbers(params, lr, weight_decay)
+        if rates is None or (self.momentum != 0 and self.dampening != 0):
             return super()._step_in_place(params, grads, state)
         state.step.copy_(step)
         _fused.sgd_(
             params,
             grads,
             state.momentum_buffer,
-            lr=float(lr),
+            lr=rates[0],
             momentum=self.momentum,
-            weight_decay=float(weight_decay),
+            weight_decay=rates[1],
             nesterov=self.nesterov,
             maximize=self.maximize,
         )

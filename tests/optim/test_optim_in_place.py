@@ -121,23 +121,26 @@ def test_step_module_writes_into_the_module_and_the_state() -> None:
     model = make_model(F64)
     opt = optim.Adam(lr=0.01)
     state = opt.init(ParamDict.from_module(model))
-    weight, exp_avg = model[0].weight, state.exp_avg["0.weight"]
+    weight = model.get_parameter("0.weight")
+    exp_avg = state.exp_avg["0.weight"]
     before = weight.detach().clone()
     x, y = next(iter(batches(F64, 1)))
     _, new = opt.step_module(model, lambda: F.mse_loss(model(x), y), state)
-    assert new is state and new.exp_avg["0.weight"] is exp_avg
-    assert model[0].weight is weight and not torch.equal(weight, before)
+    assert new is state
+    assert new.exp_avg["0.weight"] is exp_avg
+    assert model.get_parameter("0.weight") is weight
+    assert not torch.equal(weight, before)
     assert int(state.step) == 1
 
 
 # ------------------------------------------------------------ memory
 
 
-class _Allocations(TorchDispatchMode):
+class _Allocations(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's class is unannotated
     """Keep a weak reference to every tensor an operation returns."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch's class is unannotated
         self.made: list[weakref.ref[Tensor]] = []
 
     def __torch_dispatch__(
@@ -206,7 +209,7 @@ def test_alive_tensor_count_sees_a_growing_loop() -> None:
     """The memory check counts what a loop keeps: `step`'s new state per call."""
     opt = optim.RMSprop(lr=0.01)
     params = ParamDict(w=torch.randn(4, 3))
-    kept: list[object] = [opt.init(params)]
+    kept = [opt.init(params)]
 
     def step() -> None:  # out of place, keeping every state
         kept.append(opt.step(params, params.full_like(0.1), kept[-1])[1])
@@ -263,7 +266,8 @@ def test_leaves_that_require_grad_are_written() -> None:
     opt = optim.SGD(lr=1.0)
     w = params["w"]
     opt.step_(params, grads, opt.init(params))
-    assert w.requires_grad and w.is_leaf
+    assert w.requires_grad
+    assert w.is_leaf
     torch.testing.assert_close(w.detach(), torch.tensor([0.9, -2.1, 2.9]))
 
 
