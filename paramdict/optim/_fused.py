@@ -19,8 +19,8 @@ from __future__ import annotations
 # pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's fused kernels and its list of devices that have them are private)
 import torch
+import torch.optim.optimizer as _optimizer
 from torch import Tensor
-from torch.optim import optimizer as _optimizer
 
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype

@@ -12,7 +12,7 @@ caller's ParamDicts and state keep holding the same tensors.
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
+# pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's overlap check has a private name only)
 from typing import Any, TypeVar
 

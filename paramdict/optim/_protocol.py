@@ -81,7 +81,7 @@ def _traced() -> bool:
     """Whether `torch.compile` or a `torch.func` transform (`vmap`, ...) runs `step`."""
     return (
         torch.compiler.is_compiling()
-        or torch._C._functorch.peek_interpreter_stack() is not None
+        or torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportAttributeAccessIssue]  # not in torch's stubs
     )
 
 
