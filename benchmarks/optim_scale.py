@@ -14,8 +14,9 @@ equal gradients and carrying its own state:
 Before timing, three steps of the in-place and torch candidates from the same start
 must agree (the fused kernels round slightly differently from foreach; the check
 allows float32 rounding). Then the peak memory of a 20-step loop, each candidate in
-a fresh process: the growth of the resident set's high-water mark over the
-parameters and gradients (the working set over the data). Model-scale sizes are
+a fresh process: the growth of the resident set's high-water mark from before the
+candidate (and its state) is built, less its copy of the parameters: the working
+set over the parameters and gradients. Model-scale sizes are
 measured in full runs only; `--quick` notes that and returns at once. Part of
 `python -m benchmarks`; `python -m benchmarks --only optim-scale` runs it alone.
 """
@@ -172,14 +173,24 @@ def _agree(candidates: dict[str, Callable[[], object]]) -> None:
 
 
 def _memory_worker(name: str, size: str, mode: str) -> dict[str, Any]:
-    """Run 20 steps of one candidate in this process; return the peak growth."""
-    step = _candidates(name, size, [mode])[mode]
+    """Run 20 steps of one candidate in this process; return the peak growth.
+
+    Measured from before the candidate is built (its state included, which
+    torch.optim makes on the first step), less the candidate's own copy of the
+    parameters: the working set over the parameters and gradients.
+    """
+    keys, values, grads = _data(size)
     gc.collect()
     exact = _reset_peak()
     before = _peak()
+    if mode in (OURS, IN_PLACE):
+        step = _ours(name, keys, values, grads, mode)
+    else:
+        step = _torch(name, values, grads, mode)
     for _ in range(20):
         step()
-    return {"bytes": _peak() - before, "reset": exact}
+    data = sum(v.numel() * v.element_size() for v in values)
+    return {"bytes": _peak() - before - data, "reset": exact}
 
 
 def _memory_row(name: str, size: str, config: Config) -> Row:
