@@ -29,7 +29,18 @@ from typing import Any
 
 import torch
 
-from . import _peers, autograd, imaml, imports, maml, maml_cnn, optim, pytree, update
+from . import (
+    _peers,
+    autograd,
+    imaml,
+    imports,
+    maml,
+    maml_cnn,
+    optim,
+    optim_scale,
+    pytree,
+    update,
+)
 from ._report import Config, Section, render_markdown
 
 __all__ = ["SECTIONS", "main"]
@@ -39,6 +50,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "grad": autograd.measure,
     "pytree": pytree.measure,
     "optim": optim.measure,
+    "optim-scale": optim_scale.measure,
     "maml": maml.measure,
     "memory": maml.measure_memory,
     "cnn": maml_cnn.measure,

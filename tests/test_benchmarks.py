@@ -24,6 +24,7 @@ SECTIONS = [
     "grad",
     "pytree",
     "optim",
+    "optim-scale",
     "maml",
     "memory",
     "cnn",

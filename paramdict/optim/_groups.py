@@ -208,6 +208,20 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             opt.check_state(subset(params, keys), sub_state)
 
     @override
+    def _step_in_place(
+        self, params: ParamDict, grads: ParamDict, state: tuple[S, ...]
+    ) -> tuple[S, ...]:
+        routes = self._routes_for(params)
+        states: list[S] = []
+        for opt, keys, sub_state in zip(self._members(), routes, state):
+            if keys:  # each group in place on its entries, fused where it can be
+                sub_state = opt._step_in_place(
+                    subset(params, keys), subset(grads, keys), sub_state
+                )
+            states.append(sub_state)
+        return tuple(states)
+
+    @override
     def update(
         self, params: ParamDict, grads: ParamDict, state: tuple[S, ...], ops: Kernels, /
     ) -> tuple[ParamDict, tuple[S, ...]]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 # (torch's in-place foreach kernels have private names only; `_aligned` is
 # ParamDict's own package-internal alignment)
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import torch
 from torch import Tensor
@@ -366,7 +366,8 @@ class Kernels:
             tensor([1.5000, 4.5000])
         """
         if isinstance(value, (Tensor, ParamDict)):
-            return x.addcdiv(self.mul(a, value), b)
+            # `Kernels.mul`, not `self.mul`: `a` is read, never consumed.
+            return x.addcdiv(Kernels.mul(self, a, value), b)
         return x.addcdiv(a, b, value=value)
 
     def sqrt(self, x: P, /) -> P:
@@ -683,6 +684,15 @@ def _values(x: ParamDict) -> list[Tensor]:
     return list(x.values())
 
 
+def _on_cpu(value: Rate, x: ParamDict) -> TypeGuard[Tensor]:
+    """Whether `value` is a 0-dim tensor and `x`'s entries are on the CPU."""
+    return (
+        isinstance(value, Tensor)
+        and value.device.type == "cpu"
+        and all(v.device.type == "cpu" for v in x.values())
+    )
+
+
 class InPlaceKernels(Kernels):
     """The in-place vocabulary: results are written into owned first operands.
 
@@ -822,6 +832,21 @@ class InPlaceKernels(Kernels):
 
     @override
     def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
+        if self.dtype is not None and _on_cpu(value, x):
+            # With float32 or float64 entries, a 0-dim CPU value goes to the
+            # kernel as one scalar per entry, read
+            # on the host: bitwise `a * value` first (the kernel rounds the value
+            # to the entries' dtype and multiplies before dividing), without that
+            # extra pass over memory (24 -> 16 passes of an Adam step at 50 x
+            # 400,000, about 20% of it).
+            what = "`addcdiv`"
+            scalars = value.repeat(len(x))
+            ys, zs = x._aligned(a, what=what), x._aligned(b, what=what)
+            if not self._mine(x):
+                values = torch._foreach_addcdiv(_values(x), ys, zs, scalars)
+                return self._made(x._derive(values))
+            torch._foreach_addcdiv_(_values(x), ys, zs, scalars)
+            return x
         if not self._mine(x):
             return self._made(super().addcdiv(x, a, b, value))
         if isinstance(value, (Tensor, ParamDict)):

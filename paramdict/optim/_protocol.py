@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
+from ._inplace import check_writable, write_back, written_state
 from ._kernels import InPlaceKernels, Kernels, RecordedKernels
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 
@@ -74,6 +75,14 @@ def register_state(cls: T) -> T:
         cls, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}"
     )
     return cls
+
+
+def _traced() -> bool:
+    """Whether `torch.compile` or a `torch.func` transform (`vmap`, ...) runs `step`."""
+    return (
+        torch.compiler.is_compiling()
+        or torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportAttributeAccessIssue]  # not in torch's stubs
+    )
 
 
 class Optimizer(abc.ABC, Generic[S]):
@@ -251,32 +260,111 @@ class Optimizer(abc.ABC, Generic[S]):
             ops: Kernels = RecordedKernels.for_params(params)
             new_params, new_state = self.update(params, aligned, state, ops)
             return finished(new_params, params, ops.dtype), new_state
-        ops = Kernels.for_params(params)
+        # The in-place kernels owning nothing yet: each first operation on the
+        # inputs runs out of place, and everything after it writes into the
+        # tensors the step itself just made. Only the new parameters and state
+        # (and a rule's scratch) are allocated, bitwise the functional results.
+        # Traced, the step stays functional: torch.func's transforms have no rule
+        # for the in-place foreach kernels, and the compiler plans the memory of
+        # the whole graph itself (the ownership checks would guard on identities).
+        kernels = Kernels if _traced() else InPlaceKernels
+        ops = kernels.for_params(params)
         with torch.no_grad():
             new_params, new_state = self.update(params, aligned, state, ops)
             new_params = finished(new_params, params, ops.dtype)
         return requires_grad_like(new_params, params), new_state
+
+    def step_(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
+        """Write one update into the tensors of `params` and `state`; return them.
+
+        The in-place counterpart of `step`, for callers who own their parameters
+        and state: no new parameters or buffers are allocated. It writes into
+        every tensor of `params` and every tensor of `state` (the buffers and the
+        step counter), and into nothing else: `grads` is only read, and no
+        ParamDict or state object is changed (they are immutable; their tensors
+        are). The returned `params` and state are the ones given, holding the
+        same, updated tensors; keep using them (or the returned ones) from then
+        on. The values equal `step`'s, bitwise where the kernels are the same.
+
+        `Adam`, `AdamW`, `SGD` without dampening and `Adagrad` (CPU) use torch's
+        fused kernels when every entry shares float32 or float64 and one device
+        and the rates are numbers: bitwise `torch.optim` with `fused=True`, which
+        rounds slightly differently from `step` (the foreach path). Every other
+        optimizer and case runs its rule on `InPlaceKernels`, bitwise `step`.
+
+        Args:
+            params: The parameters, written in place.
+            grads: Their gradients (a mapping with the same keys); read only.
+            state: The state from `init` or a previous step, written in place.
+
+        Returns:
+            `(params, state)`: the objects given, with the update written in.
+
+        Raises:
+            ValueError: If the optimizer is differentiable; if a tensor of
+                `params` or `state` is recorded by autograd (has a `grad_fn`), is
+                an inference tensor outside inference mode, has overlapping
+                elements, or shares memory with another entry, buffer or
+                gradient; and as for `step`. Nothing is written then.
+            TypeError: As for `step`.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import ParamDict, optim
+            >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> opt = optim.SGD(lr=0.5)
+            >>> state = opt.init(params)
+            >>> w, grads = params["w"], {"w": torch.tensor([1.0, 1.0])}
+            >>> params, state = opt.step_(params, grads, state)
+            >>> params["w"] is w, w
+            (True, tensor([0.5000, 1.5000]))
+        """
+        if self.differentiable:
+            check_writable(True, params, ParamDict(), state)
+        aligned = self._checked(params, grads, state)
+        check_writable(False, params, aligned, state)
+        if not params:
+            return params, state
+        with torch.no_grad():
+            return params, self._step_in_place(params, aligned, state)
+
+    def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
+        """Write one step into checked `params` and `state`; return `state`.
+
+        The generic path: the rule on `InPlaceKernels`, then whatever it made out
+        of place copied into the tensors it replaces. Optimizers with a fused
+        kernel override this and fall back to it. Runs under `torch.no_grad()`.
+        """
+        new_params, new_state = self._run_in_place(params, grads, state)
+        write_back(params, new_params)
+        return written_state(state, new_state)
+
+    def _run_in_place(
+        self, params: ParamDict, grads: ParamDict, state: S
+    ) -> tuple[ParamDict, S]:
+        ops = InPlaceKernels.for_params(params)
+        assert isinstance(ops, InPlaceKernels)  # for the type checkers
+        given = cast(object, state)
+        fields = cast("tuple[object, ...]", given) if isinstance(given, tuple) else ()
+        ops.own(params, *fields)
+        new_params, new_state = self.update(params, grads, state, ops)
+        return finished(new_params, params, ops.dtype), new_state
 
     def _update_in_place(
         self, params: P, grads: Mapping[str, Tensor], state: S, /
     ) -> tuple[P, S]:
         """Run `update` with `InPlaceKernels`, writing into `params` and `state`.
 
-        The base of an in-place `step_`: the parameters' and the state's tensors
-        are overwritten; the returned ParamDicts hold them.
+        The rule alone, as the kernels leave it (what `step_` builds on): the
+        parameters' and the state's tensors are overwritten; the returned
+        ParamDicts hold them.
         """
         aligned = self._checked(params, grads, state)
         if not params:
             return params, state
-        ops = InPlaceKernels.for_params(params)
-        assert isinstance(ops, InPlaceKernels)  # for the type checkers
-        given = cast(object, state)
-        fields = cast("tuple[object, ...]", given) if isinstance(given, tuple) else ()
-        ops.own(params, *fields)
         with torch.no_grad():
-            new_params, new_state = self.update(params, aligned, state, ops)
-            new_params = finished(new_params, params, ops.dtype)
-        return new_params, new_state
+            new_params, new_state = self._run_in_place(params, aligned, state)
+        return cast(P, new_params), new_state
 
     def step_module(
         self, module: nn.Module, loss_fn: Callable[[], Tensor], state: S, /
@@ -284,10 +372,12 @@ class Optimizer(abc.ABC, Generic[S]):
         """Take one training step on `module`, updating its parameters in place.
 
         Computes `loss = loss_fn()` (which should call `module`), its gradients
-        with respect to the module's parameters that require grad, and one `step`;
-        then copies the new values into the module's own `nn.Parameter` objects
-        (`ParamDict.to_module`), so hooks and references to them stay valid. The
-        parameters' `.grad` fields are not touched.
+        with respect to the module's parameters that require grad, and one
+        `step_`, which writes the update into the module's own `nn.Parameter`
+        objects and into the tensors of `state` (so hooks and references to them
+        stay valid, and no second copy of the parameters or the state is made).
+        The parameters' `.grad` fields are not touched. The returned state is
+        `state` itself, updated.
 
         Args:
             module: The module to train.
@@ -337,8 +427,8 @@ class Optimizer(abc.ABC, Generic[S]):
             raise TypeError(msg)
         params = ParamDict.from_module(module).trainable()
         self.check_state(params, state)
+        check_writable(False, params, ParamDict(), state)
         loss = loss_fn()
         grads = params.grad(loss)
-        new_params, new_state = self.step(params, grads, state)
-        new_params.to_module(module, strict=False)
+        _, new_state = self.step_(params, grads, state)
         return loss.detach(), new_state

@@ -9,6 +9,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
+from . import _fused
 from ._base import TorchOptimizer
 from ._hyper import Rate, check_non_negative, quotient
 from ._kernels import Kernels
@@ -105,6 +106,29 @@ class Adagrad(TorchOptimizer[AdagradState]):
         return AdagradState(
             self.counter(params), params.full_like(self.initial_accumulator_value)
         )
+
+    @override
+    def _step_in_place(
+        self, params: ParamDict, grads: ParamDict, state: AdagradState
+    ) -> AdagradState:
+        step = self.next_step(state)
+        lr, weight_decay = self.rate("lr", step), self.rate("weight_decay", step)
+        rates = _fused.numbers(params, lr, weight_decay, cpu_only=True)
+        if rates is None:
+            return super()._step_in_place(params, grads, state)
+        state.step.copy_(step)
+        _fused.adagrad_(
+            params,
+            grads,
+            state.sum,
+            step,
+            lr=rates[0],
+            lr_decay=self.lr_decay,
+            weight_decay=rates[1],
+            eps=self.eps,
+            maximize=self.maximize,
+        )
+        return state
 
     @override
     def update(

@@ -15,6 +15,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
+from . import _fused
 from ._base import HasStep, TorchOptimizer
 from ._hyper import (
     Rate,
@@ -148,6 +149,33 @@ class _AdamFamily(TorchOptimizer[AdamState]):
             params.zeros_like(),
             params.zeros_like() if self.amsgrad else ParamDict(),
         )
+
+    @override
+    def _step_in_place(
+        self, params: ParamDict, grads: ParamDict, state: AdamState
+    ) -> AdamState:
+        step = self.next_step(state)
+        lr, weight_decay = self.rate("lr", step), self.rate("weight_decay", step)
+        rates = _fused.numbers(params, lr, weight_decay)
+        if rates is None:
+            return super()._step_in_place(params, grads, state)
+        state.step.copy_(step)
+        _fused.adam_(
+            params,
+            grads,
+            state.exp_avg,
+            state.exp_avg_sq,
+            state.max_exp_avg_sq,
+            step,
+            amsgrad=self.amsgrad,
+            lr=rates[0],
+            betas=self.betas,
+            weight_decay=rates[1],
+            eps=self.eps,
+            maximize=self.maximize,
+            decoupled=self._decoupled(),
+        )
+        return state
 
     @override
     def update(

@@ -9,6 +9,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
+from . import _fused
 from ._base import TorchOptimizer
 from ._hyper import Rate, check_non_negative, check_number
 from ._kernels import Kernels
@@ -116,6 +117,31 @@ class SGD(TorchOptimizer[SGDState]):
         """
         buffer = params.zeros_like() if self.momentum != 0 else ParamDict()
         return SGDState(self.counter(params), buffer)
+
+    @override
+    def _step_in_place(
+        self, params: ParamDict, grads: ParamDict, state: SGDState
+    ) -> SGDState:
+        step = self.next_step(state)
+        lr, weight_decay = self.rate("lr", step), self.rate("weight_decay", step)
+        # torch's fused SGD copies the gradient into the buffer on the first step
+        # only through `is_first_step`, a host-side flag; without dampening the
+        # zero buffer gives the same, so only that case is fused.
+        rates = _fused.numbers(params, lr, weight_decay)
+        if rates is None or (self.momentum != 0 and self.dampening != 0):
+            return super()._step_in_place(params, grads, state)
+        state.step.copy_(step)
+        _fused.sgd_(
+            params,
+            grads,
+            state.momentum_buffer,
+            lr=rates[0],
+            momentum=self.momentum,
+            weight_decay=rates[1],
+            nesterov=self.nesterov,
+            maximize=self.maximize,
+        )
+        return state
 
     @override
     def update(

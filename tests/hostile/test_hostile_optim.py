@@ -245,6 +245,24 @@ def test_bad_step_input_is_refused_and_nothing_changes(
     _assert_unchanged(before, args)
 
 
+@pytest.mark.parametrize(("make", "spoil", "error", "match"), _step_params())
+def test_bad_in_place_step_input_is_refused_and_nothing_changes(
+    make: Callable[[], optim.Optimizer[Any]],
+    spoil: Spoil,
+    error: type[Exception],
+    match: str,
+) -> None:
+    """A bad argument to `step_` raises as for `step`; nothing is written."""
+    opt = make()
+    params = _params()
+    state = opt.init(params)
+    args = spoil(params, _grads(), state)
+    before = _snapshot(args)
+    with pytest.raises(error, match=match):
+        opt.step_(*args)
+    _assert_unchanged(before, args)
+
+
 def test_numpy_gradients_are_refused() -> None:
     """A numpy array is not a gradient; the key is named."""
     if np is None:

@@ -36,6 +36,10 @@ class Case:
     """Trajectory ids also checked against torch's foreach implementation."""
     tensor_lr: dict[str, Any] = field(default_factory=dict)
     """Options beside a 0-dim tensor `lr` for the tensor-lr trajectory."""
+    fused: tuple[str, ...] = ()
+    """Trajectory ids whose `step_` runs torch's fused kernel (CPU): checked
+    bitwise against torch.optim with `fused=True`; any other id is checked
+    bitwise against `step`."""
     classes: tuple[type[Any], type[Any]] | None = None
     """`(ours, theirs)` classes when `ours`/`theirs` are factories around them."""
     matrices_only: bool = False
@@ -84,6 +88,7 @@ TABLE: list[Case] = [
         },
         ("sgd-maximize", "sgd-dampening"),
         {"momentum": 0.9, "weight_decay": 0.1},
+        ("sgd", "sgd-momentum", "sgd-nesterov", "sgd-weight-decay", "sgd-maximize"),
     ),
     Case(
         "adam",
@@ -104,6 +109,14 @@ TABLE: list[Case] = [
         },
         ("adam-weight-decay",),
         {"weight_decay": 0.1},
+        (
+            "adam",
+            "adam-betas-eps",
+            "adam-amsgrad",
+            "adam-weight-decay",
+            "adam-decoupled",
+            "adam-maximize",
+        ),
     ),
     Case(
         "adamw",
@@ -120,6 +133,7 @@ TABLE: list[Case] = [
             },
         },
         ("adamw-amsgrad-maximize",),
+        fused=("adamw", "adamw-amsgrad-maximize"),
     ),
     Case(
         "rmsprop",
@@ -166,6 +180,12 @@ TABLE: list[Case] = [
         },
         ("adagrad-weight-decay-maximize",),
         {"lr_decay": 0.05},
+        (
+            "adagrad",
+            "adagrad-lr-decay",
+            "adagrad-initial-eps",
+            "adagrad-weight-decay-maximize",
+        ),
     ),
     Case(
         "adafactor",

@@ -53,7 +53,10 @@ def test_in_place_kernels_equal_functional_bitwise(opt: optim.Optimizer[Any]) ->
         grads = params.requires_grad_().grad(F.mse_loss(forward(params, x), y))
         params = params.detach()
         grads_before = _clone(grads)
-        params, state = opt.step(params, grads, state)
+        with torch.no_grad():  # the functional vocabulary, as `step` ran it before
+            params, state = opt.update(
+                params, grads, state, optim.Kernels.for_params(params)
+            )
         before = [t.data_ptr() for t in own_params.values()]
         own_params, own_state = opt._update_in_place(own_params, grads, own_state)
         # Written into the same tensors; the gradients are untouched.

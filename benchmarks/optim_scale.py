@@ -1,0 +1,310 @@
+"""Optimizer steps at model scale: `paramdict.optim` against torch.optim's kernels.
+
+Sizes: 50 entries x 400,000 float32 (20M parameters) and the 148 parameter shapes
+of GPT-2 small (124M parameters). Candidates, each stepping equal tensors with
+equal gradients and carrying its own state:
+
+- `ParamDict step_`: `params, state = opt.step_(params, grads, state)`, in place
+  (torch's fused kernels where a step allows);
+- `ParamDict`: the default out-of-place `opt.step`;
+- `ParamDict compiled`: `torch.compile(opt.step)` (50 x 400,000 only);
+- `torch.optim (foreach)`, `torch.optim (fused)`: `opt.step()` on parameters whose
+  `.grad` is set; `torch.optim (foreach) compiled`: `torch.compile(opt.step)`.
+
+Before timing, three steps of the in-place and torch candidates from the same start
+must agree (the fused kernels round slightly differently from foreach; the check
+allows float32 rounding). Then the peak memory of a 20-step loop, each candidate in
+a fresh process: the growth of the resident set's high-water mark from before the
+candidate (and its state) is built, less its copy of the parameters: the working
+set over the parameters and gradients. Model-scale sizes are
+measured in full runs only; `--quick` notes that and returns at once. Part of
+`python -m benchmarks`; `python -m benchmarks --only optim-scale` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from paramdict import ParamDict, optim
+
+from ._report import OURS, Config, Row, Section, format_bytes, ratio_target
+from ._timing import run_fresh
+from .maml import _peak, _reset_peak
+
+__all__ = ["measure"]
+
+IN_PLACE = "ParamDict step_"
+COMPILED = "ParamDict compiled"
+FOREACH = "torch.optim (foreach)"
+FUSED = "torch.optim (fused)"
+FOREACH_COMPILED = "torch.optim (foreach) compiled"
+MEMORY_CANDIDATES = (IN_PLACE, OURS, FOREACH, FUSED)
+
+SETTINGS: dict[str, tuple[Callable[..., optim.Optimizer[Any]], Any, dict[str, Any]]]
+SETTINGS = {
+    "Adam": (optim.Adam, torch.optim.Adam, {"lr": 1e-3}),
+    "AdamW": (optim.AdamW, torch.optim.AdamW, {"lr": 1e-3, "weight_decay": 0.01}),
+    "SGD momentum": (optim.SGD, torch.optim.SGD, {"lr": 1e-3, "momentum": 0.9}),
+    "Adagrad": (optim.Adagrad, torch.optim.Adagrad, {"lr": 1e-3}),
+}
+WIDE = "50 x 400,000"
+GPT2 = "GPT-2 small (148 tensors)"
+
+
+def _gpt2_shapes() -> list[tuple[str, tuple[int, ...]]]:
+    """The parameter shapes of GPT-2 small (124M parameters, tied head)."""
+    shapes: list[tuple[str, tuple[int, ...]]] = [
+        ("wte.weight", (50257, 768)),
+        ("wpe.weight", (1024, 768)),
+    ]
+    for i in range(12):
+        h = f"h.{i}."
+        shapes += [
+            (h + "ln_1.weight", (768,)),
+            (h + "ln_1.bias", (768,)),
+            (h + "attn.c_attn.weight", (768, 2304)),
+            (h + "attn.c_attn.bias", (2304,)),
+            (h + "attn.c_proj.weight", (768, 768)),
+            (h + "attn.c_proj.bias", (768,)),
+            (h + "ln_2.weight", (768,)),
+            (h + "ln_2.bias", (768,)),
+            (h + "mlp.c_fc.weight", (768, 3072)),
+            (h + "mlp.c_fc.bias", (3072,)),
+            (h + "mlp.c_proj.weight", (3072, 768)),
+            (h + "mlp.c_proj.bias", (768,)),
+        ]
+    return [*shapes, ("ln_f.weight", (768,)), ("ln_f.bias", (768,))]
+
+
+def shapes(size: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The `(key, shape)` list of a size."""
+    if size == GPT2:
+        return _gpt2_shapes()
+    return [(f"layers.{i}.weight", (400_000,)) for i in range(50)]
+
+
+def _data(size: str) -> tuple[list[str], list[Tensor], list[Tensor]]:
+    gen = torch.Generator().manual_seed(0)
+    keys, values, grads = [], [], []
+    for key, shape in shapes(size):
+        keys.append(key)
+        values.append(torch.randn(shape, generator=gen) * 0.02)
+        grads.append(torch.randn(shape, generator=gen) * 0.01)
+    return keys, values, grads
+
+
+def _ours(
+    name: str, keys: list[str], values: list[Tensor], grads: list[Tensor], mode: str
+) -> Callable[[], object]:
+    ours, _, kwargs = SETTINGS[name]
+    opt = ours(**kwargs)
+    params = ParamDict(zip(keys, [v.clone() for v in values]))
+    grad_dict = ParamDict(zip(keys, grads))
+    carried: list[Any] = [params, opt.init(params)]
+    step = opt.step_ if mode == IN_PLACE else opt.step
+    if mode == COMPILED:
+        step = torch.compile(opt.step)
+
+    def run() -> object:
+        carried[0], carried[1] = step(carried[0], grad_dict, carried[1])
+        return carried[0]
+
+    return run
+
+
+def _torch(
+    name: str, values: list[Tensor], grads: list[Tensor], mode: str
+) -> Callable[[], object]:
+    _, theirs, kwargs = SETTINGS[name]
+    tensors = [v.clone().requires_grad_() for v in values]
+    for tensor, grad in zip(tensors, grads):
+        tensor.grad = grad
+    flag = {"fused": True} if mode == FUSED else {"foreach": True}
+    opt = theirs(tensors, **flag, **kwargs)
+    step = torch.compile(opt.step) if mode == FOREACH_COMPILED else opt.step
+
+    def run() -> object:
+        step()
+        return tensors
+
+    return run
+
+
+def _candidates(
+    name: str, size: str, names: Sequence[str]
+) -> dict[str, Callable[[], object]]:
+    keys, values, grads = _data(size)
+    made: dict[str, Callable[[], object]] = {}
+    for mode in names:
+        if mode in (OURS, IN_PLACE, COMPILED):
+            made[mode] = _ours(name, keys, values, grads, mode)
+        else:
+            made[mode] = _torch(name, values, grads, mode)
+    return made
+
+
+def _agree(candidates: dict[str, Callable[[], object]]) -> None:
+    """Three steps of each candidate give the same parameters (float32 rounding)."""
+    results: dict[str, list[Tensor]] = {}
+    for mode, step in candidates.items():
+        out: object = None
+        for _ in range(3):
+            out = step()
+        if isinstance(out, ParamDict):
+            results[mode] = list(out.values())
+        else:
+            assert isinstance(out, list)  # torch's candidates return their tensors
+            results[mode] = [t for t in out if isinstance(t, Tensor)]
+    reference = results[FUSED]
+    for mode, values in results.items():
+        for got, want in zip(values, reference, strict=True):
+            torch.testing.assert_close(
+                got.detach(), want.detach(), rtol=1e-5, atol=1e-6, msg=mode
+            )
+
+
+def _memory_worker(name: str, size: str, mode: str) -> dict[str, Any]:
+    """Run 20 steps of one candidate in this process; return the peak growth.
+
+    Measured from before the candidate is built (its state included, which
+    torch.optim makes on the first step), less the candidate's own copy of the
+    parameters: the working set over the parameters and gradients.
+    """
+    keys, values, grads = _data(size)
+    gc.collect()
+    exact = _reset_peak()
+    before = _peak()
+    if mode in (OURS, IN_PLACE):
+        step = _ours(name, keys, values, grads, mode)
+    else:
+        step = _torch(name, values, grads, mode)
+    for _ in range(20):
+        step()
+    data = sum(v.numel() * v.element_size() for v in values)
+    return {"bytes": _peak() - before - data, "reset": exact}
+
+
+def _memory_row(name: str, size: str, config: Config) -> Row:
+    samples: dict[str, list[float]] = {m: [] for m in MEMORY_CANDIDATES}
+    for i in range(min(config.processes, 3)):  # the peak varies little
+        order = MEMORY_CANDIDATES if i % 2 == 0 else MEMORY_CANDIDATES[::-1]
+        for mode in order:
+            result = run_fresh(
+                ["-m", "benchmarks.optim_scale", name, size, mode],
+                threads=config.threads,
+                what=f"The memory worker for {mode}",
+            )
+            samples[mode].append(float(result["bytes"]))
+    medians = {m: statistics.median(s) for m, s in samples.items()}
+    spreads = {
+        m: (max(s) - min(s)) / medians[m] if medians[m] else 0.0
+        for m, s in samples.items()
+    }
+    ordered = {OURS: medians.pop(OURS), **medians}
+    return Row(
+        f"{name}: 20-step loop, peak memory over the data",
+        size,
+        ordered,
+        {OURS: spreads.pop(OURS), **spreads},
+        {OURS: samples.pop(OURS), **samples},
+        unit="B",
+    )
+
+
+def measure(config: Config) -> Section:
+    """Time and measure each optimizer at model scale (full runs only)."""
+    section = Section(
+        "optim-scale",
+        "Optimizer step at model scale",
+        "One step per call on float32 entries, carrying the state forward; "
+        "torch.optim steps in place, `step_` too, `ParamDict` returns new tensors.",
+    )
+    if config.quick:
+        section.notes.append("Model-scale sizes are measured in full runs only.")
+        return section
+    rounds = max(5, min(config.rounds, 15))
+    timing = Config(
+        quick=False,
+        rounds=rounds,
+        target=0.05,
+        warmup=2,
+        threads=config.threads,
+        processes=config.processes,
+        sizes=config.sizes,
+        clock=config.clock,
+    )
+    for name in SETTINGS:
+        for size in (WIDE, GPT2):
+            names = [OURS, IN_PLACE, FOREACH, FUSED]
+            if size == WIDE:
+                names += [COMPILED, FOREACH_COMPILED]
+            with torch.inference_mode(False):
+                candidates = _candidates(name, size, names)
+                _agree(candidates)
+                row = Row.from_timings(f"{name} step", size, timing.time(candidates))
+            section.rows.append(row)
+            if size != WIDE:
+                continue
+            section.targets += [
+                ratio_target(
+                    f"{name}: `step_` within 1.10x of torch.optim fused, {size}",
+                    row,
+                    IN_PLACE,
+                    FUSED,
+                    1.10,
+                ),
+                ratio_target(
+                    f"{name}: default `step` no slower than torch.optim foreach, "
+                    f"{size}",
+                    row,
+                    OURS,
+                    FOREACH,
+                    1.0,
+                ),
+                ratio_target(
+                    f"{name}: `torch.compile(opt.step)` within 1.3x of torch.optim "
+                    f"fused, {size}",
+                    row,
+                    COMPILED,
+                    FUSED,
+                    1.3,
+                ),
+            ]
+        mem = _memory_row(name, WIDE, config)
+        section.rows.append(mem)
+        section.targets.append(
+            ratio_target(
+                f"{name}: `step_` loop peak memory within 1.10x of torch.optim "
+                f"fused, {WIDE}",
+                mem,
+                IN_PLACE,
+                FUSED,
+                1.10,
+            )
+        )
+        shown = ", ".join(f"{m} {format_bytes(v)}" for m, v in mem.medians.items())
+        section.notes.append(f"{name} peak memory over the data: {shown}.")
+    return section
+
+
+def _main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name", choices=list(SETTINGS))
+    parser.add_argument("size", choices=[WIDE, GPT2])
+    parser.add_argument("mode", choices=list(MEMORY_CANDIDATES))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    print(json.dumps(_memory_worker(args.name, args.size, args.mode)))
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,161 @@
+"""torch's fused optimizer kernels, called on ParamDicts by the in-place step.
+
+`torch._fused_adam_`, `_fused_adamw_`, `_fused_sgd_` and `_fused_adagrad_` update
+every parameter and buffer of a step in one pass over memory, writing into them.
+`Optimizer.step_` of `Adam`, `AdamW`, `SGD` and `Adagrad` calls them here when a
+step allows it (`numbers`): every entry of one dtype (float32 or float64) on one
+device that has the kernel, and the rates plain numbers. Any other step takes
+the generic in-place path (the rule on `InPlaceKernels`).
+
+The arguments are those `torch.optim` passes with `fused=True`: per-parameter step
+tensors in single precision, already incremented (here one counter shared by every
+entry), and no gradient scaling (`grad_scale` and `found_inf` are `None`). The
+fused kernels round differently from the foreach path (they keep intermediates in
+registers); their results are bitwise those of `torch.optim` with `fused=True`.
+"""
+
+from __future__ import annotations
+
+# pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
+# (torch's fused kernels and its list of devices that have them are private)
+import torch
+import torch.optim.optimizer as _optimizer
+from torch import Tensor
+
+from .._paramdict import ParamDict
+from ._hyper import Rate, compute_dtype
+
+__all__ = ["adagrad_", "adam_", "numbers", "sgd_"]
+
+_DEVICES = frozenset(
+    _optimizer._get_fused_kernels_supported_devices()  # type: ignore[attr-defined]  # private, not re-exported
+)
+
+
+def numbers(
+    params: ParamDict, *rates: Rate, cpu_only: bool = False
+) -> list[float] | None:
+    """Return the rates as floats when a fused kernel can take this step, else None.
+
+    Every entry must share float32 or float64 and one device that has fused
+    kernels (only the CPU with `cpu_only`), and every rate must be a number.
+    """
+    floats = [float(r) for r in rates if isinstance(r, (int, float))]
+    if len(floats) != len(rates) or any(isinstance(r, bool) for r in rates):
+        return None
+    if compute_dtype(params) is None:
+        return None
+    values = params._vals
+    device = values[0].device
+    if device.type not in _DEVICES or (cpu_only and device.type != "cpu"):
+        return None
+    return floats if all(v.device == device for v in values) else None
+
+
+def _steps(step: Tensor, count: int) -> list[Tensor]:
+    """One single-precision step tensor per entry, as `torch.optim` keeps them."""
+    return [step.to(torch.float32)] * count
+
+
+def _buffer(params: ParamDict, buffer: ParamDict) -> list[Tensor]:
+    values: list[Tensor] = params._aligned(buffer, what="The state")
+    return values
+
+
+def adam_(
+    params: ParamDict,
+    grads: ParamDict,
+    exp_avg: ParamDict,
+    exp_avg_sq: ParamDict,
+    max_exp_avg_sq: ParamDict,
+    step: Tensor,
+    *,
+    amsgrad: bool,
+    lr: float,
+    betas: tuple[float, float],
+    weight_decay: float,
+    eps: float,
+    maximize: bool,
+    decoupled: bool,
+) -> None:
+    """Run `torch._fused_adam_` (or `_fused_adamw_`) on the entries, in place."""
+    kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
+    values = params._vals
+    kernel(
+        values,
+        _buffer(params, grads),
+        _buffer(params, exp_avg),
+        _buffer(params, exp_avg_sq),
+        _buffer(params, max_exp_avg_sq) if amsgrad else [],
+        _steps(step, len(values)),
+        amsgrad=amsgrad,
+        lr=lr,
+        beta1=betas[0],
+        beta2=betas[1],
+        weight_decay=weight_decay,
+        eps=eps,
+        maximize=maximize,
+        grad_scale=None,
+        found_inf=None,
+    )
+
+
+def sgd_(
+    params: ParamDict,
+    grads: ParamDict,
+    momentum_buffer: ParamDict,
+    *,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    nesterov: bool,
+    maximize: bool,
+) -> None:
+    """Run `torch._fused_sgd_` on the entries, in place, without dampening.
+
+    The momentum buffer starts at zero, so the first step's `0 * momentum + grad`
+    is the gradient itself, what torch's `is_first_step` copies in.
+    """
+    torch._fused_sgd_(
+        params._vals,
+        _buffer(params, grads),
+        _buffer(params, momentum_buffer) if momentum != 0 else [],
+        weight_decay=weight_decay,
+        momentum=momentum,
+        lr=lr,
+        dampening=0.0,
+        nesterov=nesterov,
+        maximize=maximize,
+        is_first_step=False,
+        grad_scale=None,
+        found_inf=None,
+    )
+
+
+def adagrad_(
+    params: ParamDict,
+    grads: ParamDict,
+    total: ParamDict,
+    step: Tensor,
+    *,
+    lr: float,
+    lr_decay: float,
+    weight_decay: float,
+    eps: float,
+    maximize: bool,
+) -> None:
+    """Run `torch._fused_adagrad_` on the entries, in place (CPU only in torch)."""
+    values = params._vals
+    torch._fused_adagrad_(
+        values,
+        _buffer(params, grads),
+        _buffer(params, total),
+        _steps(step, len(values)),
+        lr=lr,
+        lr_decay=lr_decay,
+        weight_decay=weight_decay,
+        eps=eps,
+        maximize=maximize,
+        grad_scale=None,
+        found_inf=None,
+    )

@@ -1,0 +1,149 @@
+"""The in-place step's plumbing: what it refuses, and writing results back.
+
+`Optimizer.step_` writes into the tensors of the parameters and the state. Before
+anything is written, `check_writable` refuses what an in-place update would get
+wrong or could not finish: a differentiable optimizer, tensors autograd is
+recording, inference tensors outside inference mode, tensors whose elements
+overlap, and tensors shared between entries or with the gradients. After a rule
+has run, `write_back` and `written_state` copy any value the rule produced out of
+place (the step counter, a buffer it rebuilt) into the tensor it replaces, so the
+caller's ParamDicts and state keep holding the same tensors.
+"""
+
+from __future__ import annotations
+
+# pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
+# (torch's overlap check has a private name only)
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+from torch.utils import _pytree as pytree
+
+from .._paramdict import ParamDict
+
+__all__ = ["check_writable", "write_back", "written_state"]
+
+S = TypeVar("S")
+
+_DIFFERENTIABLE = (
+    "`step_` writes into the parameters, which cuts the autograd graph, so it "
+    "needs `differentiable=False`. For differentiable steps use `step`, which "
+    "returns new tensors."
+)
+
+
+def _named_tensors(params: ParamDict, state: object) -> list[tuple[str, Tensor]]:
+    """The tensors `step_` may write, each with a name for error messages."""
+    named = list(params.items())
+    leaves, _ = pytree.tree_flatten_with_path(state)
+    for path, leaf in leaves:
+        if isinstance(leaf, Tensor):
+            named.append((f"state{pytree.keystr(path)}", leaf))
+    return named
+
+
+def _refuse(names: list[str], why: str, fix: str) -> None:
+    msg = f"`step_` cannot write into {sorted(set(names))!r}: {why}. {fix}."
+    raise ValueError(msg)
+
+
+def check_writable(
+    differentiable: bool, params: ParamDict, grads: ParamDict, state: object
+) -> None:
+    """Raise unless `step_` can write the update into `params` and `state`.
+
+    Called after the usual input checks and before anything is written.
+
+    Raises:
+        ValueError: If the optimizer is differentiable, or naming the entries that
+            autograd is recording (they have a `grad_fn`), that are inference
+            tensors outside inference mode, whose elements overlap (`expand`), or
+            that share memory with another entry or with a gradient.
+    """
+    if differentiable:
+        raise ValueError(_DIFFERENTIABLE)
+    named = _named_tensors(params, state)
+    recorded = [name for name, t in named if t.grad_fn is not None]
+    if recorded:
+        _refuse(
+            recorded,
+            "autograd is recording them (they have a `grad_fn`), and writing "
+            "into them would change the graph that produced them",
+            "Pass leaves (`params.detach()`), or use `step`, which returns new tensors",
+        )
+    if not torch.is_inference_mode_enabled():
+        inference = [name for name, t in named if t.is_inference()]
+        if inference:
+            _refuse(
+                inference,
+                "they are inference tensors, which can only be written inside "
+                "`torch.inference_mode()`",
+                "Clone them outside inference mode first (`params.clone()`)",
+            )
+    overlapping = [
+        name
+        for name, t in named
+        if torch._debug_has_internal_overlap(t) == 1  # 1: overlap is certain
+    ]
+    if overlapping:
+        _refuse(
+            overlapping,
+            "several of their elements share one memory location (an `expand`ed view)",
+            "Give each entry its own memory (`.clone()`)",
+        )
+    owners: dict[int, str] = {}
+    shared: list[str] = []
+    for name, t in named:
+        if t.numel() == 0:
+            continue
+        storage = t.untyped_storage().data_ptr()
+        other = owners.setdefault(storage, name)
+        if other != name:
+            shared += [other, name]
+    for key, g in grads.items():
+        if g.numel() and g.untyped_storage().data_ptr() in owners:
+            shared += [f"grads[{key!r}]", owners[g.untyped_storage().data_ptr()]]
+    if shared:
+        _refuse(
+            shared,
+            "they share memory with another entry, a state buffer or a gradient, "
+            "so one write would change the others",
+            "Give each entry, buffer and gradient its own memory (`.clone()`)",
+        )
+
+
+def write_back(params: ParamDict, new: ParamDict) -> None:
+    """Copy each value of `new` that is not `params`' own tensor into it."""
+    for key, old in params.items():
+        value = new[key]
+        if value is not old:
+            old.copy_(value)
+
+
+def written_state(state: S, new: S) -> S:
+    """Return `state` with `new`'s values copied into its tensors.
+
+    Leaves that a rule updated in place are already `state`'s own; any other
+    tensor leaf (the step counter, a buffer made afresh) is copied into the one it
+    replaces. A `new` state of another structure (a rule that adds or drops a
+    buffer) cannot be written back and is returned as it is.
+    """
+    old_leaves, old_spec = pytree.tree_flatten(state)
+    new_leaves, new_spec = pytree.tree_flatten(new)
+    if old_spec != new_spec:
+        return new
+    pairs: list[tuple[Any, Any]] = list(zip(old_leaves, new_leaves))
+    for old, value in pairs:
+        if old is value:
+            continue
+        if not (
+            isinstance(old, Tensor)
+            and isinstance(value, Tensor)
+            and old.shape == value.shape
+        ):
+            return new
+    for old, value in pairs:
+        if old is not value:
+            old.copy_(value)
+    return state
