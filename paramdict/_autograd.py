@@ -10,6 +10,7 @@ from torch import Tensor
 from typing_extensions import Self
 
 from ._container import _Container
+from ._foreach import holds_dtensors as _holds_dtensors
 
 __all__ = ["Outputs"]
 
@@ -186,7 +187,10 @@ class _Autograd(_Container):
             grad_tensors=grad_outputs,
             retain_graph=retain_graph,
             create_graph=create_graph,
-            inputs=values,
+            # FSDP2 runs the forward through unsharded copies of its DTensor
+            # parameters and writes their sharded `.grad`s from hooks, so the
+            # graph never reaches the DTensors themselves: run as `loss.backward()`.
+            inputs=None if _holds_dtensors(values) else values,
         )
         grads = [v.grad for v in values]
         if any(g is None for g in grads):

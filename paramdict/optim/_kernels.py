@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
+from .._foreach import copy_
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype, decay_factor, is_zero
 
@@ -535,7 +536,7 @@ class InPlaceKernels(Kernels):
         return x
 
     def _copied(self, x: P, result: ParamDict) -> P:
-        torch._foreach_copy_(_values(x), _values(result))
+        copy_(_values(x), _values(result))
         return x
 
     @override
