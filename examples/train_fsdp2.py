@@ -146,9 +146,9 @@ def full(tensors: dict[str, Any]) -> dict[str, Tensor]:
             inner = full(cast("dict[str, Any]", value))
             out.update({f"{key}.{k}": v for k, v in inner.items()})
         elif isinstance(value, DTensor):
-            out[key] = value.full_tensor().cpu()
+            out[key] = value.detach().full_tensor().cpu()
         else:
-            out[key] = cast(Tensor, value).cpu().clone()
+            out[key] = cast(Tensor, value).detach().cpu().clone()
     return out
 
 
@@ -193,6 +193,7 @@ def _run(
         state = opt.init(ParamDict.from_module(model))
         restored = checkpoint(model, state, 0)
         dcp.load(restored, checkpoint_id=path)  # resharded onto this layout
+        loaded = full(restored)  # before training writes into these tensors
         start = int(restored["step"])
         losses: list[float] = []
         for step in range(start, steps):
@@ -200,7 +201,7 @@ def _run(
             losses.append(loss)
             if rank == 0:
                 print(f"step {step:4d}  loss {loss:.6f}  ({world_size} processes)")
-        return {"restored": full(restored), "start": start, "losses": losses}
+        return {"restored": loaded, "start": start, "losses": losses}
 
     model = build(mesh, width, depth, device)
     state = opt.init(ParamDict.from_module(model))

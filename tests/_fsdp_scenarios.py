@@ -7,6 +7,7 @@ exceptions.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ Scenario = Callable[[int, int], Any]
 
 STEPS = 5
 ROWS = 12  # divisible by 2 and 3: every process gets as many rows
+CHECKPOINT_VARIABLE = "PARAMDICT_TEST_FSDP_CHECKPOINT"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 # Name -> (ours, theirs, options). Shapes below shard unevenly over 2 and 3.
@@ -121,6 +123,7 @@ def grads(rank: int, world_size: int) -> dict[str, Any]:
     net, twin = sharded(mesh), sharded(mesh)
     params = ParamDict.from_module(net)
     got = params.backward(F.mse_loss(net(x), y))
+    first, first_full = _local(got), _full(got)  # before `got` accumulates again
     F.mse_loss(twin(x), y).backward()
     expected = ParamDict({k: cast(Tensor, v.grad) for k, v in twin.named_parameters()})
     # A second backward accumulates, as `loss.backward()` does.
@@ -136,10 +139,10 @@ def grads(rank: int, world_size: int) -> dict[str, Any]:
         "param keys": list(params),
         "identity": all(got[k] is v.grad for k, v in params.items()),
         "dtensors": all(isinstance(v, DTensor) for v in got.values()),
-        "ours": _local(got),
+        "ours": first,
         "theirs": _local(expected),
         "twice": _local(twice),
-        "full": _full(got),
+        "full": first_full,
         "refused": refused,
     }
 
@@ -161,9 +164,7 @@ def takeover(rank: int, world_size: int) -> dict[str, Any]:
             net(x)
     except TypeError as err:
         errors.append(err)
-    same_objects = all(
-        ParamDict.from_module(net)[k] is v for k, v in params.items()
-    )
+    same_objects = all(ParamDict.from_module(net)[k] is v for k, v in params.items())
     after = _local(ParamDict.from_module(net))
     out = net(x).detach()
     # A module's own tensors need no swap: a never-run twin runs as itself.
@@ -179,12 +180,23 @@ def takeover(rank: int, world_size: int) -> dict[str, Any]:
     }
 
 
-def example(rank: int, world_size: int) -> dict[str, Any]:
+def _example(*extra: str) -> dict[str, Any]:
     """`examples/train_fsdp2.py --quick`, as torchrun runs it (own process group)."""
     sys.path.insert(0, str(EXAMPLES.parent))
     from examples import train_fsdp2
 
-    return cast("dict[str, Any]", train_fsdp2.main(["--quick"]))
+    path = os.environ[CHECKPOINT_VARIABLE]
+    return train_fsdp2.main(["--quick", "--checkpoint", path, *extra])
+
+
+def example(rank: int, world_size: int) -> dict[str, Any]:
+    """Train, save a checkpoint halfway, restore it and step again."""
+    return _example()
+
+
+def resume(rank: int, world_size: int) -> dict[str, Any]:
+    """Continue from the checkpoint `example` saved (on another world size)."""
+    return _example("--resume")
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -192,4 +204,5 @@ SCENARIOS: dict[str, Scenario] = {
     "grads": grads,
     "takeover": takeover,
     "example": example,
+    "resume": resume,
 }
