@@ -30,9 +30,10 @@ from typing import Any, cast
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict_loader import load as load_checkpoint
+from torch.distributed.checkpoint.state_dict_saver import save as save_checkpoint
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -52,6 +53,7 @@ class Block(nn.Module):
         self.fc = nn.Linear(width, width)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Return `x` plus the block's update."""
         return x + torch.tanh(self.fc(self.norm(x)))
 
 
@@ -66,10 +68,12 @@ class Net(nn.Module):
         self.head = nn.Linear(width, 1)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Return the prediction for `x`."""
         x = self.embed(x)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x))
+        out: Tensor = self.head(self.norm(x))
+        return out
 
 
 def build(mesh: DeviceMesh, width: int, depth: int, device: torch.device) -> Net:
@@ -122,7 +126,7 @@ def checkpoint(model: Net, state: Any, step: int) -> dict[str, Any]:
     """Parameters, optimizer state and step as a plain dict of (D)Tensors.
 
     The dict holds the very tensors of the model and the state, so
-    `dcp.load` into it restores them in place.
+    `torch.distributed.checkpoint.load` into it restores them in place.
     """
     groups = {
         str(i): {
@@ -146,7 +150,7 @@ def full(tensors: dict[str, Any]) -> dict[str, Tensor]:
             inner = full(cast("dict[str, Any]", value))
             out.update({f"{key}.{k}": v for k, v in inner.items()})
         elif isinstance(value, DTensor):
-            out[key] = value.detach().full_tensor().cpu()
+            out[key] = cast(DTensor, value.detach()).full_tensor().cpu()
         else:
             out[key] = cast(Tensor, value).detach().cpu().clone()
     return out
@@ -192,7 +196,7 @@ def _run(
         model = build(mesh, width, depth, device)
         state = opt.init(ParamDict.from_module(model))
         restored = checkpoint(model, state, 0)
-        dcp.load(restored, checkpoint_id=path)  # resharded onto this layout
+        load_checkpoint(restored, checkpoint_id=path)  # resharded onto this layout
         loaded = full(restored)  # before training writes into these tensors
         start = int(restored["step"])
         losses: list[float] = []
@@ -211,7 +215,7 @@ def _run(
     for step in range(steps):
         if step == save_at:
             tensors = checkpoint(model, state, step)
-            dcp.save(tensors, checkpoint_id=path)
+            save_checkpoint(tensors, checkpoint_id=path)
             saved = full(tensors)
         state, loss = train_step(model, opt, state, step)
         losses.append(loss)
@@ -222,7 +226,7 @@ def _run(
     model = build(mesh, width, depth, device)
     state = opt.init(ParamDict.from_module(model))
     restored = checkpoint(model, state, 0)
-    dcp.load(restored, checkpoint_id=path)
+    load_checkpoint(restored, checkpoint_id=path)
     _, again = train_step(model, opt, state, int(restored["step"]))
     if rank == 0:
         same = "bitwise the same" if again == losses[save_at] else "DIFFERENT"

@@ -28,6 +28,7 @@ function per entry instead (same values, same gradients):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -71,27 +72,28 @@ _ENTRYWISE: dict[str, Callable[..., Tensor]] = {
 
 
 def holds_dtensors(values: Sequence[Tensor]) -> bool:
-    """Whether any of `values` is a DTensor (`torch.distributed.tensor`)."""
-    if not values or not torch.distributed.is_available():
-        return False
+    """Whether any of `values` is a DTensor (`torch.distributed.tensor`).
+
+    Free where DTensor was never imported (a `sys.modules` look-up): then none
+    can exist.
+    """
     dtensor = _dtensor_type()
-    return any(isinstance(v, dtensor) for v in values)
+    return dtensor is not None and any(isinstance(v, dtensor) for v in values)
 
 
-def _dtensor_type() -> type[Tensor]:
-    from torch.distributed.tensor import DTensor
-
-    return DTensor
+def _dtensor_type() -> type[Tensor] | None:
+    module = sys.modules.get("torch.distributed.tensor")
+    found: type[Tensor] | None = getattr(module, "DTensor", None)
+    return found
 
 
 def _holds_dtensors(args: Sequence[Any]) -> bool:
     """Whether a list among `args` holds a DTensor (judged by its first entry)."""
-    if not torch.distributed.is_available():
+    dtensor = _dtensor_type()
+    if dtensor is None:
         return False
-    from torch.distributed.tensor import DTensor
-
     for arg in args:
-        if isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], DTensor):
+        if isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], dtensor):
             return True
     return False
 

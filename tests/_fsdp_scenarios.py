@@ -19,12 +19,14 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
+from torch.nn.utils import clip_grad_norm_
 
 from paramdict import ParamDict, optim
 
 Scenario = Callable[[int, int], Any]
 
 STEPS = 5
+MAX_NORM = 0.05
 ROWS = 12  # divisible by 2 and 3: every process gets as many rows
 CHECKPOINT_VARIABLE = "PARAMDICT_TEST_FSDP_CHECKPOINT"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -40,6 +42,13 @@ OPTIMIZERS: dict[str, tuple[Any, Any, dict[str, Any]]] = {
         {"lr": 0.01, "momentum": 0.5, "centered": True},
     ),
     "adagrad": (optim.Adagrad, torch.optim.Adagrad, {"lr": 0.1, "lr_decay": 0.01}),
+    # Behind a global-norm clip that binds at every step; torch.optim's twin runs
+    # `clip_grad_norm_` first.
+    "clipped-adamw": (
+        lambda **kw: optim.ClipGradNorm(optim.AdamW(**kw), max_norm=MAX_NORM),
+        torch.optim.AdamW,
+        {"lr": 0.01},
+    ),
 }
 
 
@@ -104,7 +113,9 @@ def optimizers(rank: int, world_size: int) -> dict[str, Any]:
                 new, state = opt.step(params, grads, state)
                 new.to_module(net)
                 net.zero_grad()
-                F.mse_loss(twin(x), y).backward()
+                torch.autograd.backward(F.mse_loss(twin(x), y))
+                if name.startswith("clipped"):
+                    clip_grad_norm_(twin.parameters(), MAX_NORM)
                 reference.step()
                 reference.zero_grad()
             results[f"{name}{'-differentiable' if differentiable else ''}"] = {
@@ -124,7 +135,7 @@ def grads(rank: int, world_size: int) -> dict[str, Any]:
     params = ParamDict.from_module(net)
     got = params.backward(F.mse_loss(net(x), y))
     first, first_full = _local(got), _full(got)  # before `got` accumulates again
-    F.mse_loss(twin(x), y).backward()
+    torch.autograd.backward(F.mse_loss(twin(x), y))
     expected = ParamDict({k: cast(Tensor, v.grad) for k, v in twin.named_parameters()})
     # A second backward accumulates, as `loss.backward()` does.
     twice = params.backward(F.mse_loss(net(x), y))

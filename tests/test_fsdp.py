@@ -19,17 +19,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-pytestmark = pytest.mark.skipif(
-    not (dist.is_available() and dist.is_gloo_available()),
-    reason="needs torch.distributed with gloo",
-)
-pytest.importorskip("torch.distributed.fsdp", reason="needs FSDP2 (torch >= 2.6)")
-if not hasattr(pytest.importorskip("torch.distributed.fsdp"), "fully_shard"):
+if not (dist.is_available() and dist.is_gloo_available()):
+    pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
+fsdp = pytest.importorskip("torch.distributed.fsdp", reason="needs torch.distributed")
+if not hasattr(fsdp, "fully_shard"):
     pytest.skip("needs FSDP2 (`fully_shard`, torch >= 2.6)", allow_module_level=True)
 
 from _distributed_worker import run  # noqa: E402 (after the skips)
 from _fsdp_scenarios import (  # noqa: E402
     CHECKPOINT_VARIABLE,
+    MAX_NORM,
     OPTIMIZERS,
     STEPS,
     batch,
@@ -38,16 +37,17 @@ from _fsdp_scenarios import (  # noqa: E402
 )
 from torch import Tensor  # noqa: E402
 from torch._C._distributed_c10d import HashStore  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.tensor import (  # noqa: E402
     DTensor,
     Replicate,
     Shard,
     distribute_tensor,
-    init_device_mesh,
 )
+from torch.nn.utils import clip_grad_norm_  # noqa: E402
 
 from paramdict import ParamDict, optim  # noqa: E402
-from paramdict._foreach import call  # noqa: E402
+from paramdict._foreach import call, copy_  # noqa: E402
 
 SCENARIOS = "_fsdp_scenarios"
 
@@ -111,7 +111,9 @@ def full_batch_training(name: str) -> dict[str, Tensor]:
     opt = theirs(net.parameters(), **options)
     x, y = batch()
     for _ in range(STEPS):
-        F.mse_loss(net(x), y).backward()
+        torch.autograd.backward(F.mse_loss(net(x), y))
+        if name.startswith("clipped"):
+            clip_grad_norm_(net.parameters(), MAX_NORM)
         opt.step()
         opt.zero_grad()
     return {k: v.detach() for k, v in net.named_parameters()}
@@ -177,7 +179,7 @@ def test_backward_on_fsdp2_equals_full_batch_gradients(
     _, results = world
     net = model()
     x, y = batch()
-    F.mse_loss(net(x), y).backward()
+    torch.autograd.backward(F.mse_loss(net(x), y))
     expected = {k: cast(Tensor, v.grad) for k, v in net.named_parameters()}
     for result in results["grads"]:
         torch.testing.assert_close(
@@ -276,11 +278,23 @@ def test_foreach_without_sharding_rules_runs_on_dtensors(
         assert all(isinstance(t, DTensor) for t in got)
         expected = call(op, *plain, *extra)
         for ours, theirs in zip(got, expected):
-            torch.testing.assert_close(ours.full_tensor(), theirs, rtol=0, atol=0)
-    got = call(torch._foreach_maximum, sharded[0], 1.5)
-    expected = call(torch._foreach_maximum, plain[0], 1.5)
-    for ours, theirs in zip(got, expected):
-        torch.testing.assert_close(ours.full_tensor(), theirs, rtol=0, atol=0)
+            torch.testing.assert_close(
+                cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
+            )
+    for op in (torch._foreach_maximum, torch._foreach_minimum):
+        got = call(op, sharded[0], 1.5)
+        expected = call(op, plain[0], 1.5)
+        for ours, theirs in zip(got, expected):
+            torch.testing.assert_close(
+                cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
+            )
+    # `_foreach_copy_` has no rule either: copied entry by entry.
+    targets = [t.clone() for t in sharded[0]]
+    copy_(targets, sharded[1])
+    for ours, theirs in zip(targets, plain[1]):
+        torch.testing.assert_close(
+            cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
+        )
 
 
 @pytest.mark.parametrize(
@@ -325,4 +339,6 @@ def test_optimizer_modes_on_dtensors_equal_plain_tensors(
         expected, state = opt.step(expected, grad, state)
         got, dstate = opt._update_in_place(got, place(grad), dstate)
     for key, value in got.items():
-        torch.testing.assert_close(value.full_tensor(), expected[key], rtol=0, atol=0)
+        torch.testing.assert_close(
+            cast(DTensor, value).full_tensor(), expected[key], rtol=0, atol=0
+        )
