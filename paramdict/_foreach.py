@@ -226,7 +226,7 @@ def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
     return _per_entry(op, args, kwargs)
 
 
-def copy_(targets: Sequence[Tensor], sources: Sequence[Tensor]) -> None:
+def copy_(targets: list[Tensor], sources: list[Tensor]) -> None:
     """Copy `sources` into `targets` entry by entry, as `torch._foreach_copy_`.
 
     DTensors, for which torch 2.13's `_foreach_copy_` has no sharding rule, are

@@ -281,7 +281,8 @@ def test_foreach_without_sharding_rules_runs_on_dtensors(
             torch.testing.assert_close(
                 cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
             )
-    for op in (torch._foreach_maximum, torch._foreach_minimum):
+    for name in ("maximum", "minimum"):
+        op = getattr(torch, f"_foreach_{name}")
         got = call(op, sharded[0], 1.5)
         expected = call(op, plain[0], 1.5)
         for ours, theirs in zip(got, expected):
@@ -289,8 +290,8 @@ def test_foreach_without_sharding_rules_runs_on_dtensors(
                 cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
             )
     # `_foreach_copy_` has no rule either: copied entry by entry.
-    targets = [t.clone() for t in sharded[0]]
-    copy_(targets, sharded[1])
+    targets: list[Tensor] = [t.clone() for t in sharded[0]]
+    copy_(targets, list[Tensor](sharded[1]))
     for ours, theirs in zip(targets, plain[1]):
         torch.testing.assert_close(
             cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
