@@ -11,6 +11,7 @@ from torch import Tensor
 from typing_extensions import Self
 
 from ._container import _Container
+from ._foreach import holds_dtensors as _holds_dtensors
 
 __all__ = ["Outputs"]
 
@@ -107,6 +108,15 @@ def _explained(err: RuntimeError, what: str) -> Exception:
     return err
 
 
+_FSDP2_GRAD = (
+    "`loss` does not depend on {unused!r} directly. They are DTensors: if they are "
+    "the parameters of a model sharded by FSDP2 (`fully_shard`), its forward ran "
+    "through unsharded copies of them, and FSDP2 turns those gradients into "
+    "sharded ones only during `backward`. Use `.backward(loss)`, which returns "
+    "the sharded gradients keyed like the parameters."
+)
+
+
 class _Autograd(_Container):
     """Keyed `torch.autograd.grad` and `torch.autograd.backward` (see `ParamDict`)."""
 
@@ -158,7 +168,8 @@ class _Autograd(_Container):
         Raises:
             ValueError: If `allow_unused` is false and some entries do not require
                 grad (checked before any work) or are not reached by `loss`; the
-                message names them.
+                message names them (and, for DTensors, points to `backward`: the
+                graph of an FSDP2 model never reaches its sharded parameters).
 
         Example:
             >>> w = torch.tensor([1.0, 2.0], requires_grad=True)
@@ -238,6 +249,9 @@ class _Autograd(_Container):
         """Return `found` with zeros for the unused entries, or raise naming them."""
         if not allow_unused:
             unused = sorted(k for k, g in zip(self._keys, found) if g is None)
+            if _holds_dtensors([v for v, g in zip(values, found) if g is None]):
+                msg = _FSDP2_GRAD.format(unused=unused)
+                raise ValueError(msg)
             msg = (
                 f"`loss` does not depend on {unused!r}. Pass `allow_unused=True` "
                 "to get zeros for them, or leave them out with `.exclude(...)`."
@@ -271,6 +285,12 @@ class _Autograd(_Container):
         tensors receive gradients (hooks and accumulation behave exactly as there),
         then returns their accumulated `.grad` as a ParamDict keyed like `self`.
         Non-leaf values receive a `.grad` too, as with `inputs=`.
+
+        When any value is a DTensor, it runs as `loss.backward()` (without
+        `inputs=`): a model sharded by FSDP2 (`fully_shard`) computes through
+        unsharded copies of its parameters and writes the sharded `.grad`s from
+        its hooks, so the graph never reaches the DTensors themselves. Every leaf
+        the loss reaches then receives a gradient, as with `loss.backward()`.
 
         Args:
             loss: The tensor (or tensors) to differentiate, usually a scalar loss.
@@ -319,7 +339,11 @@ class _Autograd(_Container):
                 grad_tensors=grad_outputs,
                 retain_graph=retain_graph,
                 create_graph=create_graph,
-                inputs=values,
+                # FSDP2 runs the forward through unsharded copies of its DTensor
+                # parameters and writes their sharded `.grad`s from hooks, so the
+                # graph never reaches the DTensors themselves: run as
+                # `loss.backward()`.
+                inputs=None if _holds_dtensors(values) else values,
             )
         except RuntimeError as err:
             raise _explained(err, "backward") from err

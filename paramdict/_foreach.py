@@ -14,6 +14,12 @@ function per entry instead (same values, same gradients):
   over those functions, so looping in Python costs a little time and keeps much less
   memory alive (the inner step of MAML, `params - lr * grads`, keeps no copy of the
   gradients).
+- On DTensors (`torch.distributed.tensor`, the parameters of FSDP2 and tensor
+  parallelism), for the kernels torch 2.13 gives no sharding rule: out of place,
+  `addcdiv` and `addcmul` with per-entry numbers run in place on fresh clones (the
+  in-place kernels have rules, and are what `torch.optim` runs, so the rounding is
+  theirs); `maximum` and `minimum` with a number run per entry. `call` learns this
+  from the kernel's refusal, so plain tensors pay nothing for it.
 """
 
 # The foreach arguments are lists of tensors or numbers, typed `Any`; narrowing them
@@ -22,6 +28,7 @@ function per entry instead (same values, same gradients):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -29,7 +36,7 @@ import torch
 import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 
-__all__ = ["call"]
+__all__ = ["call", "copy_", "holds_dtensors"]
 
 ForeachOp = Callable[..., Sequence[Tensor]]
 
@@ -64,6 +71,33 @@ _ENTRYWISE: dict[str, Callable[..., Tensor]] = {
 }
 
 
+def holds_dtensors(values: Sequence[Tensor]) -> bool:
+    """Whether any of `values` is a DTensor (`torch.distributed.tensor`).
+
+    Free where DTensor was never imported (a `sys.modules` look-up): then none
+    can exist.
+    """
+    dtensor = _dtensor_type()
+    return dtensor is not None and any(isinstance(v, dtensor) for v in values)
+
+
+def _dtensor_type() -> type[Tensor] | None:
+    module = sys.modules.get("torch.distributed.tensor")
+    found: type[Tensor] | None = getattr(module, "DTensor", None)
+    return found
+
+
+def _holds_dtensors(args: Sequence[Any]) -> bool:
+    """Whether a list among `args` holds a DTensor (judged by its first entry)."""
+    dtensor = _dtensor_type()
+    if dtensor is None:
+        return False
+    for arg in args:
+        if isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], dtensor):
+            return True
+    return False
+
+
 def _is_batched(args: Sequence[Any]) -> bool:
     for arg in args:
         items = arg if isinstance(arg, (list, tuple)) else (arg,)
@@ -88,6 +122,25 @@ def _per_entry(
         for i in range(n)
     ]
 
+
+def _sharded(
+    op: ForeachOp, args: Sequence[Any], kwargs: dict[str, Any]
+) -> list[Tensor]:
+    """Run `op` on DTensors through kernels that have sharding rules."""
+    in_place = _IN_PLACE.get(op)
+    if in_place is None:
+        return _per_entry(op, args, kwargs)
+    out = [t.clone() for t in args[0]]
+    in_place(out, *args[1:], **kwargs)
+    return out
+
+
+# Out-of-place kernels whose in-place twins have DTensor sharding rules in torch 2.13
+# (`torch/distributed/tensor/_ops/_pointwise_ops.py`) while they lack some.
+_IN_PLACE: dict[ForeachOp, Callable[..., None]] = {
+    torch._foreach_addcdiv: torch._foreach_addcdiv_,
+    torch._foreach_addcmul: torch._foreach_addcmul_,
+}
 
 _LINEAR = frozenset({torch._foreach_add, torch._foreach_sub})
 _BINARY: dict[ForeachOp, Callable[..., Tensor]] = {
@@ -148,7 +201,8 @@ def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
         The results, one tensor per entry.
 
     Raises:
-        RuntimeError: Whatever the kernel raised, when not caused by vmap.
+        RuntimeError: Whatever the kernel raised, when not caused by vmap or by a
+            missing DTensor sharding rule.
     """
     fn = _BINARY.get(op)
     if fn is not None and _records_needlessly(op, args, kwargs):
@@ -163,6 +217,28 @@ def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
     try:
         return list(op(*args, **kwargs))
     except RuntimeError:
+        # `NotImplementedError`, a `RuntimeError`, for a kernel without a sharding
+        # rule; only DTensors get there.
+        if _holds_dtensors(args):
+            return _sharded(op, args, kwargs)
         if not _is_batched([*args, *kwargs.values()]):
             raise
     return _per_entry(op, args, kwargs)
+
+
+def copy_(targets: list[Tensor], sources: list[Tensor]) -> None:
+    """Copy `sources` into `targets` entry by entry, as `torch._foreach_copy_`.
+
+    DTensors, for which torch 2.13's `_foreach_copy_` has no sharding rule, are
+    copied one entry at a time (nothing is written before the kernel refuses).
+
+    Raises:
+        RuntimeError: Whatever the kernel raised, when not caused by DTensors.
+    """
+    try:
+        torch._foreach_copy_(targets, sources)
+    except RuntimeError:
+        if not _holds_dtensors([targets, sources]):
+            raise
+        for target, source in zip(targets, sources):
+            target.copy_(source)

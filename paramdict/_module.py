@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Generator
 from typing import Any
 
@@ -142,6 +143,42 @@ def _same_values(a: Tensor, b: Tensor) -> bool:
     )
 
 
+_FULLY_SHARD = "torch.distributed.fsdp._fully_shard._fully_shard"
+
+_FSDP2_SWAP = (
+    "{what}: {name} is sharded by FSDP2 (`fully_shard`), which puts its own "
+    "all-gathered parameters into the module at every forward, and on the first "
+    "forward adopts whatever tensors the module holds as its parameters; it cannot "
+    "run with other tensors. Write the values into the module with "
+    "`p.to_module(model)` and call `model(...)`, or run an unsharded copy of the "
+    "module."
+)
+
+
+def _sharded_by_fsdp2(module: nn.Module, plan: _Plan, what: str) -> bool:
+    """Whether `module` is sharded by FSDP2 and `plan` swaps nothing; raise if it swaps.
+
+    FSDP2 manages the module's slots itself, so a plan that puts the slots' own
+    tensors back is run as a plain `module(...)`, and any other plan is refused.
+    Nothing to check where FSDP2 was never imported (a `sys.modules` look-up).
+
+    Raises:
+        TypeError: If the module is sharded by FSDP2 and `plan` swaps other
+            tensors in; the message names FSDP2 and the way out, and the module
+            is not touched.
+    """
+    fully_shard = sys.modules.get(_FULLY_SHARD)
+    if fully_shard is None:
+        return False
+    fsdp_module: type = fully_shard.FSDPModule
+    if not any(isinstance(m, fsdp_module) for m in module.modules()):
+        return False
+    if all(held[name] is value for _, held, name, value in plan):
+        return True
+    msg = _FSDP2_SWAP.format(what=what, name=type(module).__name__)
+    raise TypeError(msg)
+
+
 class _ModuleIO(_Container):
     """`from_module`, `call`, `swapped_into` and `to_module` (see `ParamDict`)."""
 
@@ -208,10 +245,12 @@ class _ModuleIO(_Container):
                 BatchNorm would update in place (see "BatchNorm in inner loops"
                 in the MAML tutorial).
             TypeError: If `module` is not an `nn.Module` or is a TorchScript module
-                (refused before anything runs), or if the module replaced one of the
-                given tensors while running (e.g. assigned a new buffer); the module
-                gets its own tensors back, and `functional_call` with a plain `dict`
-                receives the replacements.
+                (refused before anything runs), if the module is sharded by FSDP2
+                (`fully_shard`) and the tensors are not its own (the module is not
+                touched), or if the module replaced one of the given tensors while
+                running (e.g. assigned a new buffer); the module gets its own
+                tensors back, and `functional_call` with a plain `dict` receives
+                the replacements.
 
         Example:
             >>> model = torch.nn.Linear(2, 1).requires_grad_(False)
@@ -232,6 +271,8 @@ class _ModuleIO(_Container):
         # Eagerly, swap the tensors in directly: the same result as
         # `functional_call`, without its per-call reparametrization machinery.
         plan = self._swap_plan(module, "`call`", ties_agree=True)
+        if _sharded_by_fsdp2(module, plan, "`call`"):
+            return module(*args, **kwargs)
         forward = _norms.watched(module, self)  # `module` itself outside vmap
         originals = _put(plan)
         try:
@@ -338,7 +379,9 @@ class _ModuleIO(_Container):
             ValueError: If a key names no parameter or buffer of the module, or
                 tied names (one tensor under several names) are given different
                 tensors; the module is not touched.
-            TypeError: If `module` is not an `nn.Module` or is a TorchScript module.
+            TypeError: If `module` is not an `nn.Module` or is a TorchScript module,
+                or if the module is sharded by FSDP2 (`fully_shard`) and the
+                tensors are not its own; the module is not touched.
 
         Example:
             >>> model = torch.nn.Linear(2, 1).requires_grad_(False)
@@ -350,7 +393,10 @@ class _ModuleIO(_Container):
             True
         """
         _check_module(module, "`swapped_into`", swaps=True)
-        originals = _put(self._swap_plan(module, "`swapped_into`", ties_agree=True))
+        plan = self._swap_plan(module, "`swapped_into`", ties_agree=True)
+        if _sharded_by_fsdp2(module, plan, "`swapped_into`"):
+            plan = []  # its own tensors: FSDP2 keeps managing them
+        originals = _put(plan)
         try:
             yield module
         finally:

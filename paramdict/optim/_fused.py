@@ -22,6 +22,7 @@ import torch
 import torch.optim.optimizer as _optimizer
 from torch import Tensor
 
+from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
 
@@ -46,6 +47,10 @@ def numbers(
     if compute_dtype(params) is None:
         return None
     values = params._vals
+    if holds_dtensors(values):
+        # Fused SGD and Adagrad have no DTensor sharding rules in torch 2.13: the
+        # generic in-place path (foreach kernels that have rules) takes the step.
+        return None
     device = values[0].device
     if device.type not in _DEVICES or (cpu_only and device.type != "cpu"):
         return None

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
+from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 
 __all__ = ["check_writable", "write_back", "written_state"]
@@ -97,13 +98,13 @@ def check_writable(
     for name, t in named:
         if t.numel() == 0:
             continue
-        storage = t.untyped_storage().data_ptr()
+        storage = _storage(t)
         other = owners.setdefault(storage, name)
         if other != name:
             shared += [other, name]
     for key, g in grads.items():
-        if g.numel() and g.untyped_storage().data_ptr() in owners:
-            shared += [f"grads[{key!r}]", owners[g.untyped_storage().data_ptr()]]
+        if g.numel() and _storage(g) in owners:
+            shared += [f"grads[{key!r}]", owners[_storage(g)]]
     if shared:
         _refuse(
             shared,
@@ -147,3 +148,10 @@ def written_state(state: S, new: S) -> S:
         if old is not value:
             old.copy_(value)
     return state
+
+
+def _storage(t: Tensor) -> int:
+    """The address of the memory `t` reads (a DTensor's: its local shard's)."""
+    if holds_dtensors([t]):
+        t = t.to_local()  # type: ignore[attr-defined]  # a DTensor, checked above
+    return t.untyped_storage().data_ptr()

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
+from .._foreach import copy_, holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype, decay_factor, is_zero
 from ._matrix import newton_schulz
@@ -685,11 +686,16 @@ def _values(x: ParamDict) -> list[Tensor]:
 
 
 def _on_cpu(value: Rate, x: ParamDict) -> TypeGuard[Tensor]:
-    """Whether `value` is a 0-dim tensor and `x`'s entries are on the CPU."""
+    """Whether `value` is a 0-dim tensor and `x`'s entries are plain CPU tensors.
+
+    DTensor entries are left out: a scalar-list kernel with a plain tensor beside
+    them mixes tensor kinds, which DTensor refuses.
+    """
     return (
         isinstance(value, Tensor)
         and value.device.type == "cpu"
         and all(v.device.type == "cpu" for v in x.values())
+        and not holds_dtensors(x._vals)
     )
 
 
@@ -749,7 +755,7 @@ class InPlaceKernels(Kernels):
         return x
 
     def _copied(self, x: P, result: ParamDict) -> P:
-        torch._foreach_copy_(_values(x), _values(result))
+        copy_(_values(x), _values(result))
         return x
 
     @override
