@@ -43,8 +43,29 @@ from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
 from ._protocol import Optimizer
+from ._schedule import LRSchedule, ScheduleState
+from ._schedule_cyclic import (
+    ChainedScheduler,
+    CyclicLR,
+    OneCycleLR,
+    PlateauState,
+    ReduceLROnPlateau,
+    SequentialLR,
+)
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
+from .lr_scheduler import (
+    ConstantLR,
+    CosineAnnealingLR,
+    CosineAnnealingWarmRestarts,
+    ExponentialLR,
+    LambdaLR,
+    LinearLR,
+    MultiplicativeLR,
+    MultiStepLR,
+    PolynomialLR,
+    StepLR,
+)
 from .rmsprop import RMSprop, RMSpropState
 from .sgd import SGD, SGDState
 
@@ -55,11 +76,29 @@ __all__ = [
     "Adam",
     "AdamState",
     "AdamW",
+    "ChainedScheduler",
     "ClipGradNorm",
+    "ConstantLR",
+    "CosineAnnealingLR",
+    "CosineAnnealingWarmRestarts",
+    "CyclicLR",
+    "ExponentialLR",
+    "LRSchedule",
+    "LambdaLR",
+    "LinearLR",
+    "MultiStepLR",
+    "MultiplicativeLR",
+    "OneCycleLR",
     "Optimizer",
     "ParamGroups",
+    "PlateauState",
+    "PolynomialLR",
     "RMSprop",
     "RMSpropState",
     "Rate",
+    "ReduceLROnPlateau",
     "SGDState",
+    "ScheduleState",
+    "SequentialLR",
+    "StepLR",
 ]
