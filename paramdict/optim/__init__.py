@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+from ._accumulate import MultiSteps, MultiStepsState
 from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
@@ -87,6 +88,8 @@ __all__ = [
     "LambdaLR",
     "LinearLR",
     "MultiStepLR",
+    "MultiSteps",
+    "MultiStepsState",
     "MultiplicativeLR",
     "OneCycleLR",
     "Optimizer",
