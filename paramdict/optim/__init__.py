@@ -69,6 +69,7 @@ from .lr_scheduler import (
 )
 from .rmsprop import RMSprop, RMSpropState
 from .sgd import SGD, SGDState
+from .swa_utils import AveragedState, WeightAverage, update_bn
 
 __all__ = [
     "SGD",
@@ -77,6 +78,7 @@ __all__ = [
     "Adam",
     "AdamState",
     "AdamW",
+    "AveragedState",
     "ChainedScheduler",
     "ClipGradNorm",
     "ConstantLR",
@@ -104,4 +106,6 @@ __all__ = [
     "ScheduleState",
     "SequentialLR",
     "StepLR",
+    "WeightAverage",
+    "update_bn",
 ]
