@@ -146,13 +146,12 @@ class MultiSteps(Optimizer[MultiStepsState]):
         stepped, inner = self.optimizer.step(params, update, state.inner_state)
         new_params = stepped.where(ParamDict.fromkeys(params, apply), params)
         new_inner = pytree.tree_map(
-            lambda new, old: torch.where(apply, new, old)
-            if isinstance(new, Tensor)
-            else new,
+            lambda new, old: (
+                torch.where(apply, new, old) if isinstance(new, Tensor) else new
+            ),
             inner,
             state.inner_state,
         )
         acc = acc.zeros_like().where(ParamDict.fromkeys(acc, apply), acc)
         mini_step = torch.where(apply, torch.zeros_like(mini_step), mini_step)
         return new_params, MultiStepsState(mini_step, acc, new_inner)
-

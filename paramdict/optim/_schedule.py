@@ -92,7 +92,7 @@ def cos(x: Tensor) -> Tensor:
 
 
 def rdiv(number: float, x: Tensor) -> Tensor:
-    """Return `number / x` rounded once (`number / tensor` is a reciprocal, then a product)."""
+    """Return `number / x` rounded once (`number / x` is a reciprocal and a product)."""
     return torch.div(x.new_full((), number), x)
 
 

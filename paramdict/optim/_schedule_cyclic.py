@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import attrs
 import torch
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 
-def _number(instance: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _number(instance: object, attribute: Any, value: Any) -> None:
     check_float(attribute.name, value)
 
 
@@ -106,11 +106,16 @@ class CyclicLR(LRSchedule):
                     "'triangular', 'triangular2', 'exp_range' or give a `scale_fn`."
                 )
                 raise ValueError(msg)
-        elif not callable(self.scale_fn):
-            msg = f"`scale_fn` should be a function, got {type(self.scale_fn).__name__}."
+        elif not callable(cast(object, self.scale_fn)):
+            msg = (
+                f"`scale_fn` should be a function, got {type(self.scale_fn).__name__}."
+            )
             raise TypeError(msg)
         if self.scale_mode not in ("cycle", "iterations"):
-            msg = f"`scale_mode` must be 'cycle' or 'iterations', got {self.scale_mode!r}."
+            msg = (
+                "`scale_mode` must be 'cycle' or 'iterations', got "
+                f"{self.scale_mode!r}."
+            )
             raise ValueError(msg)
 
     def _scale(self, cycle: Tensor, epoch: Tensor) -> tuple[Tensor | float, bool]:
@@ -186,7 +191,7 @@ class OneCycleLR(LRSchedule):
 
     Example:
         >>> from paramdict import optim
-        >>> schedule = optim.OneCycleLR(max_lr=1.0, total_steps=10, cycle_momentum=False)
+        >>> schedule = optim.OneCycleLR(max_lr=1.0, total_steps=10)
         >>> schedule.init(0.0).lr
         tensor(0.0400, dtype=torch.float64)
     """
@@ -210,7 +215,10 @@ class OneCycleLR(LRSchedule):
 
         if self.total_steps is not None:
             if not positive_int(self.total_steps):
-                msg = f"Expected positive integer `total_steps`, but got {self.total_steps!r}."
+                msg = (
+                    "Expected positive integer `total_steps`, but got "
+                    f"{self.total_steps!r}."
+                )
                 raise ValueError(msg)
         elif self.epochs is not None and self.steps_per_epoch is not None:
             if not positive_int(self.epochs):
@@ -225,8 +233,9 @@ class OneCycleLR(LRSchedule):
         else:
             msg = "Give either `total_steps` or both `epochs` and `steps_per_epoch`."
             raise ValueError(msg)
-        if not isinstance(self.pct_start, float) or not 0 <= self.pct_start <= 1:
-            msg = f"Expected float between 0 and 1 `pct_start`, but got {self.pct_start!r}."
+        pct: object = self.pct_start
+        if not isinstance(pct, float) or not 0 <= pct <= 1:
+            msg = f"Expected float between 0 and 1 `pct_start`, but got {pct!r}."
             raise ValueError(msg)
         if self.anneal_strategy not in ("cos", "linear"):
             msg = (
@@ -240,7 +249,8 @@ class OneCycleLR(LRSchedule):
         """The total number of steps: `total_steps` or `epochs * steps_per_epoch`."""
         if self.total_steps is not None:
             return self.total_steps
-        assert self.epochs is not None and self.steps_per_epoch is not None  # noqa: S101 (checked when built)
+        assert self.epochs is not None  # checked when built
+        assert self.steps_per_epoch is not None
         return self.epochs * self.steps_per_epoch
 
     def _phases(self) -> list[tuple[float, str, str, str, str]]:
@@ -277,7 +287,9 @@ class OneCycleLR(LRSchedule):
         start_step = 0.0
         chosen: list[tuple[Tensor, Tensor, Tensor | None]] = []
         for end_step, start_lr, end_lr, start_m, end_m in phases:
-            pct = (epoch - start_step) / nonzero(epoch.new_full((), end_step - start_step))
+            pct = (epoch - start_step) / nonzero(
+                epoch.new_full((), end_step - start_step)
+            )
             phase_lr = self._anneal(values[start_lr], values[end_lr], pct)
             phase_m = (
                 self._anneal(values[start_m], values[end_m], pct)
@@ -290,11 +302,11 @@ class OneCycleLR(LRSchedule):
             if i == 0:
                 lr, momentum = phase_lr, phase_m
                 continue
-            assert lr is not None  # noqa: S101 (set on the first pass)
+            assert lr is not None  # set on the first pass
             lr = torch.where(inside, phase_lr, lr)
             if phase_m is not None and momentum is not None:
                 momentum = torch.where(inside, phase_m, momentum)
-        assert lr is not None  # noqa: S101 (there are at least two phases)
+        assert lr is not None  # there are at least two phases
         base = epoch.new_full((), initial)
         return new_state(base, lr, last_epoch=epoch, momentum=momentum)
 
@@ -344,7 +356,7 @@ def _tuple(value: Sequence[Any]) -> tuple[Any, ...]:
 
 @attrs.frozen(kw_only=True, eq=False)
 class SequentialLR(LRSchedule):
-    """Run `schedulers` one after another, switching at `milestones`, the functional `SequentialLR`.
+    """Run `schedulers` one after another, the functional `SequentialLR`.
 
     At each milestone the next schedule restarts from epoch 0 from the base rate
     (torch's `_update_lr(0)`: its closed form where it has one). The children's
@@ -381,7 +393,8 @@ class SequentialLR(LRSchedule):
         if len(self.milestones) != len(self.schedulers) - 1:
             msg = (
                 "SequentialLR expects one milestone fewer than schedules, got "
-                f"{len(self.schedulers)} schedules and {len(self.milestones)} milestones."
+                f"{len(self.schedulers)} schedules and {len(self.milestones)} "
+                "milestones."
             )
             raise ValueError(msg)
         for m in self.milestones:
@@ -391,9 +404,7 @@ class SequentialLR(LRSchedule):
         children = [s._initial(base, base) for s in self.schedulers]
         # torch rewinds every child by one epoch and re-runs the first one's
         # initial step from the base rate.
-        children = [
-            c._replace(last_epoch=c.last_epoch - 1) for c in children
-        ]
+        children = [c._replace(last_epoch=c.last_epoch - 1) for c in children]
         first = bisect_right(self.milestones, 0)
         children[first] = self.schedulers[first]._initial(base, base)
         lr = children[first].lr
@@ -437,7 +448,9 @@ def _select(condition: Tensor, a: ScheduleState, b: ScheduleState) -> ScheduleSt
 
 @attrs.frozen(kw_only=True, eq=False)
 class ChainedScheduler(LRSchedule):
-    """Step all `schedulers` each epoch, each from the rate the previous one set, the functional `ChainedScheduler`.
+    """Step all `schedulers` every epoch, the functional `ChainedScheduler`.
+
+    Each schedule starts from the rate the previous one set, as in torch.
 
     Attributes:
         schedulers: The schedules, applied in order at every step.
@@ -508,10 +521,9 @@ class PlateauState(NamedTuple):
     cooldown_counter: Tensor
 
 
-
 @attrs.frozen(kw_only=True, eq=False)
 class ReduceLROnPlateau:
-    """Reduce the rate when a metric stops improving, the functional `ReduceLROnPlateau`.
+    """Reduce the rate when a metric stops improving (`ReduceLROnPlateau`).
 
     Not an `LRSchedule`: its `step` takes the metric, `step(state, metrics)`,
     once per evaluation. Everything is tensor arithmetic, so a compiled step
@@ -558,7 +570,10 @@ class ReduceLROnPlateau:
             msg = f"`mode` {self.mode!r} is unknown; use 'min' or 'max'."
             raise ValueError(msg)
         if self.threshold_mode not in ("rel", "abs"):
-            msg = f"`threshold_mode` {self.threshold_mode!r} is unknown; use 'rel' or 'abs'."
+            msg = (
+                f"`threshold_mode` {self.threshold_mode!r} is unknown; use 'rel' "
+                "or 'abs'."
+            )
             raise ValueError(msg)
         check_int("patience", self.patience, minimum=0)
         check_int("cooldown", self.cooldown, minimum=0)
@@ -616,7 +631,11 @@ class ReduceLROnPlateau:
                     f"{tuple(metrics.shape)}."
                 )
                 raise ValueError(msg)
-            current = metrics.detach().reshape(()).to(dtype=torch.float64, device=state.lr.device)
+            current = (
+                metrics.detach()
+                .reshape(())
+                .to(dtype=torch.float64, device=state.lr.device)
+            )
         else:
             check_float("metrics", metrics)
             current = state.lr.new_full((), float(metrics))
@@ -632,7 +651,9 @@ class ReduceLROnPlateau:
         best = torch.where(better, current, best)
         bad = torch.where(better, 0, state.num_bad_epochs + 1)
         in_cooldown = state.cooldown_counter > 0
-        cooldown = torch.where(in_cooldown, state.cooldown_counter - 1, state.cooldown_counter)
+        cooldown = torch.where(
+            in_cooldown, state.cooldown_counter - 1, state.cooldown_counter
+        )
         bad = torch.where(in_cooldown, 0, bad)
         reduce = bad > self.patience
         old = state.lr

@@ -1,4 +1,4 @@
-"""Learning-rate schedules: the functional `torch.optim.lr_scheduler`, step-count driven.
+"""Learning-rate schedules: the functional `torch.optim.lr_scheduler`.
 
 Each class has torch's name and arguments, less the optimizer (the base rate is
 the argument of `init`) and `last_epoch` (resume from a saved `ScheduleState`
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import Any, TypeGuard, cast
 
 import attrs
 import torch
@@ -45,14 +46,20 @@ __all__ = [
 LrLambda = Callable[[Tensor], float | Tensor]
 
 
-def _check_callable(instance: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _check_callable(instance: object, attribute: Any, value: Any) -> None:
     if not callable(value):
-        msg = f"`{attribute.name}` should be a function, but got {type(value).__name__}."
+        msg = (
+            f"`{attribute.name}` should be a function, but got {type(value).__name__}."
+        )
         raise TypeError(msg)
 
 
-def _number(instance: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _number(instance: object, attribute: Any, value: Any) -> None:
     check_float(attribute.name, value)
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _next(state: ScheduleState) -> Tensor:
@@ -96,7 +103,7 @@ class LambdaLR(LRSchedule):
 
 @attrs.frozen(kw_only=True, eq=False)
 class MultiplicativeLR(LRSchedule):
-    """Multiply the current rate by `lr_lambda(epoch)` each step, the functional `MultiplicativeLR`.
+    """Multiply the rate by `lr_lambda(epoch)` each step (`MultiplicativeLR`).
 
     `lr_lambda` receives the epoch as a 0-dim float64 tensor (see `LambdaLR`).
 
@@ -163,9 +170,7 @@ class StepLR(LRSchedule):
         return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
 
 
-def _check_milestones(
-    instance: object, attribute: attrs.Attribute[object], value: object
-) -> None:
+def _check_milestones(instance: object, attribute: Any, value: Any) -> None:
     if not isinstance(value, tuple) or not all(
         isinstance(m, int) and not isinstance(m, bool) for m in value
     ):
@@ -233,7 +238,7 @@ def _check_unit(name: str, value: float, *, open_low: bool = False) -> None:
 
 @attrs.frozen(kw_only=True, eq=False)
 class ConstantLR(LRSchedule):
-    """Scale the rate by `factor` until epoch `total_iters`, the functional `ConstantLR`.
+    """Scale the rate by `factor` until `total_iters`, the functional `ConstantLR`.
 
     Attributes:
         factor: The factor in [0, 1] for the first `total_iters` epochs.
@@ -268,14 +273,14 @@ class ConstantLR(LRSchedule):
         return state._replace(last_epoch=epoch, lr=lr)
 
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        factor = self.factor + (0 >= self.total_iters) * (1 - self.factor)
+        factor = self.factor + (self.total_iters <= 0) * (1 - self.factor)
         lr = state.base_lr * factor
         return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
 
 
 @attrs.frozen(kw_only=True, eq=False)
 class LinearLR(LRSchedule):
-    """Ramp the factor linearly from `start_factor` to `end_factor`, the functional `LinearLR`.
+    """Ramp the factor linearly to `end_factor`, the functional `LinearLR`.
 
     Attributes:
         start_factor: The factor at epoch 0, in (0, 1].
@@ -353,7 +358,7 @@ class ExponentialLR(LRSchedule):
 
 @attrs.frozen(kw_only=True, eq=False)
 class PolynomialLR(LRSchedule):
-    """Decay the rate polynomially to zero over `total_iters`, the functional `PolynomialLR`.
+    """Decay the rate polynomially to zero, the functional `PolynomialLR`.
 
     Attributes:
         total_iters: The number of epochs of the decay (at least 1).
@@ -388,13 +393,16 @@ class PolynomialLR(LRSchedule):
         return state._replace(last_epoch=epoch, lr=lr)
 
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        lr = state.base_lr * (1.0 - min(self.total_iters, 0) / self.total_iters) ** self.power
+        lr = (
+            state.base_lr
+            * (1.0 - min(self.total_iters, 0) / self.total_iters) ** self.power
+        )
         return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
 
 
 @attrs.frozen(kw_only=True, eq=False)
 class CosineAnnealingLR(LRSchedule):
-    """Anneal the rate along a cosine to `eta_min` over `T_max`, the functional `CosineAnnealingLR`.
+    """Anneal the rate along a cosine, the functional `CosineAnnealingLR`.
 
     torch's recursive form: each value from the previous one, so a run matches
     torch bitwise (the closed form differs from it by a few units in the last
@@ -428,9 +436,9 @@ class CosineAnnealingLR(LRSchedule):
         epoch = _next(state)
         t_max, eta_min = self.T_max, self.eta_min
         at_restart = torch.remainder(epoch - 1 - t_max, 2 * t_max) == 0
-        restart = current + (state.base_lr - eta_min) * (
-            1 - math.cos(math.pi / t_max)
-        ) / 2
+        restart = (
+            current + (state.base_lr - eta_min) * (1 - math.cos(math.pi / t_max)) / 2
+        )
         numerator = 1 + cos(math.pi * epoch / t_max)
         denominator = 1 + cos(math.pi * (epoch - 1) / t_max)
         annealed = numerator / nonzero(denominator) * (current - eta_min) + eta_min
@@ -445,7 +453,7 @@ class CosineAnnealingLR(LRSchedule):
 
 @attrs.frozen(kw_only=True, eq=False)
 class CosineAnnealingWarmRestarts(LRSchedule):
-    """Cosine annealing restarted every `T_i` epochs (SGDR), the functional `CosineAnnealingWarmRestarts`.
+    """Anneal along a cosine with warm restarts (`CosineAnnealingWarmRestarts`).
 
     The first period is `T_0`; each restart multiplies it by `T_mult`. The
     counters `T_cur` and `T_i` are `state.counters`.
@@ -472,18 +480,17 @@ class CosineAnnealingWarmRestarts(LRSchedule):
     eta_min: float = 0.0
 
     def __attrs_post_init__(self) -> None:
-        if isinstance(self.T_0, bool) or not isinstance(self.T_0, int) or self.T_0 <= 0:
-            msg = f"Expected positive integer `T_0`, but got {self.T_0!r}."
+        t_0, t_mult, eta_min = cast(
+            "tuple[object, object, object]", attrs.astuple(self)
+        )
+        if not _is_int(t_0) or t_0 <= 0:
+            msg = f"Expected positive integer `T_0`, but got {t_0!r}."
             raise ValueError(msg)
-        if (
-            isinstance(self.T_mult, bool)
-            or not isinstance(self.T_mult, int)
-            or self.T_mult < 1
-        ):
-            msg = f"Expected integer `T_mult` >= 1, but got {self.T_mult!r}."
+        if not _is_int(t_mult) or t_mult < 1:
+            msg = f"Expected integer `T_mult` >= 1, but got {t_mult!r}."
             raise ValueError(msg)
-        if isinstance(self.eta_min, bool) or not isinstance(self.eta_min, (int, float)):
-            msg = f"Expected float or int `eta_min`, but got {self.eta_min!r}."
+        if isinstance(eta_min, bool) or not isinstance(eta_min, (int, float)):
+            msg = f"Expected float or int `eta_min`, but got {eta_min!r}."
             raise ValueError(msg)
 
     def _value(self, base: Tensor, t_cur: Tensor, t_i: Tensor) -> Tensor:

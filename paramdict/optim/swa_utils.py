@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import attrs
 import torch
@@ -100,7 +100,7 @@ class WeightAverage:
 
     @classmethod
     def ema(cls, decay: float = 0.999, /) -> WeightAverage:
-        """Return an exponential moving average with `decay` (torch's `get_ema_multi_avg_fn`).
+        """Return an exponential moving average (torch's `get_ema_multi_avg_fn`).
 
         Example:
             >>> from paramdict import optim
@@ -137,7 +137,7 @@ class WeightAverage:
             >>> optim.WeightAverage.ema().init(ParamDict(w=torch.ones(1))).n_averaged
             tensor(0)
         """
-        if not isinstance(values, ParamDict):
+        if not isinstance(cast(object, values), ParamDict):
             msg = (
                 f"`values` must be a ParamDict, got {type(values).__name__}. Use "
                 "`ParamDict.from_module(model, buffers=True)`."
@@ -148,7 +148,9 @@ class WeightAverage:
         n = torch.zeros((), dtype=torch.long, device=device)
         return AveragedState(n, values.detach().clone())
 
-    def update(self, state: AveragedState, values: Mapping[str, Tensor], /) -> AveragedState:
+    def update(
+        self, state: AveragedState, values: Mapping[str, Tensor], /
+    ) -> AveragedState:
         """Return the state with `values` averaged in; `state` is unchanged.
 
         Args:
@@ -200,7 +202,7 @@ def update_bn(
     loader: Iterable[Any],
     /,
     *,
-    device: torch.device | str | None = None,
+    device: int | torch.device | None = None,
 ) -> ParamDict:
     """Return `values` with BatchNorm running statistics recomputed over `loader`.
 

@@ -33,8 +33,12 @@ OPTIMIZERS = [
 ]
 
 
-@pytest.mark.parametrize("inner", OPTIMIZERS, ids=["sgd", "sgd-nesterov", "adam", "adamw-ams"])
-def test_four_micro_batches_equal_one_full_batch(inner: optim.Optimizer[object]) -> None:
+@pytest.mark.parametrize(
+    "inner", OPTIMIZERS, ids=["sgd", "sgd-nesterov", "adam", "adamw-ams"]
+)
+def test_four_micro_batches_equal_one_full_batch(
+    inner: optim.Optimizer[object],
+) -> None:
     """Three rounds of 4 accumulated micro-batches equal 3 full-batch steps (1e-12)."""
     params, x, y = _problem()
     full, full_state = params, inner.init(params)
@@ -59,13 +63,17 @@ def test_sum_reduction_adds_the_gradients() -> None:
     opt = optim.MultiSteps(optim.SGD(lr=1.0), every_k=3, reduction="sum")
     state = opt.init(params)
     for g in (1.0, 2.0, 4.0):
-        params, state = opt.step(params, {"w": torch.full((2,), g, dtype=torch.float64)}, state)
+        params, state = opt.step(
+            params, {"w": torch.full((2,), g, dtype=torch.float64)}, state
+        )
     torch.testing.assert_close(params["w"], torch.full((2,), -7.0, dtype=torch.float64))
-    torch.testing.assert_close(state.acc_grads["w"], torch.zeros(2, dtype=torch.float64))
+    torch.testing.assert_close(
+        state.acc_grads["w"], torch.zeros(2, dtype=torch.float64)
+    )
 
 
 def test_differentiable_inner_keeps_the_graph() -> None:
-    """With a differentiable inner optimizer the meta-gradient flows through accumulation."""
+    """A differentiable inner optimizer lets the meta-gradient through."""
     params, x, y = _problem()
     lr = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
     opt = optim.MultiSteps(optim.SGD(lr=lr, differentiable=True), every_k=2)
@@ -77,8 +85,12 @@ def test_differentiable_inner_keeps_the_graph() -> None:
         new, state = opt.step(new, grads, state)
     (got,) = torch.autograd.grad(_loss(new, x, y), lr)
     # Reference: one SGD step with the full-batch gradient, in plain torch.
-    g = torch.autograd.grad(_loss(params, x, y), list(params.values()), create_graph=True)
-    ref = ParamDict({k: v - lr * gk for (k, v), gk in zip(params.items(), g, strict=True)})
+    g = torch.autograd.grad(
+        _loss(params, x, y), list(params.values()), create_graph=True
+    )
+    ref = ParamDict(
+        {k: v - lr * gk for (k, v), gk in zip(params.items(), g, strict=True)}
+    )
     (expected,) = torch.autograd.grad(_loss(ref, x, y), lr)
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
@@ -101,10 +113,16 @@ def test_state_round_trips_weights_only() -> None:
     [
         ({"every_k": 0}, ValueError, "`every_k` must be at least 1"),
         ({"every_k": 2.0}, TypeError, "`every_k` must be an int"),
-        ({"every_k": 2, "reduction": "max"}, ValueError, "`reduction` must be 'mean' or 'sum'"),
+        (
+            {"every_k": 2, "reduction": "max"},
+            ValueError,
+            "`reduction` must be 'mean' or 'sum'",
+        ),
     ],
 )
-def test_bad_arguments_raise(kwargs: dict[str, object], error: type[Exception], match: str) -> None:
+def test_bad_arguments_raise(
+    kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
     """Bad arguments are refused with the argument named."""
     with pytest.raises(error, match=match):
         optim.MultiSteps(optim.SGD(lr=0.1), **kwargs)  # type: ignore[arg-type]

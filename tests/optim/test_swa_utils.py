@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 import torch
@@ -11,18 +12,29 @@ from torch.optim import swa_utils
 
 from paramdict import ParamDict, optim
 
+_loose: Any = optim  # untyped view of the API, to pass bad arguments
+_swa: Any = swa_utils  # get_ema_multi_avg_fn is untyped
+
 
 def _model(dtype: torch.dtype) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).to(dtype)
+    return nn.Sequential(
+        nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)
+    ).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(
     ("average", "torch_kwargs"),
     [
-        (optim.WeightAverage.ema(0.9), {"multi_avg_fn": swa_utils.get_ema_multi_avg_fn(0.9)}),
-        (optim.WeightAverage.ema(0.999), {"multi_avg_fn": swa_utils.get_ema_multi_avg_fn(0.999)}),
+        (
+            optim.WeightAverage.ema(0.9),
+            {"multi_avg_fn": _swa.get_ema_multi_avg_fn(0.9)},
+        ),
+        (
+            optim.WeightAverage.ema(0.999),
+            {"multi_avg_fn": _swa.get_ema_multi_avg_fn(0.999)},
+        ),
         (optim.WeightAverage.swa(), {}),
     ],
     ids=["ema-0.9", "ema-0.999", "swa"],
@@ -30,7 +42,7 @@ def _model(dtype: torch.dtype) -> nn.Module:
 def test_average_equals_averaged_model(
     average: optim.WeightAverage, torch_kwargs: dict[str, object], dtype: torch.dtype
 ) -> None:
-    """100 updates equal `AveragedModel(use_buffers=True)` bitwise, BatchNorm buffers included."""
+    """100 updates equal `AveragedModel(use_buffers=True)` bitwise, buffers too."""
     model = _model(dtype)
     reference = swa_utils.AveragedModel(model, use_buffers=True, **torch_kwargs)  # type: ignore[arg-type]
     state = average.init(ParamDict.from_module(model, buffers=True))
@@ -51,10 +63,12 @@ def test_average_equals_averaged_model(
 
 
 def test_update_bn_equals_torch() -> None:
-    """`update_bn` recomputes the statistics torch's `update_bn` does, module unchanged."""
+    """`update_bn` gives torch's statistics and leaves the module unchanged."""
     model = _model(torch.float64)
     gen = torch.Generator().manual_seed(2)
-    loader = [(torch.randn(8, 4, generator=gen, dtype=torch.float64), 0) for _ in range(5)]
+    loader = [
+        (torch.randn(8, 4, generator=gen, dtype=torch.float64), 0) for _ in range(5)
+    ]
     values = ParamDict.from_module(model, buffers=True).detach().clone()
     before = ParamDict.from_module(model, buffers=True).detach().clone()
     ours = optim.update_bn(values, model, loader)
@@ -67,7 +81,9 @@ def test_update_bn_equals_torch() -> None:
 def test_state_round_trips_weights_only() -> None:
     """The state saves and loads with `torch.load(weights_only=True)`."""
     average = optim.WeightAverage.ema()
-    state = average.update(average.init(ParamDict(w=torch.ones(2))), {"w": torch.zeros(2)})
+    state = average.update(
+        average.init(ParamDict(w=torch.ones(2))), {"w": torch.zeros(2)}
+    )
     buffer = io.BytesIO()
     torch.save(state, buffer)
     buffer.seek(0)
@@ -77,7 +93,9 @@ def test_state_round_trips_weights_only() -> None:
 def test_update_is_pure() -> None:
     """`update` leaves the state and the values it was given unchanged."""
     average = optim.WeightAverage.swa()
-    state = average.update(average.init(ParamDict(w=torch.zeros(2))), {"w": torch.ones(2)})
+    state = average.update(
+        average.init(ParamDict(w=torch.zeros(2))), {"w": torch.ones(2)}
+    )
     average.update(state, {"w": torch.full((2,), 3.0)})
     torch.testing.assert_close(state.averaged["w"], torch.ones(2))
 
@@ -85,13 +103,26 @@ def test_update_is_pure() -> None:
 @pytest.mark.parametrize(
     ("build", "error", "match"),
     [
-        (lambda: optim.WeightAverage.ema(1.5), ValueError, r"Invalid decay value 1.5"),
-        (lambda: optim.WeightAverage.ema("0.9"), TypeError, "`decay` must be a number"),
-        (lambda: optim.WeightAverage(kind="mean"), ValueError, "`kind` must be 'ema' or 'swa'"),
-        (lambda: optim.WeightAverage.swa().init({"w": torch.ones(1)}), TypeError, "must be a ParamDict"),
+        (lambda: _loose.WeightAverage.ema(1.5), ValueError, r"Invalid decay value 1.5"),
         (
-            lambda: optim.WeightAverage.swa().update(
-                optim.WeightAverage.swa().init(ParamDict(w=torch.ones(1))), {"v": torch.ones(1)}
+            lambda: _loose.WeightAverage.ema("0.9"),
+            TypeError,
+            "`decay` must be a number",
+        ),
+        (
+            lambda: _loose.WeightAverage(kind="mean"),
+            ValueError,
+            "`kind` must be 'ema' or 'swa'",
+        ),
+        (
+            lambda: _loose.WeightAverage.swa().init({"w": torch.ones(1)}),
+            TypeError,
+            "must be a ParamDict",
+        ),
+        (
+            lambda: _loose.WeightAverage.swa().update(
+                _loose.WeightAverage.swa().init(ParamDict(w=torch.ones(1))),
+                {"v": torch.ones(1)},
             ),
             ValueError,
             "missing",
