@@ -225,4 +225,8 @@ def new_state(
     """Return a `ScheduleState`, at epoch 0 unless `last_epoch` is given."""
     if last_epoch is None:
         last_epoch = torch.zeros((), dtype=torch.float64, device=base.device)
+    if lr is base:
+        # Two fields holding one tensor would make a compiled `step` see
+        # different aliasing on its first call than later, and recompile.
+        lr = lr.clone()
     return ScheduleState(last_epoch, base, lr, momentum, counters, children)

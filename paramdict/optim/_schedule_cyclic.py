@@ -407,7 +407,7 @@ class SequentialLR(LRSchedule):
         children = [c._replace(last_epoch=c.last_epoch - 1) for c in children]
         first = bisect_right(self.milestones, 0)
         children[first] = self.schedulers[first]._initial(base, base)
-        lr = children[first].lr
+        lr = children[first].lr.clone()  # not aliased: see `new_state`
         return new_state(base, lr, children=tuple(children))
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
@@ -434,6 +434,8 @@ def _select(condition: Tensor, a: ScheduleState, b: ScheduleState) -> ScheduleSt
     """Return `a` where `condition` holds, else `b`, field by field."""
 
     def pick(x: Any, y: Any) -> Any:
+        if x is y:  # unchanged (the base rate): keep it, and its aliasing
+            return x
         if isinstance(x, Tensor):
             return torch.where(condition, x, y)
         if isinstance(x, ScheduleState):
@@ -477,7 +479,9 @@ class ChainedScheduler(LRSchedule):
         children = []
         lr = current
         for schedule in self.schedulers:
-            child = schedule._initial(base, lr)
+            # A copy, so no two children start out sharing one tensor (a
+            # compiled `step` would see the aliasing change and recompile).
+            child = schedule._initial(base, lr.clone())
             children.append(child)
             lr = child.lr
         return new_state(base, lr, children=tuple(children))
@@ -600,7 +604,10 @@ class ReduceLROnPlateau:
         base = scalar(lr)
         zero = torch.zeros_like(base)
         worse = math.inf if self.mode == "min" else -math.inf
-        return PlateauState(zero, base, torch.full_like(zero, worse), zero, zero)
+        # Separate tensors: no field aliases another (see `new_state`).
+        return PlateauState(
+            zero, base.clone(), torch.full_like(zero, worse), zero.clone(), zero.clone()
+        )
 
     def step(self, state: PlateauState, metrics: float | Tensor, /) -> PlateauState:
         """Return the state after one evaluation that measured `metrics`.
