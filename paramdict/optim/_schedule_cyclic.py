@@ -313,7 +313,25 @@ class OneCycleLR(LRSchedule):
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return self._values(torch.zeros_like(base))
 
-    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
+    def step(self, state: ScheduleState, /) -> ScheduleState:
+        """Return the state after one `scheduler.step()`; `state` is unchanged.
+
+        Args:
+            state: The state from `init` or from the previous `step`.
+
+        Returns:
+            The next state.
+
+        Raises:
+            ValueError: If this would step past `total_steps` (checked eagerly on
+                the CPU only: a compiled step cannot raise).
+
+        Example:
+            >>> from paramdict import optim
+            >>> schedule = optim.OneCycleLR(max_lr=1.0, total_steps=10)
+            >>> round(float(schedule.step(schedule.init(0.0)).momentum), 6)
+            0.9
+        """
         epoch = state.last_epoch + 1
         if (
             not torch.compiler.is_compiling()
@@ -325,7 +343,10 @@ class OneCycleLR(LRSchedule):
                 f"steps is {self.steps}."
             )
             raise ValueError(msg)
-        return self._values(epoch)
+        return self._advance(state, state.lr)
+
+    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
+        return self._values(state.last_epoch + 1)
 
 
 # ---------------------------------------------------------------- combinators
