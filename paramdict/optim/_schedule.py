@@ -152,6 +152,17 @@ class LRSchedule(abc.ABC):
     optimizer holds now, which the recursive formulas start from; a schedule on
     its own passes its own `lr`, `SequentialLR` and `ChainedScheduler` pass the
     value their children share.
+
+    Example:
+        >>> from paramdict import optim
+        >>> def rates(schedule: optim.LRSchedule, lr: float, n: int) -> list[float]:
+        ...     state, out = schedule.init(lr), []
+        ...     for _ in range(n):
+        ...         out.append(float(state.lr))
+        ...         state = schedule.step(state)
+        ...     return out
+        >>> rates(optim.StepLR(step_size=2, gamma=0.5), 1.0, 5)
+        [1.0, 1.0, 0.5, 0.5, 0.25]
     """
 
     __slots__ = ()

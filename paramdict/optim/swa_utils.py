@@ -102,6 +102,15 @@ class WeightAverage:
     def ema(cls, decay: float = 0.999, /) -> WeightAverage:
         """Return an exponential moving average (torch's `get_ema_multi_avg_fn`).
 
+        Args:
+            decay: The weight of the old average at each update, in [0, 1].
+
+        Returns:
+            A `WeightAverage` of kind `"ema"`.
+
+        Raises:
+            ValueError: If `decay` is outside [0, 1].
+
         Example:
             >>> from paramdict import optim
             >>> optim.WeightAverage.ema(0.99).decay
@@ -112,6 +121,9 @@ class WeightAverage:
     @classmethod
     def swa(cls) -> WeightAverage:
         """Return the equal-weight average of stochastic weight averaging.
+
+        Returns:
+            A `WeightAverage` of kind `"swa"`.
 
         Example:
             >>> from paramdict import optim

@@ -17,10 +17,11 @@ _swa: Any = swa_utils  # get_ema_multi_avg_fn is untyped
 
 
 def _model(dtype: torch.dtype) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)
-    ).to(dtype)
+    with torch.random.fork_rng():  # seeded here, the global generator untouched
+        torch.manual_seed(0)
+        return nn.Sequential(
+            nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)
+        ).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
