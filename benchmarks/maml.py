@@ -360,14 +360,10 @@ def _main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--peak-memory",
         choices=[OURS, FUSED, PLAIN],
+        required=True,
         help="run one meta-iteration of this candidate and print its peak growth",
     )
-    args, rest = parser.parse_known_args(argv)
-    if args.peak_memory is None:
-        from ._runner import main
-
-        main(["--only", "maml,memory", *rest])
-        return
+    args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     print(json.dumps(_memory_worker(args.peak_memory)))
 

@@ -14,7 +14,7 @@ state from step to step:
 Adam, AdamW, SGD with momentum, RMSprop and Adagrad, with the same hyperparameters
 everywhere. Before timing, three steps of every candidate from the same start must
 give the same parameters; a torchopt transformation that does not is left out, with
-a note. Part of `python -m benchmarks`; `python -m benchmarks.optim [--quick]` runs
+a note. Part of `python -m benchmarks`; `python -m benchmarks --only optim` runs
 only this section.
 """
 
@@ -168,11 +168,3 @@ def measure(config: Config) -> Section:
         )
     )
     return section
-
-
-if __name__ == "__main__":
-    import sys
-
-    from ._runner import main
-
-    main(["--only", "optim", *sys.argv[1:]])

@@ -194,11 +194,3 @@ def measure(config: Config) -> Section:
     for size in (TARGET_SIZE, FEW_LARGE):
         section.targets += _targets(rows, size, floor=size == TARGET_SIZE)
     return section
-
-
-if __name__ == "__main__":
-    import sys
-
-    from ._runner import main
-
-    main(["--only", "update", *sys.argv[1:]])

@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
+from ._checks import describe_kind
+
 if TYPE_CHECKING:
     from _typeshed import SupportsKeysAndGetItem
 
@@ -109,8 +111,12 @@ class _Container(dict[str, Tensor]):
 
     @classmethod
     def _from_parts(cls, keys: tuple[str, ...], values: Iterable[Any], /) -> Self:
-        """Build without validation: `keys` is trusted, values may be any leaf."""
-        vals = list(values)
+        """Build without validation: `keys` is trusted, values may be any leaf.
+
+        The one place besides `__init__` that sets the storage and the kept key
+        and value order; every derived ParamDict is built here.
+        """
+        vals = values if type(values) is list else list(values)
         obj = dict.__new__(cls)
         dict.update(obj, zip(keys, vals))
         obj._keys = keys
@@ -119,15 +125,7 @@ class _Container(dict[str, Tensor]):
 
     def _derive(self, values: Iterable[Tensor], /) -> Self:
         """A ParamDict of the same type and keys as `self`, holding `values`."""
-        # `_from_parts`, inlined: every operation ends here.
-        if type(values) is not list:
-            values = list(values)
-        obj = dict.__new__(type(self))
-        keys = self._keys
-        dict.update(obj, zip(keys, values))
-        obj._keys = keys
-        obj._vals = values
-        return obj
+        return self._from_parts(self._keys, values)
 
     # ---------------------------------------------------------------- read-only mapping
 
@@ -235,12 +233,7 @@ class _Container(dict[str, Tensor]):
             >>> q == p, q is p, q["w"] is p["w"]
             (True, False, True)
         """
-        # `torch.func.functional_call` copies its dict on every call: keep it cheap.
-        obj = dict.__new__(type(self))
-        dict.update(obj, self)
-        obj._keys = self._keys
-        obj._vals = self._vals
-        return obj
+        return self._from_parts(self._keys, self._vals)
 
     def __copy__(self) -> Self:
         return self.copy()
@@ -357,7 +350,7 @@ class _Container(dict[str, Tensor]):
             )
             raise TypeError(msg)
         differ = sorted(
-            f"{k!r} ({_describe_kind(a)} vs {_describe_kind(b)})"
+            f"{k!r} ({describe_kind(a)} vs {describe_kind(b)})"
             for k, a, b in zip(self._keys, self.values(), theirs)
             if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device
         )
@@ -392,11 +385,6 @@ class _Container(dict[str, Tensor]):
         )
         entries = "entry" if len(self) == 1 else "entries"
         return f"{name}(  # {len(self)} {entries}, {total:,} elements{body}\n)"
-
-
-def _describe_kind(value: Tensor) -> str:
-    dtype = str(value.dtype).removeprefix("torch.")
-    return f"{dtype}{list(value.shape)} {value.device}"
 
 
 def _numel(value: object) -> int:

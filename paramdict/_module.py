@@ -258,7 +258,7 @@ class _ModuleIO(_Container):
 
         Example:
             >>> model = torch.nn.Linear(2, 1).requires_grad_(False)
-            >>> p = ParamDict.from_module(model) * 0
+            >>> p = ParamDict.from_module(model).zeros_like()
             >>> with p.swapped_into(model):
             ...     model(torch.ones(1, 2))
             tensor([[0.]])

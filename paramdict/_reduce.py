@@ -10,36 +10,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from numbers import Real
 
 import torch
 from torch import Tensor
 from typing_extensions import Self
 
+from ._checks import is_float_or_complex, is_number, norm_order
 from ._container import _Container
 from ._foreach import call
 
 __all__: list[str] = []
 
 _CLIP_EPS = 1e-6  # what `torch.nn.utils.clip_grad_norm_` adds to the norm
-
-
-def _check_p(p: object, what: str) -> float:
-    if type(p) is int or type(p) is float:  # the common case, without the ABC check
-        if p > 0:
-            return float(p)
-    elif isinstance(p, bool) or not isinstance(p, Real):
-        msg = f"`{what}` takes a number as `p`, got {type(p).__name__}."
-        raise TypeError(msg)
-    order = float(p)
-    if not order > 0:
-        msg = f"`{what}` takes a positive `p` (or `math.inf`), got {p!r}."
-        raise ValueError(msg)
-    return order
-
-
-def _floating(value: Tensor) -> bool:
-    return value.is_floating_point() or value.is_complex()
 
 
 # One copy of every entry into a vector, then one reduction, beats one reduction per
@@ -57,7 +39,7 @@ def _flattened(values: list[Tensor]) -> Tensor | None:
     """
     first = values[0]
     dtype = first.dtype
-    if not first.is_cpu or not _floating(first):
+    if not first.is_cpu or not is_float_or_complex(first):
         return None
     total = 0
     vectors = True  # 1-dim entries go to `cat` as they are, without views
@@ -107,7 +89,7 @@ class _Reduce(_Container):
         raise ValueError(msg)
 
     def _not_floating(self, what: str) -> TypeError | None:
-        bad = sorted(k for k, v in self.items() if not _floating(v))
+        bad = sorted(k for k, v in self.items() if not is_float_or_complex(v))
         if not bad:
             return None
         msg = (
@@ -207,7 +189,7 @@ class _Reduce(_Container):
             >>> p.norm(math.inf)
             tensor(4.)
         """
-        order = _check_p(p, "norm")
+        order = norm_order(p, "norm")
         values = self._vals
         flat = _flattened(values) if values else None
         if flat is not None:
@@ -286,7 +268,7 @@ class _Reduce(_Container):
         flat = _flattened(values) if values else None
         if flat is not None:
             return bool(torch.isfinite(flat).all())
-        checked = [v for v in values if _floating(v) and v.numel()]
+        checked = [v for v in values if is_float_or_complex(v) and v.numel()]
         if not checked:
             return True
         # The largest magnitude is finite exactly when every element is (NaN
@@ -329,7 +311,7 @@ class _Reduce(_Container):
                     f"got a tensor of shape {tuple(limit.shape)}."
                 )
                 raise TypeError(msg)
-        elif isinstance(limit, bool) or not isinstance(limit, Real):
+        elif not is_number(limit):
             msg = (
                 "`clip_norm` takes a number or a 0-dim tensor as `max_norm`, got "
                 f"{type(limit).__name__}."

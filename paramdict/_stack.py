@@ -12,14 +12,10 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
+from ._checks import describe_kind
 from ._container import _Container, key_mismatch_message
 
 __all__: list[str] = []
-
-
-def _kind(value: Tensor) -> str:
-    dtype = str(value.dtype).removeprefix("torch.")
-    return f"{dtype}{list(value.shape)} {value.device}"
 
 
 class _Stack(_Container):
@@ -91,7 +87,7 @@ class _Stack(_Container):
             if not all(isinstance(v, Tensor) for v in column):
                 msg = f"`stack` takes mappings of tensors; {key!r} is not always one."
                 raise TypeError(msg)
-            kinds = {_kind(v) for v in column}
+            kinds = {describe_kind(v) for v in column}
             if len(kinds) > 1:
                 msg = (
                     "`stack` needs the same shape, dtype and device for each key; "

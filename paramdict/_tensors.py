@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
+from ._checks import is_float_or_complex
 from ._container import _Container
 
 __all__ = ["Device"]
@@ -178,11 +179,7 @@ class _Tensors(_Container):
             (True, True)
         """
         if requires_grad:
-            bad = sorted(
-                k
-                for k, v in self.items()
-                if not (v.is_floating_point() or v.is_complex())
-            )
+            bad = sorted(k for k, v in self.items() if not is_float_or_complex(v))
             reason = "only floating point and complex tensors can require grad"
             fix = "Leave them out with `.exclude(...)` or convert them with `.to(...)`."
         else:

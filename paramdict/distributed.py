@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _buckets
+from ._checks import is_float_or_complex
 from ._paramdict import ParamDict
 
 __all__ = ["ReduceOpName", "all_gather", "all_reduce", "broadcast"]
@@ -321,7 +322,7 @@ def all_reduce(
         _check_entries(
             p,
             name,
-            lambda v: v.is_floating_point() or v.is_complex(),
+            is_float_or_complex,
             'floating-point or complex entries for `op="mean"`',
             'Reduce them with `op="sum"` and divide, or leave them out.',
         )

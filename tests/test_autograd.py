@@ -1,15 +1,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from _helpers import MyParams
 from torch import nn
 
 from paramdict import ParamDict
-
-
-class MyParams(ParamDict):
-    """A user subclass: `grad` must keep this type."""
-
-    __slots__ = ()
 
 
 def _mlp(dtype: torch.dtype = torch.float32) -> nn.Module:

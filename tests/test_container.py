@@ -4,14 +4,9 @@ from typing import Any, cast
 
 import pytest
 import torch
+from _helpers import MyParams
 
 from paramdict import ParamDict
-
-
-class MyParams(ParamDict):
-    """A user subclass: every operation must keep this type."""
-
-    __slots__ = ()
 
 
 def _p() -> ParamDict:

@@ -6,21 +6,15 @@ from typing import Any
 
 import pytest
 import torch
+from _helpers import CountOps, MyParams
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from paramdict import ParamDict
 
 F64 = torch.float64
 KEYS = ["w", "b", "s"]
-
-
-class MyParams(ParamDict):
-    """A user subclass: fused methods must keep this type."""
-
-    __slots__ = ()
 
 
 def _make(seed: int, *, shift: float = 0.5, cls: type[ParamDict] = ParamDict) -> Any:
@@ -35,18 +29,6 @@ def _make(seed: int, *, shift: float = 0.5, cls: type[ParamDict] = ParamDict) ->
 
 def _reordered(q: Mapping[str, Any]) -> dict[str, Any]:
     return {k: q[k] for k in reversed(list(q))}
-
-
-class _CountOps(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves this base untyped
-    """Record the aten ops that run."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # untyped torch base
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]  # torch's dispatch signature
-        self.ops.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
 
 
 # ---------------------------------------------------------------- fixed partners
@@ -566,7 +548,7 @@ def test_inputs_are_never_mutated() -> None:
 def test_fused_methods_are_one_foreach_call(call: Any, expected: list[str]) -> None:
     """With number options, a fused method dispatches its foreach kernel(s) only."""
     p, q = _make(0), _make(1)
-    with _CountOps() as mode:
+    with CountOps() as mode:
         call(p, q)
     assert mode.ops == expected
 

@@ -4,17 +4,11 @@ from typing import Any, cast
 
 import pytest
 import torch
+from _helpers import CountOps, MyParams
 from hypothesis import given
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from paramdict import ParamDict
-
-
-class MyParams(ParamDict):
-    """A user subclass: operators must keep this type."""
-
-    __slots__ = ()
 
 
 def _pair() -> tuple[ParamDict, ParamDict]:
@@ -39,18 +33,6 @@ BINARY = [
     operator.truediv,
     operator.pow,
 ]
-
-
-class _CountOps(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves this base untyped
-    """Record the aten ops that run, to check each operator is one foreach call."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # untyped torch base
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]  # torch's dispatch signature
-        self.ops.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("op", BINARY, ids=lambda f: f.__name__)
@@ -229,7 +211,7 @@ def test_operands_are_never_mutated() -> None:
 def test_each_operator_is_one_foreach_call(expr: Any, expected: list[str]) -> None:
     """The operator dispatches exactly one foreach kernel and nothing else."""
     p, q = _pair()
-    with _CountOps() as mode:
+    with CountOps() as mode:
         expr(p, q)
     assert mode.ops == expected
 

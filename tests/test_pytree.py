@@ -4,6 +4,7 @@ import pickle
 
 import pytest
 import torch
+from _helpers import MyParams
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils import _pytree as pytree
@@ -16,12 +17,6 @@ needs_dict_subclass_tracing = pytest.mark.skipif(
     reason="torch.compile(fullgraph=True) traces a ParamDict from torch 2.8 on; older "
     "dynamo graph-breaks on dict subclasses (results stay correct)",
 )
-
-
-class MyParams(ParamDict):
-    """A user subclass: registered as its own pytree node on definition."""
-
-    __slots__ = ()
 
 
 def _p() -> ParamDict:

@@ -4,20 +4,14 @@ from typing import Any
 
 import pytest
 import torch
+from _helpers import CountOps, MyParams
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from paramdict import ParamDict
 
 F64 = torch.float64
-
-
-class MyParams(ParamDict):
-    """A user subclass: `clip_norm` and `from_vector` must keep this type."""
-
-    __slots__ = ()
 
 
 def _params(seed: int = 0, dtype: torch.dtype = torch.float32) -> ParamDict:
@@ -34,18 +28,6 @@ def _flat(p: ParamDict) -> Tensor:
     return torch.cat([v.reshape(-1) for v in p.values()])
 
 
-class _CountOps(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves this base untyped
-    """Record the aten ops that run."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # untyped torch base
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]  # torch's dispatch signature
-        self.ops.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.fixture(params=["flattened", "per-entry"])
 def strategy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test on both ways of reducing: one flattened copy, or per entry."""
@@ -56,7 +38,7 @@ def strategy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_small_cpu_entries_are_reduced_through_one_copy(strategy: str) -> None:
     """The two strategies are what runs: one `cat`, or one `_foreach_norm`."""
-    with _CountOps() as mode:
+    with CountOps() as mode:
         _params().norm()
     flattened = "cat" in mode.ops and "_foreach_norm" not in mode.ops
     assert flattened == (strategy == "flattened")
@@ -187,7 +169,7 @@ def test_reductions_need_one_device(name: str) -> None:
 def test_reductions_do_not_read_values(name: str, strategy: str) -> None:
     """No reduction returning a tensor calls `.item()` (no device synchronization)."""
     p = _params()
-    with _CountOps() as mode:
+    with CountOps() as mode:
         REDUCTIONS[name](p)
     assert mode.ops
     assert "_local_scalar_dense" not in mode.ops
@@ -377,7 +359,7 @@ def test_vector_entries_are_concatenated_without_views(strategy: str) -> None:
     gen = torch.Generator().manual_seed(4)
     p = ParamDict({f"v{i}": torch.randn(5 + i, generator=gen) for i in range(6)})
     q = ParamDict({k: torch.randn(v.shape, generator=gen) for k, v in p.items()})
-    with _CountOps() as mode:
+    with CountOps() as mode:
         norm = p.norm()
     if strategy == "flattened":
         assert mode.ops == ["cat", "linalg_vector_norm"]

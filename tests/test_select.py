@@ -3,18 +3,12 @@ from typing import Any
 
 import pytest
 import torch
+from _helpers import MyParams
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
 from paramdict import ParamDict
-
-
-class MyParams(ParamDict):
-    """A user subclass: selections must keep this type."""
-
-    __slots__ = ()
-
 
 KEYS = [
     "encoder.0.weight",

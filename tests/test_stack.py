@@ -1,16 +1,11 @@
 import pytest
 import torch
+from _helpers import MyParams
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
 from paramdict import ParamDict
-
-
-class MyParams(ParamDict):
-    """A user subclass: `stack` and `unstack` must keep this type."""
-
-    __slots__ = ()
 
 
 def _models(n: int) -> list[nn.Module]:

@@ -3,15 +3,10 @@ from typing import Any
 
 import pytest
 import torch
+from _helpers import MyParams
 from torch import Tensor, nn
 
 from paramdict import ParamDict
-
-
-class MyParams(ParamDict):
-    """A user subclass: per-tensor methods must keep this type."""
-
-    __slots__ = ()
 
 
 def _params(cls: type[ParamDict] = ParamDict) -> Any:

@@ -40,10 +40,12 @@ Example:
 from __future__ import annotations
 
 from ._accumulate import MultiSteps, MultiStepsState
+from ._base import TorchOptimizer
 from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
-from ._protocol import Optimizer
+from ._kernels import InPlaceKernels, Kernels, RecordedKernels
+from ._protocol import Optimizer, register_state
 from ._schedule import LRSchedule, ScheduleState
 from ._schedule_cyclic import (
     ChainedScheduler,
@@ -86,6 +88,8 @@ __all__ = [
     "CosineAnnealingWarmRestarts",
     "CyclicLR",
     "ExponentialLR",
+    "InPlaceKernels",
+    "Kernels",
     "LRSchedule",
     "LambdaLR",
     "LinearLR",
@@ -101,11 +105,14 @@ __all__ = [
     "RMSprop",
     "RMSpropState",
     "Rate",
+    "RecordedKernels",
     "ReduceLROnPlateau",
     "SGDState",
     "ScheduleState",
     "SequentialLR",
     "StepLR",
+    "TorchOptimizer",
     "WeightAverage",
+    "register_state",
     "update_bn",
 ]

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, cast
 
 import attrs
 import torch
 from torch import Tensor
 from torch.utils import _pytree as pytree
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._hyper import new_counter
+from ._kernels import Kernels
+from ._keyed import check_keyed
 from ._protocol import Optimizer, register_state
 
 __all__ = ["MultiSteps", "MultiStepsState"]
-
-P = TypeVar("P", bound=ParamDict)
 
 
 @register_state
@@ -77,8 +78,9 @@ class MultiSteps(Optimizer[MultiStepsState]):
     `reduction="sum"`) and the accumulator starts again from zero. On the other
     calls the parameters and the wrapped optimizer's state come back unchanged.
 
-    The wrapped optimizer is used only through its public `init` and `step`, so
-    any optimizer works, and `differentiable` is the wrapped one's. The choice
+    The wrapped optimizer is used only through its public `init`, `update` and
+    `check_state`, so any optimizer works, and `differentiable` is the wrapped
+    one's. The choice
     between the two outcomes is a `torch.where` on a step-count tensor: nothing
     is read back to the host and a compiled step is one graph, at the price of
     computing the inner update at every call.
@@ -113,10 +115,12 @@ class MultiSteps(Optimizer[MultiStepsState]):
         default="mean", kw_only=True, validator=_check_reduction
     )
 
-    @property
-    def differentiable(self) -> bool:
-        """Whether `step` keeps the graph: the same as the wrapped optimizer's."""
-        return self.optimizer.differentiable
+    differentiable: bool = attrs.field(init=False, repr=False)
+    """Whether `step` keeps the graph: the same as the wrapped optimizer's."""
+
+    def __attrs_post_init__(self) -> None:
+        """Take `differentiable` from the wrapped optimizer."""
+        object.__setattr__(self, "differentiable", self.optimizer.differentiable)
 
     def init(self, params: ParamDict, /) -> MultiStepsState:
         """Return the first state: no gradient accumulated, the inner first state.
@@ -136,15 +140,37 @@ class MultiSteps(Optimizer[MultiStepsState]):
         inner = self.optimizer.init(params)
         return MultiStepsState(new_counter(params), params.zeros_like(), inner)
 
-    def _update(
-        self, params: P, grads: ParamDict, state: MultiStepsState, /
-    ) -> tuple[P, MultiStepsState]:
+    @override
+    def check_state(self, params: ParamDict, state: MultiStepsState, /) -> None:
+        given = cast(object, state)  # checked here: annotations are promises
+        if not isinstance(given, MultiStepsState):
+            msg = (
+                "`MultiSteps` needs a `MultiStepsState` as its state, got "
+                f"{type(state).__name__}. Use the state from this optimizer's `init`."
+            )
+            raise TypeError(msg)
+        check_keyed(params, state.acc_grads, what="The state's `acc_grads`")
+        self.optimizer.check_state(params, state.inner_state)
+
+    @override
+    def update(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        state: MultiStepsState,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, MultiStepsState]:
         acc = state.acc_grads.add(grads)
         mini_step = state.mini_step + 1
         apply = mini_step == self.every_k
         update = acc.div(self.every_k) if self.reduction == "mean" else acc
-        stepped, inner = self.optimizer.step(params, update, state.inner_state)
-        new_params = stepped.where(ParamDict.fromkeys(params, apply), params)
+        # Borrowed: the inner rule must not write into the parameters, which are
+        # kept as they are on the calls that only accumulate.
+        stepped, inner = self.optimizer.update(
+            ops.borrowed(params), update, state.inner_state, ops
+        )
+        new_params = ops.where(apply, stepped, params)
         new_inner = pytree.tree_map(
             lambda new, old: (
                 torch.where(apply, new, old) if isinstance(new, Tensor) else new

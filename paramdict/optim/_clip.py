@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._hyper import check_non_negative, check_number
+from ._kernels import Kernels
 from ._protocol import Optimizer
 
 __all__ = ["ClipGradNorm"]
 
 S = TypeVar("S")
-P = TypeVar("P", bound=ParamDict)
 
 
 def _check_norm_type(instance: object, attribute: Any, value: Any) -> None:
@@ -58,10 +59,23 @@ class ClipGradNorm(Optimizer[S]):
         default=2.0, kw_only=True, validator=_check_norm_type
     )
 
-    @property
-    def differentiable(self) -> bool:
-        """Whether `step` keeps the graph: the same as the wrapped optimizer's."""
-        return self.optimizer.differentiable
+    differentiable: bool = attrs.field(init=False, repr=False)
+    """Whether `step` keeps the graph: the same as the wrapped optimizer's."""
+
+    def __attrs_post_init__(self) -> None:
+        """Refuse a non-optimizer; take `differentiable` from the wrapped one."""
+        given = cast(object, self.optimizer)  # checked here: annotations are promises
+        if not isinstance(given, Optimizer):
+            msg = (
+                "`ClipGradNorm` wraps a paramdict optimizer (an `Optimizer` such as "
+                f"`optim.SGD(...)`), got {type(self.optimizer).__name__}."
+            )
+            raise TypeError(msg)
+        object.__setattr__(self, "differentiable", self.optimizer.differentiable)
+
+    @override
+    def check_state(self, params: ParamDict, state: S, /) -> None:
+        self.optimizer.check_state(params, state)
 
     def init(self, params: ParamDict, /) -> S:
         """Return the wrapped optimizer's first state for `params`.
@@ -80,6 +94,9 @@ class ClipGradNorm(Optimizer[S]):
         """
         return self.optimizer.init(params)
 
-    def _update(self, params: P, grads: ParamDict, state: S, /) -> tuple[P, S]:
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: S, ops: Kernels, /
+    ) -> tuple[ParamDict, S]:
         clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
-        return self.optimizer._update(params, clipped, state)
+        return self.optimizer.update(params, clipped, state, ops)

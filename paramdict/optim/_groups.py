@@ -2,38 +2,40 @@
 
 from __future__ import annotations
 
+# pyright: reportPrivateUsage=false
+# (ParamDict's and torch's package-internal helpers)
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
+from ._kernels import Kernels
 from ._keyed import subset
 from ._protocol import Optimizer
 
 __all__ = ["ParamGroups"]
 
 S = TypeVar("S")
-P = TypeVar("P", bound=ParamDict)
 
 _Patterns = tuple[str, ...]
 _Routes = tuple[tuple[str, ...], ...]
 
 
 def _as_patterns(key: object) -> _Patterns:
-    patterns = (key,) if isinstance(key, str) else key
-    if not (
-        isinstance(patterns, tuple)
-        and patterns
-        and all(isinstance(p, str) for p in patterns)
-    ):
+    given: object = (key,) if isinstance(key, str) else key
+    patterns: tuple[object, ...] = (
+        cast("tuple[object, ...]", given) if isinstance(given, tuple) else ()
+    )
+    if not (patterns and all(isinstance(p, str) for p in patterns)):
         msg = (
             "Each group is keyed by a pattern or a non-empty tuple of patterns "
             f"(str), got {key!r}."
         )
         raise TypeError(msg)
-    return patterns
+    return cast(_Patterns, patterns)
 
 
 @attrs.frozen(eq=False, init=False)
@@ -78,8 +80,9 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
 
     groups: tuple[tuple[_Patterns, Optimizer[S]], ...]
     default: Optimizer[S] | None
+    differentiable: bool
     _routes: dict[tuple[str, ...], _Routes] = attrs.field(
-        init=False, factory=dict, repr=False
+        init=False, factory=lambda: dict[tuple[str, ...], _Routes](), repr=False
     )
 
     def __init__(
@@ -109,14 +112,10 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 "here. Set the same value on every optimizer."
             )
             raise ValueError(msg)
-        self.__attrs_init__(pairs, default)
-
-    @property
-    def differentiable(self) -> bool:
-        """Whether `step` keeps the graph, as every member optimizer agrees."""
-        members = self._members()
-        # `len`, not `bool`: dynamo before torch 2.9 cannot trace `bool` of a list.
-        return len(members) > 0 and members[0].differentiable
+        # Whether `step` keeps the graph, as every member optimizer agrees.
+        self.__attrs_init__(  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]  # made by attrs
+            pairs, default, bool(flags) and flags.pop()
+        )
 
     def _members(self) -> list[Optimizer[S]]:
         members = [opt for _, opt in self.groups]
@@ -188,24 +187,39 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             opt.init(subset(params, keys)) for opt, keys in zip(self._members(), routes)
         )
 
-    def _update(
-        self, params: P, grads: ParamDict, state: tuple[S, ...], /
-    ) -> tuple[P, tuple[S, ...]]:
+    @override
+    def check_state(self, params: ParamDict, state: tuple[S, ...], /) -> None:
         routes = self._routes_for(params)
+        given = cast(object, state)  # checked here: annotations are promises
+        if not isinstance(given, tuple) or hasattr(state, "_fields"):
+            msg = (
+                f"The state of these ParamGroups is a tuple of {len(routes)} group "
+                f"states, got {type(state).__name__}. Use the state from this "
+                "optimizer's `init`."
+            )
+            raise TypeError(msg)
         if len(state) != len(routes):
             msg = (
                 f"The state has {len(state)} entries but these ParamGroups have "
                 f"{len(routes)} groups. Use the state from this optimizer's `init`."
             )
             raise ValueError(msg)
+        for opt, keys, sub_state in zip(self._members(), routes, state):
+            opt.check_state(subset(params, keys), sub_state)
+
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: tuple[S, ...], ops: Kernels, /
+    ) -> tuple[ParamDict, tuple[S, ...]]:
+        routes = self._routes_for(params)
         merged: dict[str, Tensor] = {}
-        states = []
+        states: list[S] = []
         for opt, keys, sub_state in zip(self._members(), routes, state):
             if not keys:  # a group whose patterns only match keys taken before
                 states.append(sub_state)
                 continue
-            new, new_state = opt._update(
-                subset(params, keys), subset(grads, keys), sub_state
+            new, new_state = opt.update(
+                ops.subset(params, keys), ops.subset(grads, keys), sub_state, ops
             )
             merged.update(new)
             states.append(new_state)

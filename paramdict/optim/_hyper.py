@@ -1,18 +1,17 @@
 """Hyperparameters: the `Rate` type, their validation, and the arithmetic on them.
 
 A rate (a learning rate or a weight decay) is a number, a 0-dim tensor or a
-ParamDict of per-key values. The helpers here apply one to a ParamDict with the
-cheapest operation that rounds as `torch.optim` does: a number goes to a fused
-foreach call as a scalar, as torch passes it; a tensor or a ParamDict stays in the
-autograd graph, so it can be learned (Meta-SGD). Step-dependent scalars (bias
+ParamDict of per-key values; the kernels (`_kernels.py`) apply one to a ParamDict.
+The arithmetic here is on the rates themselves: step-dependent scalars (bias
 corrections, decayed rates) are 0-dim double-precision tensors computed from the
 step counter, the numbers torch computes with Python floats.
 """
 
 from __future__ import annotations
 
+import math
 from numbers import Real
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -22,8 +21,6 @@ from .._paramdict import ParamDict
 
 __all__ = [
     "Rate",
-    "add_ratio",
-    "add_scaled",
     "check_betas",
     "check_fraction",
     "check_non_negative",
@@ -34,10 +31,8 @@ __all__ = [
     "decay_factor",
     "is_zero",
     "new_counter",
-    "operand",
     "quotient",
     "scalar_dtype",
-    "sub_scaled",
 ]
 
 Rate: TypeAlias = float | Tensor | ParamDict
@@ -47,7 +42,7 @@ P = TypeVar("P", bound=ParamDict)
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
+    return type(value) is not bool and isinstance(value, Real)
 
 
 # ---------------------------------------------------------------- attrs validators
@@ -61,10 +56,13 @@ def check_number(instance: object, attribute: Any, value: Any) -> None:
 
 
 def check_non_negative(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is a number `>= 0`, naming the argument."""
+    """Raise unless `value` is a finite number `>= 0`, naming the argument."""
     check_number(instance, attribute, value)
     if not value >= 0:
         msg = f"`{attribute.name}` must be non-negative, got {value!r}."
+        raise ValueError(msg)
+    if not math.isfinite(value):
+        msg = f"`{attribute.name}` must be finite, got {value!r}."
         raise ValueError(msg)
 
 
@@ -78,12 +76,12 @@ def check_fraction(instance: object, attribute: Any, value: Any) -> None:
 
 def check_betas(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is a pair of numbers, each in `[0, 1)`."""
-    if not (
-        isinstance(value, tuple) and len(value) == 2 and all(map(_is_number, value))
-    ):
+    is_tuple = isinstance(value, tuple)
+    pair = cast("tuple[object, ...]", value) if is_tuple else ()
+    if not (is_tuple and len(pair) == 2 and all(map(_is_number, pair))):
         msg = f"`{attribute.name}` must be a pair of numbers, got {value!r}."
         raise TypeError(msg)
-    for i, beta in enumerate(value):
+    for i, beta in enumerate(cast("tuple[float, float]", pair)):
         if not 0 <= beta < 1:
             msg = f"`{attribute.name}[{i}]` must be in [0, 1), got {beta!r}."
             raise ValueError(msg)
@@ -139,44 +137,13 @@ def is_zero(rate: Rate) -> bool:
     return _is_number(rate) and bool(rate == 0)
 
 
-def add_scaled(x: P, y: ParamDict, rate: Rate) -> P:
-    """Return `x + rate * y`; a number `rate` makes it one fused foreach call."""
-    if isinstance(rate, ParamDict):
-        return x.add(y.mul(rate))
-    return x.add(y, alpha=rate)
-
-
-def sub_scaled(x: P, y: ParamDict, rate: Rate) -> P:
-    """Return `x - rate * y`; a number `rate` makes it one fused foreach call."""
-    if isinstance(rate, ParamDict):
-        return x.sub(y.mul(rate))
-    return x.sub(y, alpha=rate)
-
-
-def add_ratio(
-    x: P, numerator: ParamDict, denominator: ParamDict, value: float = 1
-) -> P:
-    """Return `x + value * numerator / denominator`, rounded as `addcdiv` rounds it.
-
-    One fused `addcdiv` call when autograd is off. With autograd on it is a
-    multiplication, a division and an addition, which round the same way, because
-    torch's foreach `addcdiv` cannot yet backpropagate into the divisor for every
-    mix of entry shapes (its backward fails once an entry is shorter than its
-    index in the list).
-    """
-    if not torch.is_grad_enabled():
-        return x.addcdiv(numerator, denominator, value=value)
-    if value != 1:
-        numerator = numerator.mul(value)
-    return x.add(numerator.div(denominator))
-
-
 def quotient(rate: Rate, divisor: Tensor) -> Tensor | ParamDict:
     """Return `rate / divisor` for a 0-dim `divisor` (a tensor or a ParamDict)."""
     if isinstance(rate, ParamDict):
         return rate.div(divisor)
     if isinstance(rate, Tensor):
-        return rate / divisor
+        # torch.optim divides a tensor rate by a Python float: in the rate's dtype.
+        return rate / divisor.to(rate.dtype)
     # `number / tensor` would be `reciprocal(tensor) * number`, rounded twice.
     return torch.div(divisor.new_full((), rate), divisor)
 
@@ -196,7 +163,7 @@ def decay_factor(lr: Rate, weight_decay: Rate) -> Rate:
 def compute_dtype(params: ParamDict) -> torch.dtype | None:
     """Return the dtype all entries share when it is `float32` or `float64`.
 
-    Scalars of that dtype (see `operand`) take torch's faster foreach path; for
+    Scalars of that dtype (see `Kernels.scalar`) take torch's faster foreach path; for
     half precision or mixed dtypes the answer is `None` and scalars stay as they
     are, since rounding them to a half dtype would change the arithmetic.
     """
@@ -206,22 +173,6 @@ def compute_dtype(params: ParamDict) -> torch.dtype | None:
         if dtype in (torch.float32, torch.float64):
             return dtype
     return None
-
-
-def operand(value: float | Tensor, dtype: torch.dtype | None, like: Tensor) -> Any:
-    """Return `value` as the scalar operand of arithmetic on entries of `dtype`.
-
-    A 0-dim tensor of `dtype` on `like`'s device when `dtype` is known, else
-    `value` unchanged. Both give the same result: torch rounds a scalar to the
-    entries' dtype before the arithmetic. But on the CPU a foreach call with a
-    Python number wraps it into a tensor again for every entry, which makes it
-    about twice as slow as with a matching 0-dim tensor.
-    """
-    if dtype is None:
-        return value
-    if isinstance(value, Tensor):
-        return value.to(dtype)
-    return like.new_full((), value, dtype=dtype)
 
 
 # ---------------------------------------------------------------- the step counter

@@ -6,14 +6,25 @@ rather than arithmetic; the arithmetic itself is ParamDict's own vocabulary.
 
 from __future__ import annotations
 
+# pyright: reportPrivateUsage=false
+# (ParamDict's and torch's package-internal helpers)
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
+import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
 
-__all__ = ["aligned_grads", "check_real", "requires_grad_like", "subset"]
+__all__ = [
+    "aligned_grads",
+    "check_grads",
+    "check_keyed",
+    "check_real",
+    "finished",
+    "requires_grad_like",
+    "subset",
+]
 
 P = TypeVar("P", bound=ParamDict)
 
@@ -70,3 +81,75 @@ def check_real(params: ParamDict, /) -> None:
             "Leave them out with `.exclude(...)` or convert them with `.to(dtype)`."
         )
         raise TypeError(msg)
+
+
+def _mismatch(params: ParamDict, other: ParamDict) -> tuple[list[str], list[str]]:
+    """Return the keys whose shapes differ, and those whose dtype or device do."""
+    shapes: list[str] = []
+    kinds: list[str] = []
+    for key, p in params.items():
+        o = other[key]
+        if o.shape != p.shape:
+            shapes.append(key)
+        elif o.dtype != p.dtype or o.device != p.device or o.layout != torch.strided:
+            kinds.append(key)
+    return sorted(shapes), sorted(kinds)
+
+
+def _describe(params: ParamDict, other: ParamDict, keys: list[str]) -> str:
+    return ", ".join(
+        f"{k!r}: {tuple(other[k].shape)} {other[k].dtype} {other[k].layout} on "
+        f"{other[k].device} for {tuple(params[k].shape)} {params[k].dtype} on "
+        f"{params[k].device}"
+        for k in keys
+    )
+
+
+def check_keyed(params: ParamDict, other: ParamDict, /, *, what: str) -> None:
+    """Raise unless each entry of `other` has its parameter's shape and dtype.
+
+    `other` has `params`' keys (checked before). An update never changes a
+    parameter's shape or dtype, as `torch.optim` never does; a gradient or
+    buffer that would broadcast or promote it is refused instead.
+
+    Raises:
+        ValueError: Naming the entries whose shape, dtype, device or layout
+            (sparse) differs from the parameter's.
+    """
+    values = list(other.values())
+    if [v.shape for v in values] == [p.shape for p in params.values()] and all(
+        v.dtype == p.dtype and v.device == p.device and v.layout == torch.strided
+        for v, p in zip(values, params.values())
+    ):
+        return
+    shapes, kinds = _mismatch(params, other)
+    bad = shapes or kinds
+    msg = (
+        f"{what} must match the parameters entry by entry (shape, dtype, device, "
+        f"dense layout); {bad!r} do not ({_describe(params, other, bad)}). An "
+        "optimizer step never changes a parameter's shape or dtype: convert them "
+        "first, e.g. `grads.to(dtype)`, or build the state with `init`."
+    )
+    raise ValueError(msg)
+
+
+def check_grads(params: ParamDict, grads: ParamDict, /) -> None:
+    """Raise unless each gradient has its parameter's shape, dtype and device."""
+    check_keyed(params, grads, what="The gradients")
+
+
+def finished(new: ParamDict, old: P, dtype: torch.dtype | None, /) -> P:
+    """Return `new` as `old`'s type, each entry in its parameter's dtype.
+
+    When the parameters share float32 or float64 (`dtype`), every scalar was
+    already of that dtype and nothing can have been promoted; otherwise a 0-dim
+    half-precision entry may have met a double-precision scalar, and is cast
+    back, as `torch.optim` writes its results into the parameter.
+    """
+    if dtype is not None and type(new) is type(old):
+        return new  # pyright: ignore[reportReturnType]  # `type(new) is type(old)`
+    values = [
+        v if v.dtype == o.dtype else v.to(o.dtype)
+        for v, o in zip(new.values(), old.values())
+    ]
+    return old._derive(values)

@@ -5,8 +5,11 @@ Every optimizer is an immutable configuration with two pure methods:
     state = opt.init(params)
     params, state = opt.step(params, grads, state)
 
-`step` runs the optimizer's update rule (`_update`, written in ParamDict arithmetic)
-in one of two modes, chosen once by the configuration's `differentiable` flag:
+Three separate things make an optimizer: its configuration (the attrs fields of
+the class), its update rule (`update`, the public hook an author overrides,
+written against the kernel vocabulary of `_kernels.py`), and the driver here
+(`step`, `step_module`), which checks the inputs and picks the kernels for the
+mode, chosen once by the configuration's `differentiable` flag:
 
 - default: the rule runs under `torch.no_grad()`, so new parameters and state are
   fresh tensors with no autograd history; each new parameter is then marked as
@@ -24,16 +27,19 @@ registered as safe globals so `torch.load(weights_only=True)` accepts them.
 
 from __future__ import annotations
 
+# pyright: reportPrivateUsage=false
+# (ParamDict's and torch's package-internal helpers)
 import abc
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._keyed import aligned_grads, requires_grad_like
+from ._kernels import InPlaceKernels, Kernels, RecordedKernels
+from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 
 __all__ = ["Optimizer", "register_state"]
 
@@ -53,8 +59,17 @@ def register_state(cls: T) -> T:
 
     Returns:
         `cls` itself, so this can be used as a class decorator.
+
+    Example:
+        >>> from typing import NamedTuple
+        >>> from paramdict import optim
+        >>> @optim.register_state
+        ... class CountState(NamedTuple):
+        ...     step: torch.Tensor
+        >>> CountState in torch.serialization.get_safe_globals()
+        True
     """
-    torch.serialization.add_safe_globals([cls])
+    torch.serialization.add_safe_globals([cls])  # pyright: ignore[reportUnknownMemberType]  # torch's annotation
     pytree._register_namedtuple(
         cls, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}"
     )
@@ -62,16 +77,19 @@ def register_state(cls: T) -> T:
 
 
 class Optimizer(abc.ABC, Generic[S]):
-    """The base of every optimizer: `init`, `step` and `step_module`.
+    """The base of every optimizer: `init`, the `update` hook, `step`, `step_module`.
 
-    A subclass is an immutable configuration that defines `init` (the first state)
-    and `_update` (the update rule in ParamDict arithmetic, differentiable, never
-    mutating its inputs). `step` runs `_update` in the mode that `differentiable`
-    selects; see the `paramdict.optim` module documentation.
+    A subclass is an immutable configuration that defines `init` (the first
+    state) and `update` (the update rule, written against the kernel vocabulary
+    it is given, never mutating its inputs) and has a `differentiable` flag.
+    `step` checks the inputs and runs `update` in the mode `differentiable`
+    selects; see the `paramdict.optim` module documentation. Optimizers in the
+    style of `torch.optim` (learning rate, weight decay, `maximize`) extend
+    `TorchOptimizer` instead, which implements `init` and the shared checks.
 
     Example:
         >>> from paramdict import optim
-        >>> def train(opt: optim.Optimizer, params: ParamDict) -> ParamDict:
+        >>> def train(opt: optim.Optimizer[optim.SGDState], params: ParamDict):
         ...     state = opt.init(params)
         ...     for _ in range(3):
         ...         params, state = opt.step(params, params, state)  # grad of |p|^2 / 2
@@ -82,10 +100,8 @@ class Optimizer(abc.ABC, Generic[S]):
 
     __slots__ = ()
 
-    @property
-    @abc.abstractmethod
-    def differentiable(self) -> bool:
-        """Whether `step` keeps the autograd graph through the update."""
+    differentiable: bool
+    """Whether `step` keeps the autograd graph through the update."""
 
     @abc.abstractmethod
     def init(self, params: ParamDict, /) -> S:
@@ -105,12 +121,84 @@ class Optimizer(abc.ABC, Generic[S]):
         """
 
     @abc.abstractmethod
-    def _update(self, params: P, grads: ParamDict, state: S, /) -> tuple[P, S]:
-        """Return the updated parameters and state, without mutating anything.
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: S, ops: Kernels, /
+    ) -> tuple[ParamDict, S]:
+        """Return the updated parameters and state: the update rule (the hook).
 
-        Written in differentiable ParamDict arithmetic; `step` decides whether
-        autograd records it. `grads` has the keys and order of `params`.
+        Override this to write an optimizer. Do the work on ParamDicts through
+        `ops`, the kernel vocabulary of the mode `step` runs in (`ops.lerp`,
+        `ops.mul`, `ops.addcdiv`, ... ; see `Kernels`); rates in any form (number,
+        0-dim tensor, per-key ParamDict) go to it as they are. The inputs are
+        already checked: `grads` has the keys, order, shapes and dtypes of
+        `params`, and `state` came from `init`. `step` turns the result back
+        into `params`' type.
+
+        Args:
+            params: The current parameters.
+            grads: Their gradients.
+            state: The current state.
+            ops: The kernels to compute with.
+
+        Returns:
+            `(new_params, new_state)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> opt = optim.SGD(lr=0.5)
+            >>> ops = optim.Kernels.for_params(p)
+            >>> new, state = opt.update(p, p.ones_like(), opt.init(p), ops)
+            >>> new["w"], state.step
+            (tensor([0.5000, 1.5000]), tensor(1., dtype=torch.float64))
         """
+
+    def check_state(self, params: ParamDict, state: S, /) -> None:  # an optional hook
+        """Raise if `state` cannot be the state of this optimizer for `params`.
+
+        The default accepts anything; `TorchOptimizer` checks the state's type,
+        keys, shapes and dtypes, and `ParamGroups` and `ClipGradNorm` ask their
+        members.
+
+        Args:
+            params: The parameters of the step.
+            state: The state to check.
+
+        Raises:
+            TypeError: If `state` is of the wrong kind (another optimizer's).
+            ValueError: If its buffers do not match `params`; the message names
+                the keys.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.ones(2))
+            >>> optim.SGD().check_state(p, optim.Adam().init(p))
+            Traceback (most recent call last):
+            ...
+            TypeError: `SGD` needs a `SGDState` as its state, got AdamState. ...
+        """
+
+    def _checked(
+        self, params: ParamDict, grads: Mapping[str, Tensor], state: S
+    ) -> ParamDict:
+        given = cast(object, params)  # checked here: annotations are promises
+        if not isinstance(given, ParamDict):
+            msg = (
+                "`step` takes the parameters as a ParamDict, got "
+                f"{type(params).__name__}. Wrap them: `ParamDict(params)`."
+            )
+            raise TypeError(msg)
+        given_grads = cast(object, grads)
+        if not isinstance(given_grads, Mapping):
+            msg = (
+                "`grads` must be a mapping from each parameter's key to its "
+                f"gradient (a ParamDict or dict), got {type(grads).__name__}."
+            )
+            raise TypeError(msg)
+        aligned = aligned_grads(params, grads)
+        check_grads(params, aligned)
+        self.check_state(params, state)
+        return aligned
 
     def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
         """Return the parameters after one update, and the next state.
@@ -118,7 +206,8 @@ class Optimizer(abc.ABC, Generic[S]):
         Pure: `params`, `grads` and `state` are unchanged and new ParamDicts are
         returned. By default the new parameters are fresh leaves without history,
         requiring grad wherever the old ones did, and the new state has no history
-        either; with `differentiable=True` both stay in the autograd graph.
+        either; with `differentiable=True` both stay in the autograd graph. Every
+        entry keeps its shape and dtype.
 
         Under `torch.compile(fullgraph=True)`, the default mode compiles when the
         parameters do not require grad (gradients from `torch.func.grad`), and the
@@ -128,7 +217,8 @@ class Optimizer(abc.ABC, Generic[S]):
 
         Args:
             params: The current parameters.
-            grads: Their gradients: a mapping with the same keys, in any order.
+            grads: Their gradients: a mapping with the same keys, in any order,
+                and each gradient of its parameter's shape and dtype.
             state: The state from `init` or from the previous `step`.
 
         Returns:
@@ -137,7 +227,10 @@ class Optimizer(abc.ABC, Generic[S]):
 
         Raises:
             ValueError: If the keys of `grads` (or of a per-key hyperparameter)
-                differ from those of `params`; the message names them.
+                differ from those of `params`, or a gradient's shape or dtype
+                differs from its parameter's; the message names them.
+            TypeError: If an argument is not of the kind described here, or
+                `state` is not this optimizer's.
 
         Example:
             >>> import torch
@@ -151,14 +244,39 @@ class Optimizer(abc.ABC, Generic[S]):
             >>> params["w"]  # unchanged
             tensor([1.], requires_grad=True)
         """
-        aligned = aligned_grads(params, grads)
+        aligned = self._checked(params, grads, state)
         if not params:  # nothing to update: torch's foreach calls refuse empty lists
             return params, state
         if self.differentiable:
-            return self._update(params, aligned, state)
+            ops: Kernels = RecordedKernels.for_params(params)
+            new_params, new_state = self.update(params, aligned, state, ops)
+            return finished(new_params, params, ops.dtype), new_state
+        ops = Kernels.for_params(params)
         with torch.no_grad():
-            new_params, new_state = self._update(params, aligned, state)
+            new_params, new_state = self.update(params, aligned, state, ops)
+            new_params = finished(new_params, params, ops.dtype)
         return requires_grad_like(new_params, params), new_state
+
+    def _update_in_place(
+        self, params: P, grads: Mapping[str, Tensor], state: S, /
+    ) -> tuple[P, S]:
+        """Run `update` with `InPlaceKernels`, writing into `params` and `state`.
+
+        The base of an in-place `step_`: the parameters' and the state's tensors
+        are overwritten; the returned ParamDicts hold them.
+        """
+        aligned = self._checked(params, grads, state)
+        if not params:
+            return params, state
+        ops = InPlaceKernels.for_params(params)
+        assert isinstance(ops, InPlaceKernels)  # for the type checkers
+        given = cast(object, state)
+        fields = cast("tuple[object, ...]", given) if isinstance(given, tuple) else ()
+        ops.own(params, *fields)
+        with torch.no_grad():
+            new_params, new_state = self.update(params, aligned, state, ops)
+            new_params = finished(new_params, params, ops.dtype)
+        return new_params, new_state
 
     def step_module(
         self, module: nn.Module, loss_fn: Callable[[], Tensor], state: S, /
@@ -206,7 +324,19 @@ class Optimizer(abc.ABC, Generic[S]):
                 "with `params.call(module, ...)`."
             )
             raise ValueError(msg)
+        given = cast(object, module)  # checked here: annotations are promises
+        if not isinstance(given, nn.Module):
+            msg = f"`step_module` takes an nn.Module, got {type(module).__name__}."
+            raise TypeError(msg)
+        given_fn = cast(object, loss_fn)
+        if not callable(given_fn):
+            msg = (
+                "`step_module` takes `loss_fn`, a function of no arguments that "
+                f"returns the loss, got {type(loss_fn).__name__}."
+            )
+            raise TypeError(msg)
         params = ParamDict.from_module(module).trainable()
+        self.check_state(params, state)
         loss = loss_fn()
         grads = params.grad(loss)
         new_params, new_state = self.step(params, grads, state)

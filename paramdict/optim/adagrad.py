@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._hyper import (
-    Rate,
-    add_ratio,
-    add_scaled,
-    check_non_negative,
-    check_rate,
-    check_rate_keys,
-    compute_dtype,
-    is_zero,
-    new_counter,
-    operand,
-    quotient,
-)
-from ._keyed import check_real
-from ._protocol import Optimizer, register_state
+from ._base import TorchOptimizer
+from ._hyper import Rate, check_non_negative, quotient
+from ._kernels import Kernels
+from ._protocol import register_state
 
 __all__ = ["Adagrad", "AdagradState"]
-
-P = TypeVar("P", bound=ParamDict)
 
 
 @register_state
@@ -52,7 +40,7 @@ class AdagradState(NamedTuple):
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class Adagrad(Optimizer[AdagradState]):
+class Adagrad(TorchOptimizer[AdagradState]):
     """Adagrad, the functional `torch.optim.Adagrad`.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adagrad`, so a
@@ -87,9 +75,11 @@ class Adagrad(Optimizer[AdagradState]):
         tensor([0.5000])
     """
 
-    lr: Rate = attrs.field(default=1e-2, validator=check_rate)
+    state_type: ClassVar[type[AdagradState]] = AdagradState
+
+    lr: Rate = 1e-2
     lr_decay: float = attrs.field(default=0.0, validator=check_non_negative)
-    weight_decay: Rate = attrs.field(default=0.0, validator=check_rate)
+    weight_decay: Rate = 0.0
     initial_accumulator_value: float = attrs.field(
         default=0.0, validator=check_non_negative
     )
@@ -97,18 +87,14 @@ class Adagrad(Optimizer[AdagradState]):
     maximize: bool = False
     differentiable: bool = False
 
-    def init(self, params: ParamDict, /) -> AdagradState:
+    def init_state(self, params: ParamDict, /) -> AdagradState:
         """Return the first state: step 0, sums at `initial_accumulator_value`.
 
         Args:
-            params: The parameters to optimize; unchanged.
+            params: The parameters to optimize (checked by `init`); unchanged.
 
         Returns:
             An `AdagradState`.
-
-        Raises:
-            TypeError: If a value is not a real floating-point tensor.
-            ValueError: If a per-key rate has other keys than `params`.
 
         Example:
             >>> from paramdict import optim
@@ -116,27 +102,19 @@ class Adagrad(Optimizer[AdagradState]):
             >>> opt.init(ParamDict(w=torch.ones(2))).sum["w"]
             tensor([0.1000, 0.1000])
         """
-        check_real(params)
-        check_rate_keys(params, "lr", self.lr)
-        check_rate_keys(params, "weight_decay", self.weight_decay)
         return AdagradState(
-            new_counter(params), params.full_like(self.initial_accumulator_value)
+            self.counter(params), params.full_like(self.initial_accumulator_value)
         )
 
-    def _update(
-        self, params: P, grads: ParamDict, state: AdagradState, /
-    ) -> tuple[P, AdagradState]:
-        step = state.step + 1
-        if self.maximize:
-            grads = grads.neg()
-        if not is_zero(self.weight_decay):
-            grads = add_scaled(grads, params, self.weight_decay)
-        dtype = compute_dtype(params)
-        minus_clr = -quotient(self.lr, 1 + (step - 1) * self.lr_decay)
-        if isinstance(minus_clr, Tensor):
-            minus_clr = operand(minus_clr, dtype, step)
-        total = state.sum.addcmul(grads, grads)
-        std = total.sqrt().add(operand(self.eps, dtype, step))
-        # `p + (-clr * g) / std`, torch's rounding with the rate as a tensor.
-        new_params = add_ratio(params, grads.mul(minus_clr), std)
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: AdagradState, ops: Kernels, /
+    ) -> tuple[ParamDict, AdagradState]:
+        step = self.next_step(state)
+        grads = self.prologue(params, grads, step, ops)
+        minus_clr = -quotient(self.rate("lr", step), 1 + (step - 1) * self.lr_decay)
+        total = ops.addcmul(state.sum, grads, grads)
+        std = ops.add(ops.sqrt(ops.borrowed(total)), self.eps)
+        # torch's `addcdiv(g, std, value=-clr)`, the rate multiplying `g` first.
+        new_params = ops.addcdiv(params, grads, std, minus_clr)
         return new_params, AdagradState(step, total)

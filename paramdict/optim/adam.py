@@ -2,33 +2,24 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
+from ._base import TorchOptimizer
 from ._hyper import (
     Rate,
-    add_ratio,
-    add_scaled,
     check_betas,
     check_non_negative,
-    check_rate,
-    check_rate_keys,
-    compute_dtype,
-    decay_factor,
-    is_zero,
-    new_counter,
-    operand,
     quotient,
 )
-from ._keyed import check_real
-from ._protocol import Optimizer, register_state
+from ._kernels import Kernels
+from ._protocol import register_state
 
 __all__ = ["Adam", "AdamState", "AdamW"]
-
-P = TypeVar("P", bound=ParamDict)
 
 
 @register_state
@@ -58,65 +49,79 @@ class AdamState(NamedTuple):
     max_exp_avg_sq: ParamDict
 
 
-def _init(opt: Adam | AdamW, params: ParamDict) -> AdamState:
-    check_real(params)
-    check_rate_keys(params, "lr", opt.lr)
-    check_rate_keys(params, "weight_decay", opt.weight_decay)
-    return AdamState(
-        new_counter(params),
-        params.zeros_like(),
-        params.zeros_like(),
-        params.zeros_like() if opt.amsgrad else ParamDict(),
-    )
+class _AdamFamily(TorchOptimizer[AdamState]):
+    """The Adam family's shared state and rule (Adam, AdamW; NAdam, ... next)."""
 
+    __slots__ = ()
 
-def _update(
-    opt: Adam | AdamW,
-    params: P,
-    grads: ParamDict,
-    state: AdamState,
-    *,
-    decoupled: bool,
-) -> tuple[P, AdamState]:
-    beta1, beta2 = opt.betas
-    lr = opt.lr
-    step = state.step + 1
-    dtype = compute_dtype(params)
-    if opt.maximize:
-        grads = grads.neg()
-    if not is_zero(opt.weight_decay):
-        if decoupled:
-            factor = decay_factor(lr, opt.weight_decay)
-            if not isinstance(factor, ParamDict):
-                factor = operand(factor, dtype, step)
-            params = params.mul(factor)
+    state_type: ClassVar[type[AdamState]] = AdamState
+
+    betas: tuple[float, float]
+    eps: float
+    amsgrad: bool
+
+    def _decoupled(self) -> bool:
+        """Whether the weight decay is decoupled (applied to the parameters)."""
+        raise NotImplementedError
+
+    def init_state(self, params: ParamDict, /) -> AdamState:
+        """Return the first state: step 0 and zero moments.
+
+        Args:
+            params: The parameters to optimize (checked by `init`); unchanged.
+
+        Returns:
+            An `AdamState`; `max_exp_avg_sq` is empty unless `amsgrad=True`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> state = optim.Adam().init(ParamDict(w=torch.ones(2)))
+            >>> state.step, state.exp_avg["w"], len(state.max_exp_avg_sq)
+            (tensor(0., dtype=torch.float64), tensor([0., 0.]), 0)
+        """
+        return AdamState(
+            self.counter(params),
+            params.zeros_like(),
+            params.zeros_like(),
+            params.zeros_like() if self.amsgrad else ParamDict(),
+        )
+
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: AdamState, ops: Kernels, /
+    ) -> tuple[ParamDict, AdamState]:
+        beta1, beta2 = self.betas
+        step = self.next_step(state)
+        lr = self.rate("lr", step)
+        if self._decoupled():
+            if self.maximize:
+                grads = ops.neg(grads)
+            params = ops.decay(params, lr, self.rate("weight_decay", step))
         else:
-            grads = add_scaled(grads, params, opt.weight_decay)
-    exp_avg = state.exp_avg.lerp(grads, 1 - beta1)
-    exp_avg_sq = state.exp_avg_sq.mul(operand(beta2, dtype, step))
-    exp_avg_sq = exp_avg_sq.addcmul(grads, grads, value=1 - beta2)
-    max_exp_avg_sq = state.max_exp_avg_sq
-    second = exp_avg_sq
-    if opt.amsgrad:
-        max_exp_avg_sq = max_exp_avg_sq.maximum(exp_avg_sq)
-        second = max_exp_avg_sq
-    # Bias corrections in double precision from the step tensor: the numbers
-    # torch.optim computes with Python floats, without reading the step on the host.
-    bias_correction1 = 1 - beta1**step
-    bias_correction2_sqrt = (1 - beta2**step).sqrt()
-    step_size = -quotient(lr, bias_correction1)
-    if isinstance(step_size, Tensor):
-        step_size = operand(step_size, dtype, step)
-    denom = second.sqrt().div(operand(bias_correction2_sqrt, dtype, step))
-    denom = denom.add(operand(opt.eps, dtype, step))
-    # `p + (step_size * m) / denom`: the same rounding as torch's
-    # `addcdiv(m, denom, value=step_size)`, with `step_size` a tensor.
-    new_params = add_ratio(params, exp_avg.mul(step_size), denom)
-    return new_params, AdamState(step, exp_avg, exp_avg_sq, max_exp_avg_sq)
+            grads = self.prologue(params, grads, step, ops)
+        exp_avg = ops.lerp(state.exp_avg, grads, 1 - beta1)
+        exp_avg_sq = ops.mul(state.exp_avg_sq, beta2)
+        exp_avg_sq = ops.addcmul(exp_avg_sq, grads, grads, 1 - beta2)
+        max_exp_avg_sq = state.max_exp_avg_sq
+        second = exp_avg_sq
+        if self.amsgrad:
+            max_exp_avg_sq = ops.maximum(max_exp_avg_sq, exp_avg_sq)
+            second = max_exp_avg_sq
+        # Bias corrections in double precision from the step tensor: the numbers
+        # torch.optim computes with Python floats, without reading the step on the host.
+        bias_correction1 = 1 - beta1**step
+        bias_correction2_sqrt = (1 - beta2**step).sqrt()
+        step_size = -quotient(lr, bias_correction1)
+        denom = ops.div(ops.sqrt(ops.borrowed(second)), bias_correction2_sqrt)
+        denom = ops.add(denom, self.eps)
+        # torch's `addcdiv(m, denom, value=step_size)`; a tensor `step_size`
+        # multiplies `m` first, as torch does with a tensor rate.
+        new_params = ops.addcdiv(params, exp_avg, denom, step_size)
+        return new_params, AdamState(step, exp_avg, exp_avg_sq, max_exp_avg_sq)
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class Adam(Optimizer[AdamState]):
+class Adam(_AdamFamily):
     """Adam, the functional `torch.optim.Adam`.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adam`, so a run
@@ -158,53 +163,29 @@ class Adam(Optimizer[AdamState]):
         tensor([0.9000, 2.1000])
     """
 
-    lr: Rate = attrs.field(default=1e-3, validator=check_rate)
+    lr: Rate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
     eps: float = attrs.field(default=1e-8, validator=check_non_negative)
-    weight_decay: Rate = attrs.field(default=0.0, validator=check_rate)
+    weight_decay: Rate = 0.0
     amsgrad: bool = False
     maximize: bool = False
     decoupled_weight_decay: bool = False
     differentiable: bool = False
 
-    def init(self, params: ParamDict, /) -> AdamState:
-        """Return the first state: step 0 and zero moments.
-
-        Args:
-            params: The parameters to optimize; unchanged.
-
-        Returns:
-            An `AdamState`; `max_exp_avg_sq` is empty unless `amsgrad=True`.
-
-        Raises:
-            TypeError: If a value is not a real floating-point tensor.
-            ValueError: If a per-key rate has other keys than `params`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.Adam().init(ParamDict(w=torch.ones(2)))
-            >>> state.step, state.exp_avg["w"], len(state.max_exp_avg_sq)
-            (tensor(0., dtype=torch.float64), tensor([0., 0.]), 0)
-        """
-        return _init(self, params)
-
-    def _update(
-        self, params: P, grads: ParamDict, state: AdamState, /
-    ) -> tuple[P, AdamState]:
-        return _update(
-            self, params, grads, state, decoupled=self.decoupled_weight_decay
-        )
+    def _decoupled(self) -> bool:
+        return self.decoupled_weight_decay
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class AdamW(Optimizer[AdamState]):
+class AdamW(_AdamFamily):
     """AdamW, the functional `torch.optim.AdamW`: Adam with decoupled weight decay.
 
     The parameters are multiplied by `1 - lr * weight_decay` before the Adam
-    update, as in `torch.optim.AdamW`; everything else is `Adam`. The attributes
-    below are the constructor's keyword arguments.
+    update, as in `torch.optim.AdamW`; everything else is `Adam`: both are the
+    same rule of the Adam family, AdamW with `decoupled_weight_decay` always on.
+    The attributes below are the constructor's keyword arguments.
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
@@ -233,38 +214,15 @@ class AdamW(Optimizer[AdamState]):
         tensor([0.9500])
     """
 
-    lr: Rate = attrs.field(default=1e-3, validator=check_rate)
+    lr: Rate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
     eps: float = attrs.field(default=1e-8, validator=check_non_negative)
-    weight_decay: Rate = attrs.field(default=1e-2, validator=check_rate)
+    weight_decay: Rate = 1e-2
     amsgrad: bool = False
     maximize: bool = False
     differentiable: bool = False
 
-    def init(self, params: ParamDict, /) -> AdamState:
-        """Return the first state: step 0 and zero moments.
-
-        Args:
-            params: The parameters to optimize; unchanged.
-
-        Returns:
-            An `AdamState`; `max_exp_avg_sq` is empty unless `amsgrad=True`.
-
-        Raises:
-            TypeError: If a value is not a real floating-point tensor.
-            ValueError: If a per-key rate has other keys than `params`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.AdamW(amsgrad=True).init(ParamDict(w=torch.ones(2)))
-            >>> state.max_exp_avg_sq["w"]
-            tensor([0., 0.])
-        """
-        return _init(self, params)
-
-    def _update(
-        self, params: P, grads: ParamDict, state: AdamState, /
-    ) -> tuple[P, AdamState]:
-        return _update(self, params, grads, state, decoupled=True)
+    def _decoupled(self) -> bool:
+        return True

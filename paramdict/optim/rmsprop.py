@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._hyper import (
-    Rate,
-    add_ratio,
-    add_scaled,
-    check_fraction,
-    check_non_negative,
-    check_rate,
-    check_rate_keys,
-    compute_dtype,
-    is_zero,
-    new_counter,
-    operand,
-    sub_scaled,
-)
-from ._keyed import check_real
-from ._protocol import Optimizer, register_state
+from ._base import TorchOptimizer
+from ._hyper import Rate, check_fraction, check_non_negative
+from ._kernels import Kernels
+from ._protocol import register_state
 
 __all__ = ["RMSprop", "RMSpropState"]
-
-P = TypeVar("P", bound=ParamDict)
 
 
 @register_state
@@ -57,7 +44,7 @@ class RMSpropState(NamedTuple):
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class RMSprop(Optimizer[RMSpropState]):
+class RMSprop(TorchOptimizer[RMSpropState]):
     """RMSprop, the functional `torch.optim.RMSprop`.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.RMSprop`, so a
@@ -93,27 +80,25 @@ class RMSprop(Optimizer[RMSpropState]):
         tensor([0.9800])
     """
 
-    lr: Rate = attrs.field(default=1e-2, validator=check_rate)
+    state_type: ClassVar[type[RMSpropState]] = RMSpropState
+
+    lr: Rate = 1e-2
     alpha: float = attrs.field(default=0.99, validator=check_fraction)
     eps: float = attrs.field(default=1e-8, validator=check_non_negative)
-    weight_decay: Rate = attrs.field(default=0.0, validator=check_rate)
+    weight_decay: Rate = 0.0
     momentum: float = attrs.field(default=0.0, validator=check_non_negative)
     centered: bool = False
     maximize: bool = False
     differentiable: bool = False
 
-    def init(self, params: ParamDict, /) -> RMSpropState:
+    def init_state(self, params: ParamDict, /) -> RMSpropState:
         """Return the first state: step 0 and zero averages.
 
         Args:
-            params: The parameters to optimize; unchanged.
+            params: The parameters to optimize (checked by `init`); unchanged.
 
         Returns:
             An `RMSpropState`; buffers for options that are off are empty.
-
-        Raises:
-            TypeError: If a value is not a real floating-point tensor.
-            ValueError: If a per-key rate has other keys than `params`.
 
         Example:
             >>> from paramdict import optim
@@ -121,46 +106,35 @@ class RMSprop(Optimizer[RMSpropState]):
             >>> state.square_avg["w"], state.grad_avg["w"], len(state.momentum_buffer)
             (tensor([0., 0.]), tensor([0., 0.]), 0)
         """
-        check_real(params)
-        check_rate_keys(params, "lr", self.lr)
-        check_rate_keys(params, "weight_decay", self.weight_decay)
         return RMSpropState(
-            new_counter(params),
+            self.counter(params),
             params.zeros_like(),
             params.zeros_like() if self.momentum > 0 else ParamDict(),
             params.zeros_like() if self.centered else ParamDict(),
         )
 
-    def _update(
-        self, params: P, grads: ParamDict, state: RMSpropState, /
-    ) -> tuple[P, RMSpropState]:
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: RMSpropState, ops: Kernels, /
+    ) -> tuple[ParamDict, RMSpropState]:
         alpha = self.alpha
-        if self.maximize:
-            grads = grads.neg()
-        if not is_zero(self.weight_decay):
-            grads = add_scaled(grads, params, self.weight_decay)
-        dtype = compute_dtype(params)
-        square_avg = state.square_avg.mul(operand(alpha, dtype, state.step))
-        square_avg = square_avg.addcmul(grads, grads, value=1 - alpha)
+        step = self.next_step(state)
+        lr = self.rate("lr", step)
+        grads = self.prologue(params, grads, step, ops)
+        square_avg = ops.mul(state.square_avg, alpha)
+        square_avg = ops.addcmul(square_avg, grads, grads, 1 - alpha)
         grad_avg = state.grad_avg
         if self.centered:
-            grad_avg = grad_avg.lerp(grads, 1 - alpha)
-            variance = square_avg.addcmul(grad_avg, grad_avg, value=-1)
-            avg = variance.sqrt()
+            grad_avg = ops.lerp(grad_avg, grads, 1 - alpha)
+            variance = ops.addcmul(ops.borrowed(square_avg), grad_avg, grad_avg, -1)
+            avg = ops.sqrt(variance)
         else:
-            avg = square_avg.sqrt()
-        avg = avg.add(operand(self.eps, dtype, state.step))
+            avg = ops.sqrt(ops.borrowed(square_avg))
+        avg = ops.add(avg, self.eps)
         buffer = state.momentum_buffer
         if self.momentum > 0:
-            momentum = operand(self.momentum, dtype, state.step)
-            buffer = add_ratio(buffer.mul(momentum), grads, avg)
-            new_params = sub_scaled(params, buffer, self.lr)
-        elif isinstance(self.lr, ParamDict):
-            new_params = add_ratio(params, grads.mul(-self.lr), avg)
-        elif isinstance(self.lr, Tensor):
-            minus_lr = operand(-self.lr, dtype, state.step)
-            new_params = add_ratio(params, grads.mul(minus_lr), avg)
+            buffer = ops.addcdiv(ops.mul(buffer, self.momentum), grads, avg)
+            new_params = ops.sub_scaled(params, buffer, lr)
         else:
-            new_params = add_ratio(params, grads, avg, value=-self.lr)
-        new_state = RMSpropState(state.step + 1, square_avg, buffer, grad_avg)
-        return new_params, new_state
+            new_params = ops.addcdiv(params, grads, avg, -lr)
+        return new_params, RMSpropState(step, square_avg, buffer, grad_avg)

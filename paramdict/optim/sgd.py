@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._hyper import (
-    Rate,
-    add_scaled,
-    check_non_negative,
-    check_number,
-    check_rate,
-    check_rate_keys,
-    compute_dtype,
-    is_zero,
-    new_counter,
-    operand,
-    sub_scaled,
-)
-from ._keyed import check_real
-from ._protocol import Optimizer, register_state
+from ._base import TorchOptimizer
+from ._hyper import Rate, check_non_negative, check_number
+from ._kernels import Kernels
+from ._protocol import register_state
 
 __all__ = ["SGD", "SGDState"]
-
-P = TypeVar("P", bound=ParamDict)
 
 
 @register_state
@@ -53,7 +41,7 @@ class SGDState(NamedTuple):
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class SGD(Optimizer[SGDState]):
+class SGD(TorchOptimizer[SGDState]):
     """Stochastic gradient descent, the functional `torch.optim.SGD`.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.SGD`, so a run
@@ -91,15 +79,19 @@ class SGD(Optimizer[SGDState]):
         tensor([0.9000, 1.9000])
     """
 
-    lr: Rate = attrs.field(default=1e-3, validator=check_rate)
+    state_type: ClassVar[type[SGDState]] = SGDState
+
+    lr: Rate = 1e-3
     momentum: float = attrs.field(default=0.0, validator=check_non_negative)
     dampening: float = attrs.field(default=0.0, validator=check_number)
-    weight_decay: Rate = attrs.field(default=0.0, validator=check_rate)
+    weight_decay: Rate = 0.0
     nesterov: bool = False
     maximize: bool = False
     differentiable: bool = False
 
     def __attrs_post_init__(self) -> None:
+        """Validate the options; `nesterov` needs momentum and no dampening."""
+        super().__attrs_post_init__()
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             msg = (
                 "`nesterov=True` needs `momentum > 0` and `dampening == 0`, got "
@@ -107,18 +99,14 @@ class SGD(Optimizer[SGDState]):
             )
             raise ValueError(msg)
 
-    def init(self, params: ParamDict, /) -> SGDState:
+    def init_state(self, params: ParamDict, /) -> SGDState:
         """Return the first state: step 0 and a zero momentum buffer.
 
         Args:
-            params: The parameters to optimize; unchanged.
+            params: The parameters to optimize (checked by `init`); unchanged.
 
         Returns:
             An `SGDState`; its buffer is empty when `momentum == 0`.
-
-        Raises:
-            TypeError: If a value is not a real floating-point tensor.
-            ValueError: If a per-key rate has other keys than `params`.
 
         Example:
             >>> from paramdict import optim
@@ -126,28 +114,26 @@ class SGD(Optimizer[SGDState]):
             >>> opt.init(ParamDict(w=torch.ones(2))).momentum_buffer["w"]
             tensor([0., 0.])
         """
-        check_real(params)
-        check_rate_keys(params, "lr", self.lr)
-        check_rate_keys(params, "weight_decay", self.weight_decay)
         buffer = params.zeros_like() if self.momentum != 0 else ParamDict()
-        return SGDState(new_counter(params), buffer)
+        return SGDState(self.counter(params), buffer)
 
-    def _update(
-        self, params: P, grads: ParamDict, state: SGDState, /
-    ) -> tuple[P, SGDState]:
-        step = state.step + 1
-        if self.maximize:
-            grads = grads.neg()
-        if not is_zero(self.weight_decay):
-            grads = add_scaled(grads, params, self.weight_decay)
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: SGDState, ops: Kernels, /
+    ) -> tuple[ParamDict, SGDState]:
+        step = self.next_step(state)
+        grads = self.prologue(params, grads, step, ops)
         buffer = state.momentum_buffer
         if self.momentum != 0:
             # torch starts the buffer at the first gradient, undamped, which is
             # the update below from a zero buffer unless there is dampening.
-            momentum = operand(self.momentum, compute_dtype(params), step)
-            buffer = buffer.mul(momentum).add(grads, alpha=1 - self.dampening)
+            buffer = ops.mul(buffer, self.momentum)
+            buffer = ops.add_scaled(buffer, grads, 1 - self.dampening)
             if self.dampening != 0:
-                later = ParamDict.fromkeys(grads, step > 1)
-                buffer = buffer.where(later, grads)
-            grads = grads.add(buffer, alpha=self.momentum) if self.nesterov else buffer
-        return sub_scaled(params, grads, self.lr), SGDState(step, buffer)
+                buffer = ops.where(step > 1, buffer, grads)
+            if self.nesterov:
+                grads = ops.add_scaled(ops.borrowed(grads), buffer, self.momentum)
+            else:
+                grads = buffer
+        new_params = ops.sub_scaled(params, grads, self.rate("lr", step))
+        return new_params, SGDState(step, buffer)

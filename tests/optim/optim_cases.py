@@ -1,10 +1,17 @@
-"""Shared pieces of the optimizer tests: a small MLP, a fixed data stream, runners."""
+"""Shared pieces of the optimizer tests: the case table, a small MLP, data, runners.
+
+`TABLE` is the one list of optimizers every optimizer test reads: adding an
+optimizer to the library adds one row here (its classes, the option sets its
+trajectories are checked with, and one configuration with most options on).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -12,6 +19,198 @@ from torch import Tensor, nn
 from paramdict import ParamDict, optim
 
 STEPS = 100
+
+
+@dataclass(frozen=True)
+class Case:
+    """One optimizer of the library, as every optimizer test sees it."""
+
+    name: str
+    ours: Callable[..., optim.Optimizer[Any]]
+    theirs: Callable[..., torch.optim.Optimizer]
+    rich: dict[str, Any]
+    """One configuration with most options on (modes, state, compile, hostile)."""
+    trajectories: dict[str, dict[str, Any]]
+    """Option sets checked against torch.optim, by case id."""
+    foreach: tuple[str, ...]
+    """Trajectory ids also checked against torch's foreach implementation."""
+    tensor_lr: dict[str, Any] = field(default_factory=dict)
+    """Options beside a 0-dim tensor `lr` for the tensor-lr trajectory."""
+
+    def make(self) -> optim.Optimizer[Any]:
+        """Return the rich configuration."""
+        return self.ours(**self.rich)
+
+
+# One row per optimizer. Adding an optimizer: one row here.
+TABLE: list[Case] = [
+    Case(
+        "sgd",
+        optim.SGD,
+        torch.optim.SGD,
+        {"lr": 0.1, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01},
+        {
+            "sgd": {"lr": 0.05},
+            "sgd-momentum": {"lr": 0.05, "momentum": 0.9},
+            "sgd-dampening": {"lr": 0.05, "momentum": 0.9, "dampening": 0.3},
+            "sgd-nesterov": {"lr": 0.05, "momentum": 0.9, "nesterov": True},
+            "sgd-weight-decay": {"lr": 0.05, "weight_decay": 0.1},
+            "sgd-maximize": {
+                "lr": 0.01,
+                "momentum": 0.5,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+        },
+        ("sgd-maximize", "sgd-dampening"),
+        {"momentum": 0.9, "weight_decay": 0.1},
+    ),
+    Case(
+        "adam",
+        optim.Adam,
+        torch.optim.Adam,
+        {"lr": 0.01, "amsgrad": True, "weight_decay": 0.01},
+        {
+            "adam": {"lr": 0.01},
+            "adam-betas-eps": {"lr": 0.01, "betas": (0.5, 0.9), "eps": 1e-3},
+            "adam-amsgrad": {"lr": 0.01, "amsgrad": True},
+            "adam-weight-decay": {"lr": 0.01, "weight_decay": 0.1},
+            "adam-decoupled": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "decoupled_weight_decay": True,
+            },
+            "adam-maximize": {"lr": 0.01, "maximize": True},
+        },
+        ("adam-weight-decay",),
+        {"weight_decay": 0.1},
+    ),
+    Case(
+        "adamw",
+        optim.AdamW,
+        torch.optim.AdamW,
+        {"lr": 0.01, "maximize": True, "amsgrad": True},
+        {
+            "adamw": {"lr": 0.01},
+            "adamw-amsgrad-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "amsgrad": True,
+                "maximize": True,
+            },
+        },
+        ("adamw-amsgrad-maximize",),
+    ),
+    Case(
+        "rmsprop",
+        optim.RMSprop,
+        torch.optim.RMSprop,
+        {"lr": 0.01, "centered": True, "momentum": 0.9, "weight_decay": 0.01},
+        {
+            "rmsprop": {"lr": 0.01},
+            "rmsprop-centered": {"lr": 0.01, "centered": True},
+            "rmsprop-momentum": {"lr": 0.01, "momentum": 0.9},
+            "rmsprop-centered-momentum": {
+                "lr": 0.01,
+                "centered": True,
+                "momentum": 0.9,
+                "alpha": 0.9,
+            },
+            "rmsprop-weight-decay-maximize": {
+                "lr": 0.01,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+        },
+        ("rmsprop-centered-momentum",),
+        {"centered": True},
+    ),
+    Case(
+        "adagrad",
+        optim.Adagrad,
+        torch.optim.Adagrad,
+        {"lr": 0.1, "lr_decay": 0.01, "weight_decay": 0.01, "maximize": True},
+        {
+            "adagrad": {"lr": 0.1},
+            "adagrad-lr-decay": {"lr": 0.1, "lr_decay": 0.05},
+            "adagrad-initial-eps": {
+                "lr": 0.1,
+                "initial_accumulator_value": 0.5,
+                "eps": 1e-3,
+            },
+            "adagrad-weight-decay-maximize": {
+                "lr": 0.1,
+                "weight_decay": 0.1,
+                "maximize": True,
+            },
+        },
+        ("adagrad-weight-decay-maximize",),
+        {"lr_decay": 0.05},
+    ),
+]
+
+# Cases whose torch.optim reference needs a newer torch than the oldest supported.
+_DECOUPLED = pytest.mark.skipif(
+    torch.__version__ < "2.7",
+    reason="torch.optim.Adam takes `decoupled_weight_decay` from torch 2.7 on",
+)
+NEWER_TORCH = {"adam-decoupled": _DECOUPLED, "Adam": _DECOUPLED}
+
+
+def wrapped() -> list[tuple[str, optim.Optimizer[Any]]]:
+    """Return the combinators around optimizers of the table, by id."""
+    return [
+        (
+            "groups",
+            optim.ParamGroups(
+                {"*.bias": optim.Adam(lr=0.1)}, default=optim.AdamW(lr=0.01)
+            ),
+        ),
+        ("clip", optim.ClipGradNorm(optim.RMSprop(lr=0.01), max_norm=0.1)),
+    ]
+
+
+def configured(*, combinators: bool = True) -> list[Any]:
+    """Return each row's rich configuration (and the combinators) as parameters."""
+    rows = [(case.name, case.make()) for case in TABLE]
+    if combinators:
+        rows += wrapped()
+    return [pytest.param(opt, id=name) for name, opt in rows]
+
+
+def trajectory_params(*, foreach_only: bool = False) -> list[Any]:
+    """Return `(ours, theirs, kwargs)` for each trajectory option set, with marks."""
+    return [
+        pytest.param(
+            case.ours, case.theirs, kwargs, id=name, marks=NEWER_TORCH.get(name, ())
+        )
+        for case in TABLE
+        for name, kwargs in case.trajectories.items()
+        if not foreach_only or name in case.foreach
+    ]
+
+
+def classes() -> list[Any]:
+    """Return `(ours, theirs)` for each row."""
+    return [
+        pytest.param(
+            case.ours,
+            case.theirs,
+            id=case.ours.__name__,
+            marks=NEWER_TORCH.get(case.ours.__name__, ()),
+        )
+        for case in TABLE
+    ]
+
+
+def tensor_lr_params() -> list[Any]:
+    """Return `(ours, theirs, kwargs)` for the tensor-lr trajectory of each row."""
+    return [
+        pytest.param(case.ours, case.theirs, case.tensor_lr, id=case.name)
+        for case in TABLE
+    ]
+
+
 # (rtol, atol) per dtype; atol only matters for entries near zero.
 TOLERANCE = {torch.float32: (1e-6, 1e-7), torch.float64: (1e-12, 1e-13)}
 

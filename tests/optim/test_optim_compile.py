@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from optim_cases import batches, make_model
+from optim_cases import batches, configured, make_model
 from torch import Tensor
 
 from paramdict import ParamDict, optim
@@ -23,17 +23,6 @@ pytestmark = pytest.mark.skipif(
     reason="torch.compile traces a ParamDict in one graph from torch 2.8 on; older "
     "dynamo graph-breaks on dict subclasses",
 )
-
-OPTIMIZERS: list[optim.Optimizer[Any]] = [
-    optim.SGD(lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01),
-    optim.Adam(lr=0.01, amsgrad=True, weight_decay=0.01),
-    optim.AdamW(lr=0.01, maximize=True),
-    optim.RMSprop(lr=0.01, centered=True, momentum=0.9),
-    optim.Adagrad(lr=0.1, lr_decay=0.01),
-    optim.ParamGroups({"*.bias": optim.Adam(lr=0.1)}, default=optim.AdamW(lr=0.01)),
-    optim.ClipGradNorm(optim.RMSprop(lr=0.01), max_norm=0.1),
-]
-IDS = ["sgd", "adam", "adamw", "rmsprop", "adagrad", "groups", "clip"]
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +53,7 @@ def _functional_run(opt: optim.Optimizer[Any], step: Any, steps: int = 3) -> Par
     return params
 
 
-@pytest.mark.parametrize("opt", OPTIMIZERS, ids=IDS)
+@pytest.mark.parametrize("opt", configured())
 def test_compiled_step_is_one_graph_and_equals_eager(opt: optim.Optimizer[Any]) -> None:
     """`torch.compile(opt.step, fullgraph=True)` compiles once and matches eager."""
     compiled = torch.compile(opt.step, fullgraph=True, backend="eager")

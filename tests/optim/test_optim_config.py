@@ -8,24 +8,12 @@ from typing import Any
 import attrs
 import pytest
 import torch
+from optim_cases import classes
 
 from paramdict import ParamDict, optim
 
-# torch.optim.Adam takes `decoupled_weight_decay` from torch 2.7 on.
-ADAM_DECOUPLED = pytest.mark.skipif(
-    torch.__version__ < "2.7",
-    reason="torch.optim.Adam takes `decoupled_weight_decay` from torch 2.7 on",
-)
-PAIRS = [
-    (optim.SGD, torch.optim.SGD),
-    pytest.param(optim.Adam, torch.optim.Adam, marks=ADAM_DECOUPLED),
-    (optim.AdamW, torch.optim.AdamW),
-    (optim.RMSprop, torch.optim.RMSprop),
-    (optim.Adagrad, torch.optim.Adagrad),
-]
 
-
-@pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(("ours", "theirs"), classes())
 def test_hyperparameters_are_torchs_names_and_defaults(
     ours: type[Any], theirs: type[torch.optim.Optimizer]
 ) -> None:

@@ -9,21 +9,12 @@ import weakref
 import pytest
 import torch
 import torch.nn.functional as F
-from optim_cases import batches, forward, make_model
+from optim_cases import batches, configured, forward, make_model
 from torch import Tensor
 
 from paramdict import ParamDict, optim
 
 resource = pytest.importorskip("resource", reason="peak memory is read via resource")
-
-ALL = [
-    optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.1),
-    optim.Adam(lr=0.1, amsgrad=True),
-    optim.AdamW(lr=0.1),
-    optim.RMSprop(lr=0.1, centered=True, momentum=0.5),
-    optim.Adagrad(lr=0.1, lr_decay=0.1),
-]
-IDS = ["sgd", "adam", "adamw", "rmsprop", "adagrad"]
 
 
 def _tensors(tree: object) -> list[Tensor]:
@@ -31,7 +22,7 @@ def _tensors(tree: object) -> list[Tensor]:
     return [leaf for leaf in leaves if isinstance(leaf, Tensor)]
 
 
-@pytest.mark.parametrize("opt", ALL, ids=IDS)
+@pytest.mark.parametrize("opt", configured(combinators=False))
 def test_default_step_returns_fresh_leaves(opt: optim.Optimizer[object]) -> None:
     """By default new values are leaves, requiring grad exactly where inputs did."""
     params = ParamDict.from_module(make_model())
@@ -56,7 +47,7 @@ def test_default_step_returns_fresh_leaves(opt: optim.Optimizer[object]) -> None
         torch.testing.assert_close(value.detach(), before[k], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("opt", ALL, ids=IDS)
+@pytest.mark.parametrize("opt", configured(combinators=False))
 def test_step_leaves_its_inputs_unchanged(opt: optim.Optimizer[object]) -> None:
     """`step` changes neither params, grads nor state (values and objects)."""
     params = ParamDict(

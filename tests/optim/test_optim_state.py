@@ -8,21 +8,10 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from optim_cases import batches, forward, make_model
+from optim_cases import batches, configured, forward, make_model
 from torch.utils import _pytree as pytree
 
 from paramdict import ParamDict, optim
-
-OPTIMIZERS: list[optim.Optimizer[Any]] = [
-    optim.SGD(lr=0.1, momentum=0.9, dampening=0.1),
-    optim.Adam(lr=0.01, amsgrad=True),
-    optim.AdamW(lr=0.01),
-    optim.RMSprop(lr=0.01, centered=True, momentum=0.9),
-    optim.Adagrad(lr=0.1, lr_decay=0.01),
-    optim.ParamGroups({"*.bias": optim.Adam(lr=0.1)}, default=optim.AdamW(lr=0.01)),
-    optim.ClipGradNorm(optim.SGD(lr=0.1, momentum=0.5), max_norm=0.5),
-]
-IDS = ["sgd", "adam", "adamw", "rmsprop", "adagrad", "groups", "clip"]
 
 
 def _train(
@@ -43,7 +32,7 @@ def _roundtrip(value: object) -> Any:
     return torch.load(buffer, weights_only=True)
 
 
-@pytest.mark.parametrize("opt", OPTIMIZERS, ids=IDS)
+@pytest.mark.parametrize("opt", configured())
 def test_state_loads_with_weights_only(opt: optim.Optimizer[Any]) -> None:
     """A state saved with torch.save loads with weights_only=True, same type."""
     params = ParamDict.from_module(make_model())
@@ -55,7 +44,7 @@ def test_state_loads_with_weights_only(opt: optim.Optimizer[Any]) -> None:
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("opt", OPTIMIZERS, ids=IDS)
+@pytest.mark.parametrize("opt", configured())
 def test_training_resumes_from_a_loaded_state(opt: optim.Optimizer[Any]) -> None:
     """5 steps, save and load, 5 more steps: the same as 10 steps straight."""
     start = ParamDict.from_module(make_model())
@@ -67,7 +56,7 @@ def test_training_resumes_from_a_loaded_state(opt: optim.Optimizer[Any]) -> None
     torch.testing.assert_close(dict(resumed), dict(straight), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("opt", OPTIMIZERS, ids=IDS)
+@pytest.mark.parametrize("opt", configured())
 def test_state_is_a_pytree_of_tensors(opt: optim.Optimizer[Any]) -> None:
     """States flatten to tensors only and unflatten to an equal state."""
     params = ParamDict.from_module(make_model())
@@ -123,7 +112,7 @@ def test_adagrad_accumulator_starts_at_the_initial_value() -> None:
     torch.testing.assert_close(state.sum["w"], torch.full((2,), 0.25).double())
 
 
-@pytest.mark.parametrize("opt", OPTIMIZERS[:5], ids=IDS[:5])
+@pytest.mark.parametrize("opt", configured(combinators=False))
 def test_vmap_steps_an_ensemble_like_separate_runs(opt: optim.Optimizer[Any]) -> None:
     """`torch.func.vmap` over init and step trains stacked members independently."""
     members = [

@@ -1,0 +1,306 @@
+"""`TorchOptimizer`: what every optimizer in the style of `torch.optim` shares.
+
+The learning rate, weight decay, `maximize` and `differentiable` options and their
+validation; the checks of parameters, hyperparameters and state; the step counter;
+the maximize/weight-decay prologue; and `rate`, the one method through which the
+rules read their rates (the place learning-rate schedules plug in). A concrete
+optimizer adds its own fields (with torch.optim's names, order and defaults), its
+first state (`init_state`) and its rule (`update`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
+
+import torch
+from torch import Tensor
+
+from .._paramdict import ParamDict
+from ._hyper import Rate, check_rate, check_rate_keys, is_zero, new_counter
+from ._kernels import Kernels
+from ._keyed import check_keyed, check_real
+from ._protocol import Optimizer
+
+__all__ = ["HasStep", "TorchOptimizer"]
+
+
+class HasStep(Protocol):
+    """A state whose first field is the step counter, a 0-dim tensor."""
+
+    @property
+    def step(self) -> Tensor:
+        """The number of steps taken."""
+        ...
+
+
+S = TypeVar("S", bound=HasStep)
+
+
+class _Field(NamedTuple):
+    name: str
+
+
+def _check_flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        msg = f"`{name}` must be True or False, got {value!r}."
+        raise TypeError(msg)
+
+
+class TorchOptimizer(Optimizer[S]):
+    """The base of the optimizers in the style of `torch.optim`.
+
+    A subclass is an `attrs.frozen(kw_only=True, eq=False)` class that declares
+    the fields `lr`, `weight_decay`, `maximize` and `differentiable` among its own
+    (in its torch.optim order, with its defaults), a `state_type`, and defines
+    `init_state` and `update`. This base validates the shared fields, checks
+    parameters, per-key rates, gradients and states, and gives the rule its
+    pieces: `rate`, `next_step` and `prologue`.
+
+    Attributes:
+        lr: The learning rate: a number, a 0-dim tensor or a per-key ParamDict.
+        weight_decay: The weight decay, in any of the same forms.
+        maximize: Maximize the objective instead of minimizing it.
+        differentiable: Keep the autograd graph through `step`.
+        state_type: The state class (a NamedTuple whose first field is `step`).
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.Adam(lr=0.1)
+        >>> isinstance(opt, optim.TorchOptimizer), opt.rate("lr", torch.tensor(1.0))
+        (True, 0.1)
+    """
+
+    __slots__ = ()
+
+    lr: Rate
+    weight_decay: Rate
+    maximize: bool
+    state_type: ClassVar[type[Any]]
+
+    def __attrs_post_init__(self) -> None:
+        """Validate the shared fields (subclasses call this from their own)."""
+        check_rate(self, _Field("lr"), self.lr)
+        check_rate(self, _Field("weight_decay"), self.weight_decay)
+        _check_flag("maximize", self.maximize)
+        _check_flag("differentiable", self.differentiable)
+
+    # ------------------------------------------------------------ state
+
+    def init(self, params: ParamDict, /) -> S:
+        """Return the first state for `params`, after checking them.
+
+        Args:
+            params: The parameters to optimize; unchanged.
+
+        Returns:
+            `init_state(params)`, the optimizer's state at step 0.
+
+        Raises:
+            TypeError: If `params` is not a ParamDict, or a value is not a real
+                floating-point tensor.
+            ValueError: If a per-key rate has other keys than `params`, or a
+                shape that would change a parameter's.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.SGD().init(ParamDict(w=torch.ones(2))).step
+            tensor(0., dtype=torch.float64)
+        """
+        given = cast(object, params)  # checked here: annotations are promises
+        if not isinstance(given, ParamDict):
+            msg = (
+                f"`init` takes the parameters as a ParamDict, got "
+                f"{type(params).__name__}. Wrap them: `ParamDict(params)`."
+            )
+            raise TypeError(msg)
+        check_real(params)
+        self._check_rates(params)
+        return self.init_state(params)
+
+    def init_state(self, params: ParamDict, /) -> S:
+        """Return the state at step 0 for checked `params` (override this).
+
+        Args:
+            params: The parameters, already checked by `init`.
+
+        Returns:
+            The state; its first field is `self.counter(params)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.SGD(momentum=0.9).init_state(ParamDict(w=torch.ones(1))).step
+            tensor(0., dtype=torch.float64)
+        """
+        raise NotImplementedError
+
+    def _check_rates(self, params: ParamDict) -> None:
+        for name in ("lr", "weight_decay"):
+            rate = getattr(self, name)
+            check_rate_keys(params, name, rate)
+            if isinstance(rate, ParamDict):
+                _check_rate_shapes(params, name, rate)
+
+    def check_state(self, params: ParamDict, state: S, /) -> None:
+        """Raise unless `state` is this optimizer's state for `params`.
+
+        Args:
+            params: The parameters of the step.
+            state: The state to check.
+
+        Raises:
+            TypeError: If `state` is not an instance of `state_type`, or its step
+                is not a 0-dim tensor.
+            ValueError: If a buffer's keys, shapes or dtypes are not `params`'.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.Adam()
+            >>> state = opt.init(ParamDict(w=torch.ones(3, 1)))
+            >>> opt.check_state(ParamDict(w=torch.ones(3)), state)
+            Traceback (most recent call last):
+            ...
+            ValueError: The state's `exp_avg` must match the parameters ...
+        """
+        expected = type(self).state_type
+        given: Any = cast(Any, state)  # checked here: annotations are promises
+        if not isinstance(given, expected):
+            msg = (
+                f"`{type(self).__name__}` needs a `{expected.__name__}` as its "
+                f"state, got {type(state).__name__}. Use the state from this "
+                "optimizer's `init`."
+            )
+            raise TypeError(msg)
+        step = given.step
+        if not (isinstance(step, Tensor) and step.dim() == 0):
+            msg = (
+                f"The state's `step` must be a 0-dim tensor, got {step!r}. Use the "
+                "state from this optimizer's `init`."
+            )
+            raise TypeError(msg)
+        for field, buffer in zip(given._fields, given):
+            if field == "step" or (isinstance(buffer, ParamDict) and not buffer):
+                continue
+            what = f"The state's `{field}`"
+            if not isinstance(buffer, ParamDict):
+                msg = f"{what} must be a ParamDict, got {type(buffer).__name__}."
+                raise TypeError(msg)
+            if buffer.keys() != params.keys():
+                check_rate_keys(params, field, buffer)
+            check_keyed(params, buffer, what=what)
+
+    # ------------------------------------------------------------ rule pieces
+
+    def rate(self, name: str, step: Tensor, /) -> Rate:
+        """Return the rate `name` (`"lr"`, `"weight_decay"`) for step `step`.
+
+        Every rule reads its rates through this method: the one place where a
+        rate that depends on the step (a schedule) is looked up.
+
+        Args:
+            name: The field's name.
+            step: The number of the step being taken (1 for the first).
+
+        Returns:
+            The rate: a number, a 0-dim tensor or a per-key ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.AdamW().rate("weight_decay", torch.tensor(1.0))
+            0.01
+        """
+        value: Rate = getattr(self, name)
+        return value
+
+    @staticmethod
+    def next_step(state: HasStep, /) -> Tensor:
+        """Return the number of the step being taken: the state's counter plus one.
+
+        Args:
+            state: The state before the step.
+
+        Returns:
+            A 0-dim tensor.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.SGD()
+            >>> opt.next_step(opt.init(ParamDict(w=torch.ones(1))))
+            tensor(1., dtype=torch.float64)
+        """
+        return state.step + 1
+
+    def prologue(
+        self, params: ParamDict, grads: ParamDict, step: Tensor, ops: Kernels, /
+    ) -> ParamDict:
+        """Return the gradients the rule uses: negated to maximize, plus L2 decay.
+
+        torch.optim's order: `-grads` when `maximize`, then
+        `grads + weight_decay * params` when the weight decay is not zero.
+        Decoupled decay (AdamW) is a rule's own step instead (`ops.decay`).
+
+        Args:
+            params: The parameters.
+            grads: The gradients.
+            step: The number of the step being taken.
+            ops: The kernels of the step.
+
+        Returns:
+            The gradients to use.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0]))
+            >>> opt = optim.SGD(weight_decay=0.5, maximize=True)
+            >>> ops = optim.Kernels.for_params(p)
+            >>> opt.prologue(p, p.full_like(2.0), torch.tensor(1.0), ops)["w"]
+            tensor([-1.5000])
+        """
+        if self.maximize:
+            grads = ops.neg(grads)
+        weight_decay = self.rate("weight_decay", step)
+        if not is_zero(weight_decay):
+            grads = ops.add_scaled(grads, params, weight_decay)
+        return grads
+
+    @staticmethod
+    def counter(params: ParamDict, /) -> Tensor:
+        """Return a zero step counter for `params` (the first field of a state).
+
+        Args:
+            params: The parameters; the counter goes on the first one's device.
+
+        Returns:
+            A 0-dim double-precision zero (single precision on MPS).
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.SGD.counter(ParamDict(w=torch.ones(1)))
+            tensor(0., dtype=torch.float64)
+        """
+        return new_counter(params)
+
+
+def _check_rate_shapes(params: ParamDict, name: str, rate: ParamDict) -> None:
+    bad: list[str] = []
+    for key, p in params.items():
+        r = rate[key]
+        if r.dtype.is_complex or not r.dtype.is_floating_point:
+            bad.append(key)
+            continue
+        fits = r.dim() <= p.dim() and all(
+            n in (1, m) for n, m in zip(reversed(r.shape), reversed(p.shape))
+        )
+        same_kind = r.dim() == 0 and p.dim() > 0  # a 0-dim rate takes the dtype of p
+        if not fits or (
+            not same_kind and torch.promote_types(p.dtype, r.dtype) != p.dtype
+        ):
+            bad.append(key)
+    if bad:
+        bad.sort()
+        msg = (
+            f"The per-key `{name}` values for {bad!r} would change the shape or dtype "
+            "of their parameters; give each a real floating-point tensor whose "
+            "shape broadcasts to its parameter's (0-dim, or the parameter's shape) "
+            "and no wider dtype."
+        )
+        raise ValueError(msg)

@@ -1,0 +1,653 @@
+"""The kernel vocabulary every update rule is written in, in three implementations.
+
+A rule (`Optimizer.update`) never calls ParamDict arithmetic or torch directly for
+the work on its buffers: it calls a small vocabulary on an `ops` object (`lerp`,
+`mul`, `decay`, `addcmul`, `addcdiv`, `sqrt`, `sign`, `maximum`, `add_scaled`,
+...), so the same rule runs in every mode:
+
+- `Kernels` (functional): out of place, the mode of a default `step` (run under
+  `torch.no_grad()`); `addcdiv` is one fused foreach call.
+- `RecordedKernels` (differentiable): out of place, with every operation one that
+  autograd can differentiate for any mix of entry shapes (`addcdiv` becomes a
+  multiplication, a division and an addition that round the same way).
+- `InPlaceKernels`: writes each result into its first operand when the rule owns
+  that operand (the parameters, the state's buffers, or anything the rule made),
+  and runs out of place otherwise (the gradients are never written). This is the
+  base of an in-place `step_`; its results are bitwise those of `Kernels`.
+
+Every rate argument accepts a number, a 0-dim tensor or a ParamDict of per-key
+values, so no rule branches on the type of `lr`. Scalars are passed to torch the
+way `torch.optim` passes them, which keeps its rounding.
+
+The one rule for authors: an operation may consume its first operand. Write
+`x = ops.op(x, ...)` when `x`'s old value is no longer needed, and pass
+`ops.borrowed(x)` as the first operand when it still is (free in every mode).
+"""
+
+from __future__ import annotations
+
+# pyright: reportPrivateImportUsage=false, reportPrivateUsage=false
+# (torch's in-place foreach kernels have private names only; `_aligned` is
+# ParamDict's own package-internal alignment)
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from .._paramdict import ParamDict
+from ._hyper import Rate, compute_dtype, decay_factor, is_zero
+
+__all__ = ["InPlaceKernels", "Kernels", "RecordedKernels"]
+
+P = TypeVar("P", bound=ParamDict)
+
+
+class Kernels:
+    """The functional kernel vocabulary: every operation returns new ParamDicts.
+
+    Built for one step from the parameters (`Kernels.for_params`), it knows the
+    dtype they share, so that scalars take torch's fastest path with torch's
+    rounding. Every method leaves its arguments unchanged.
+
+    Args:
+        dtype: The dtype every entry shares when it is float32 or float64, else
+            `None` (scalars are then passed as they are).
+        device: The device of the entries (for scalar operands).
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> ops = optim.Kernels.for_params(p)
+        >>> ops.lerp(p, p.zeros_like(), 0.5)["w"], p["w"]
+        (tensor([0.5000, 1.0000]), tensor([1., 2.]))
+    """
+
+    __slots__ = ("device", "dtype")
+
+    def __init__(self, dtype: torch.dtype | None, device: torch.device) -> None:
+        self.dtype = dtype
+        self.device = device
+
+    @classmethod
+    def for_params(cls, params: ParamDict, /) -> Kernels:
+        """Return kernels for one step on `params` (their shared dtype and device).
+
+        Args:
+            params: The parameters of the step.
+
+        Returns:
+            A kernel set of this class.
+
+        Example:
+            >>> from paramdict import optim
+            >>> ops = optim.Kernels.for_params(ParamDict(w=torch.ones(2)))
+            >>> ops.dtype, ops.device
+            (torch.float32, device(type='cpu'))
+        """
+        first = next(iter(params.values()), None)
+        device = first.device if first is not None else torch.device("cpu")
+        return cls(compute_dtype(params), device)
+
+    def scalar(self, value: float | Tensor, /) -> Any:
+        """Return `value` as the scalar operand for entries of the shared dtype.
+
+        Args:
+            value: A number or a 0-dim tensor.
+
+        Returns:
+            A 0-dim tensor of the shared dtype (float32 or float64), else `value`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.scalar(0.5)
+            tensor(0.5000)
+        """
+        if self.dtype is None:
+            return value  # half precision or mixed dtypes: torch's own promotion
+        if isinstance(value, Tensor):
+            return value.to(self.dtype)
+        return torch.full((), value, dtype=self.dtype, device=self.device)
+
+    def borrowed(self, x: P, /) -> P:
+        """Return `x` for use as a first operand whose old value is still needed.
+
+        Args:
+            x: The ParamDict to borrow.
+
+        Returns:
+            `x` (the in-place kernels return a view they never write into).
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.borrowed(p) is p
+            True
+        """
+        return x
+
+    def subset(self, x: P, keys: tuple[str, ...], /) -> P:
+        """Return the entries of `x` under `keys` (literal keys, in that order).
+
+        Args:
+            x: The ParamDict.
+            keys: The keys to keep.
+
+        Returns:
+            A ParamDict of `x`'s type.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> list(ops.subset(p, ("w",)))
+            ['w']
+        """
+        return type(x)((k, x[k]) for k in keys)
+
+    def neg(self, x: P, /) -> P:
+        """Return `-x`.
+
+        Args:
+            x: The operand.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.neg(p)["w"]
+            tensor([-1., -4.])
+        """
+        return x.neg()
+
+    def mul(self, x: P, rate: Rate, /) -> P:
+        """Return `x * rate`.
+
+        Args:
+            x: The operand.
+            rate: A number, a 0-dim tensor or a per-key ParamDict.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.mul(p, 0.5)["w"]
+            tensor([0.5000, 2.0000])
+        """
+        if isinstance(rate, ParamDict):
+            return x.mul(rate)
+        return x.mul(self.scalar(rate))
+
+    def decay(self, x: P, lr: Rate, weight_decay: Rate, /) -> P:
+        """Return `x * (1 - lr * weight_decay)`: decoupled weight decay (AdamW).
+
+        Args:
+            x: The parameters.
+            lr: The learning rate, in any form.
+            weight_decay: The weight decay, in any form.
+
+        Returns:
+            `x` itself when `weight_decay` is the number zero (no work), else a
+            new ParamDict. With two numbers the factor is the Python float
+            `torch.optim` computes.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.decay(p, 0.5, 0.5)["w"]
+            tensor([0.7500, 3.0000])
+        """
+        if is_zero(weight_decay):
+            return x
+        return self.mul(x, decay_factor(lr, weight_decay))
+
+    def div(self, x: P, value: float | Tensor, /) -> P:
+        """Return `x / value` for a scalar `value`.
+
+        Args:
+            x: The operand.
+            value: A number or a 0-dim tensor.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.div(p, 2.0)["w"]
+            tensor([0.5000, 2.0000])
+        """
+        return x.div(self.scalar(value))
+
+    def add(self, x: P, value: float | Tensor, /) -> P:
+        """Return `x + value` for a scalar `value` (such as `eps`).
+
+        Args:
+            x: The operand.
+            value: A number or a 0-dim tensor.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.add(p, 1.0)["w"]
+            tensor([2., 5.])
+        """
+        return x.add(self.scalar(value))
+
+    def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
+        """Return `x + rate * y`; a number `rate` is one fused foreach call.
+
+        Args:
+            x: The operand.
+            y: The ParamDict to add, scaled.
+            rate: A number, a 0-dim tensor or a per-key ParamDict.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.add_scaled(p, g, 0.5)["w"]
+            tensor([2., 5.])
+        """
+        if isinstance(rate, ParamDict):
+            return x.add(y.mul(rate))
+        return x.add(y, alpha=rate)
+
+    def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
+        """Return `x - rate * y`; a number `rate` is one fused foreach call.
+
+        Args:
+            x: The operand.
+            y: The ParamDict to subtract, scaled.
+            rate: A number, a 0-dim tensor or a per-key ParamDict.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.sub_scaled(p, g, 0.5)["w"]
+            tensor([0., 3.])
+        """
+        if isinstance(rate, ParamDict):
+            return x.sub(y.mul(rate))
+        return x.sub(y, alpha=rate)
+
+    def lerp(self, x: P, end: ParamDict, weight: float, /) -> P:
+        """Return `x + weight * (end - x)`.
+
+        Args:
+            x: The start.
+            end: The end.
+            weight: The interpolation weight, a number.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.lerp(p, g, 0.5)["w"]
+            tensor([1.5000, 3.0000])
+        """
+        return x.lerp(end, weight)
+
+    def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
+        """Return `x + value * a * b`.
+
+        Args:
+            x: The operand.
+            a: The first factor.
+            b: The second factor.
+            value: The scale, a number.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.addcmul(p, g, g, 0.5)["w"]
+            tensor([3., 6.])
+        """
+        return x.addcmul(a, b, value=value)
+
+    def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
+        """Return `x + value * a / b`, rounded as `torch.optim` rounds it.
+
+        Args:
+            x: The operand.
+            a: The numerator.
+            b: The denominator.
+            value: The scale. A number goes to `addcdiv` as its scalar; a tensor
+                or per-key value multiplies `a` first, as `torch.optim` does with
+                a tensor rate.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.addcdiv(p, g, g, 0.5)["w"]
+            tensor([1.5000, 4.5000])
+        """
+        if isinstance(value, (Tensor, ParamDict)):
+            return x.addcdiv(self.mul(a, value), b)
+        return x.addcdiv(a, b, value=value)
+
+    def sqrt(self, x: P, /) -> P:
+        """Return the square root of `x`.
+
+        Args:
+            x: The operand.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.sqrt(p)["w"]
+            tensor([1., 2.])
+        """
+        return x.sqrt()
+
+    def sign(self, x: P, /) -> P:
+        """Return the sign of `x` (-1, 0 or 1).
+
+        Args:
+            x: The operand.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.sign(ops.neg(p))["w"]
+            tensor([-1., -1.])
+        """
+        return x.sign()
+
+    def maximum(self, x: P, other: ParamDict, /) -> P:
+        """Return the elementwise maximum of `x` and `other`.
+
+        Args:
+            x: The operand.
+            other: The other ParamDict.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.maximum(p, g)["w"]
+            tensor([2., 4.])
+        """
+        return x.maximum(other)
+
+    def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
+        """Return `x` where the 0-dim bool `condition` holds, else `other`.
+
+        Args:
+            condition: A 0-dim bool tensor (such as `step > 1`).
+            x: Taken where `condition` holds.
+            other: Taken elsewhere.
+
+        Returns:
+            A new ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
+            >>> ops = optim.Kernels.for_params(p)
+            >>> ops.where(torch.tensor(False), p, g)["w"]
+            tensor([2., 2.])
+        """
+        return x.where(ParamDict.fromkeys(x, condition), other)
+
+
+class RecordedKernels(Kernels):
+    """The differentiable vocabulary: out of place, recorded by autograd.
+
+    The same results as `Kernels`, with `addcdiv` as a multiplication, a division
+    and an addition, which round the same way: torch's foreach `addcdiv` cannot
+    yet backpropagate into the divisor for every mix of entry shapes.
+
+    Args:
+        dtype: As for `Kernels`.
+        device: As for `Kernels`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> lr = torch.tensor(0.5, requires_grad=True)
+        >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+        >>> ops = optim.RecordedKernels.for_params(p)
+        >>> new = ops.addcdiv(p, p, p.full_like(2.0), lr)
+        >>> new["w"].grad_fn is not None
+        True
+    """
+
+    __slots__ = ()
+
+    @override
+    def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
+        if isinstance(value, (Tensor, ParamDict)):
+            a = self.mul(a, value)
+        elif value != 1:
+            a = a.mul(value)
+        return x.add(a.div(b))
+
+
+def _values(x: ParamDict) -> list[Tensor]:
+    return list(x.values())
+
+
+class InPlaceKernels(Kernels):
+    """The in-place vocabulary: results are written into owned first operands.
+
+    `own(...)` names the ParamDicts whose tensors may be overwritten (the
+    parameters and the state's buffers); everything an operation makes out of
+    place is owned too. An operation whose first operand is owned writes into it
+    and returns it; any other runs out of place. Results are bitwise those of
+    `Kernels`. Runs under `torch.no_grad()` only.
+
+    Args:
+        dtype: As for `Kernels`.
+        device: As for `Kernels`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+        >>> ops = optim.InPlaceKernels.for_params(p)
+        >>> ops.own(p)
+        >>> ops.mul(p, 0.5) is p, p["w"]
+        (True, tensor([0.5000, 2.0000]))
+    """
+
+    __slots__ = ("_owned",)
+
+    def __init__(self, dtype: torch.dtype | None, device: torch.device) -> None:
+        super().__init__(dtype, device)
+        # id -> object, so an id is never reused while this step runs.
+        self._owned: dict[int, ParamDict] = {}
+
+    def own(self, *values: object) -> None:
+        """Allow writing into the tensors of each ParamDict among `values`.
+
+        Args:
+            values: The parameters and the state's fields; what is not a
+                ParamDict (the step counter) is skipped.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0]))
+            >>> ops = optim.InPlaceKernels.for_params(p)
+            >>> ops.own(p, torch.tensor(0.0))
+            >>> ops.neg(p) is p
+            True
+        """
+        for value in values:
+            if isinstance(value, ParamDict):
+                self._owned[id(value)] = value
+
+    def _mine(self, x: ParamDict) -> bool:
+        return id(x) in self._owned
+
+    def _made(self, x: P) -> P:
+        self._owned[id(x)] = x
+        return x
+
+    def _copied(self, x: P, result: ParamDict) -> P:
+        torch._foreach_copy_(_values(x), _values(result))
+        return x
+
+    @override
+    def borrowed(self, x: P, /) -> P:
+        return type(x)(x)
+
+    @override
+    def subset(self, x: P, keys: tuple[str, ...], /) -> P:
+        out = super().subset(x, keys)
+        return self._made(out) if self._mine(x) else out
+
+    @override
+    def neg(self, x: P, /) -> P:
+        if not self._mine(x):
+            return self._made(super().neg(x))
+        torch._foreach_neg_(_values(x))
+        return x
+
+    @override
+    def mul(self, x: P, rate: Rate, /) -> P:
+        if not self._mine(x):
+            return self._made(super().mul(x, rate))
+        if isinstance(rate, ParamDict):
+            return self._copied(x, super().mul(x, rate))
+        torch._foreach_mul_(_values(x), self.scalar(rate))
+        return x
+
+    @override
+    def div(self, x: P, value: float | Tensor, /) -> P:
+        if not self._mine(x):
+            return self._made(super().div(x, value))
+        torch._foreach_div_(_values(x), self.scalar(value))
+        return x
+
+    @override
+    def add(self, x: P, value: float | Tensor, /) -> P:
+        if not self._mine(x):
+            return self._made(super().add(x, value))
+        torch._foreach_add_(_values(x), self.scalar(value))
+        return x
+
+    @override
+    def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
+        if not self._mine(x):
+            return self._made(super().add_scaled(x, y, rate))
+        if isinstance(rate, (Tensor, ParamDict)):
+            return self._copied(x, super().add_scaled(x, y, rate))
+        torch._foreach_add_(_values(x), x._aligned(y, what="`add_scaled`"), alpha=rate)
+        return x
+
+    @override
+    def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
+        if not self._mine(x):
+            return self._made(super().sub_scaled(x, y, rate))
+        if isinstance(rate, (Tensor, ParamDict)):
+            return self._copied(x, super().sub_scaled(x, y, rate))
+        ys = x._aligned(y, what="`sub_scaled`")
+        torch._foreach_add_(_values(x), ys, alpha=-rate)
+        return x
+
+    @override
+    def lerp(self, x: P, end: ParamDict, weight: float, /) -> P:
+        if not self._mine(x):
+            return self._made(super().lerp(x, end, weight))
+        torch._foreach_lerp_(_values(x), x._aligned(end, what="`lerp`"), weight)
+        return x
+
+    @override
+    def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
+        if not self._mine(x):
+            return self._made(super().addcmul(x, a, b, value))
+        what = "`addcmul`"
+        torch._foreach_addcmul_(
+            _values(x), x._aligned(a, what=what), x._aligned(b, what=what), value
+        )
+        return x
+
+    @override
+    def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
+        if not self._mine(x):
+            return self._made(super().addcdiv(x, a, b, value))
+        if isinstance(value, (Tensor, ParamDict)):
+            a = Kernels.mul(self, a, value)
+            value = 1
+        what = "`addcdiv`"
+        torch._foreach_addcdiv_(
+            _values(x), x._aligned(a, what=what), x._aligned(b, what=what), value
+        )
+        return x
+
+    @override
+    def sqrt(self, x: P, /) -> P:
+        if not self._mine(x):
+            return self._made(super().sqrt(x))
+        torch._foreach_sqrt_(_values(x))
+        return x
+
+    @override
+    def sign(self, x: P, /) -> P:
+        if not self._mine(x):
+            return self._made(super().sign(x))
+        torch._foreach_sign_(_values(x))
+        return x
+
+    @override
+    def maximum(self, x: P, other: ParamDict, /) -> P:
+        if not self._mine(x):
+            return self._made(super().maximum(x, other))
+        return self._copied(x, super().maximum(x, other))
+
+    @override
+    def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
+        if not self._mine(x):
+            return self._made(super().where(condition, x, other))
+        return self._copied(x, super().where(condition, x, other))

@@ -1,0 +1,643 @@
+"""Hostile input to the optimizers: a clear error naming the culprit, nothing changed.
+
+Every case hands an optimizer (each row of the shared case table, `ParamGroups`,
+`ClipGradNorm`) or `step_module` something a careless or hostile caller might,
+and checks that the error is of the right kind, names the key or argument, and
+that params, grads, state (and the module) are bit-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import Tensor, nn
+from torch.utils import _pytree as pytree
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "optim"))
+from optim_cases import TABLE  # the shared optimizer case table
+
+from paramdict import ParamDict, optim
+
+np: Any
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - numpy ships with every torch wheel we test
+    np = None
+
+
+def _params() -> ParamDict:
+    return ParamDict(w=torch.tensor([1.0, -2.0, 3.0]), b=torch.tensor([0.5, 0.25]))
+
+
+def _grads() -> ParamDict:
+    return ParamDict(w=torch.tensor([0.1, 0.2, -0.3]), b=torch.tensor([1.0, -1.0]))
+
+
+def _optimizers() -> list[tuple[str, Callable[[], optim.Optimizer[Any]]]]:
+    rows: list[tuple[str, Callable[[], optim.Optimizer[Any]]]] = [
+        (case.name, case.make) for case in TABLE
+    ]
+    rows.append(
+        (
+            "groups",
+            lambda: optim.ParamGroups(
+                {"b": optim.Adam()}, default=optim.SGD(lr=0.1, momentum=0.9)
+            ),
+        )
+    )
+    rows.append(("clip", lambda: optim.ClipGradNorm(optim.Adam(), max_norm=1.0)))
+    return rows
+
+
+def _snapshot(tree: Any) -> list[Any]:
+    return [
+        leaf.clone() if isinstance(leaf, Tensor) else leaf
+        for leaf in pytree.tree_leaves(tree)
+    ]
+
+
+def _assert_unchanged(before: list[Any], tree: Any) -> None:
+    after = pytree.tree_leaves(tree)
+    assert len(after) == len(before)
+    for old, new in zip(before, after):
+        if isinstance(old, Tensor):
+            assert isinstance(new, Tensor)
+            torch.testing.assert_close(new, old, rtol=0, atol=0, equal_nan=True)
+
+
+# ------------------------------------------------------------ bad step arguments
+
+# Each: (id, how to spoil the `(params, grads, state)` triple, error, match).
+Spoil = Callable[[ParamDict, ParamDict, Any], tuple[Any, Any, Any]]
+
+
+def _with(grads: ParamDict, **entries: Any) -> dict[str, Any]:
+    return {**grads, **entries}
+
+
+def _other_state(params: ParamDict, state: Any = None) -> Any:
+    """A state of another optimizer (RMSprop's, or SGD's for RMSprop)."""
+    if isinstance(state, optim.RMSpropState):
+        return optim.SGD(momentum=0.5).init(params)
+    return optim.RMSprop(momentum=0.5, centered=True).init(params)
+
+
+def _tampered(state: Any, key: str, value: Tensor) -> Any:
+    """The state with `value` under `key` in its first non-empty buffer."""
+    if isinstance(state, tuple) and not hasattr(state, "_fields"):  # ParamGroups
+        return tuple(_tampered(sub, key, value) for sub in state)
+    fields = list(state)
+    for i, field in enumerate(fields):
+        if isinstance(field, ParamDict) and key in field:
+            fields[i] = field | {key: value}
+            break
+    return type(state)(*fields)
+
+
+STEP_CASES: list[tuple[str, Spoil, type[Exception], str]] = [
+    (
+        "grads-extra-key",
+        lambda p, g, s: (p, _with(g, x=torch.ones(1)), s),
+        ValueError,
+        r"'x'",
+    ),
+    ("grads-missing-key", lambda p, g, s: (p, {"w": g["w"]}, s), ValueError, r"'b'"),
+    ("grads-empty", lambda p, g, s: (p, {}, s), ValueError, r"'b', 'w'"),
+    (
+        "grads-shape-3x1",
+        lambda p, g, s: (p, _with(g, w=g["w"][:, None]), s),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "grads-shape-1x3",
+        lambda p, g, s: (p, _with(g, w=g["w"][None]), s),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "grads-0-dim",
+        lambda p, g, s: (p, _with(g, w=torch.tensor(1.0)), s),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "grads-float64",
+        lambda p, g, s: (p, _with(g, w=g["w"].double()), s),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "grads-float16",
+        lambda p, g, s: (p, _with(g, w=g["w"].half()), s),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "grads-complex64",
+        lambda p, g, s: (p, _with(g, w=g["w"].to(torch.complex64)), s),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "grads-int64",
+        lambda p, g, s: (p, _with(g, w=torch.ones(3, dtype=torch.int64)), s),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "grads-meta",
+        lambda p, g, s: (p, _with(g, w=torch.empty(3, device="meta")), s),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "grads-sparse",
+        lambda p, g, s: (p, _with(g, w=g["w"].to_sparse()), s),
+        (TypeError, ValueError),  # type: ignore[list-item]  # either names the key
+        r"'w'",
+    ),
+    (
+        "grads-value-none",
+        lambda p, g, s: (p, _with(g, w=None), s),
+        TypeError,
+        r"'w'",
+    ),
+    (
+        "grads-value-list",
+        lambda p, g, s: (p, _with(g, w=[0.1, 0.2, 0.3]), s),
+        TypeError,
+        r"'w'",
+    ),
+    (
+        "grads-value-float",
+        lambda p, g, s: (p, _with(g, w=0.5), s),
+        TypeError,
+        r"'w'",
+    ),
+    ("grads-none", lambda p, g, s: (p, None, s), TypeError, r"`grads`"),
+    ("grads-list", lambda p, g, s: (p, list(g.values()), s), TypeError, r"`grads`"),
+    ("grads-tensor", lambda p, g, s: (p, g["w"], s), TypeError, r"`grads`"),
+    ("params-dict", lambda p, g, s: (dict(p), g, s), TypeError, r"ParamDict"),
+    ("params-none", lambda p, g, s: (None, g, s), TypeError, r"ParamDict"),
+    ("params-list", lambda p, g, s: (list(p.values()), g, s), TypeError, r"ParamDict"),
+    ("state-none", lambda p, g, s: (p, g, None), TypeError, r"state"),
+    ("state-dict", lambda p, g, s: (p, g, {"step": 0}), TypeError, r"state"),
+    ("state-list", lambda p, g, s: (p, g, [s]), TypeError, r"state"),
+    ("state-other", lambda p, g, s: (p, g, _other_state(p, s)), TypeError, r"state"),
+    (
+        "state-buffer-shape",
+        lambda p, g, s: (p, g, _tampered(s, "w", torch.zeros(3, 1))),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "state-buffer-dtype",
+        lambda p, g, s: (p, g, _tampered(s, "w", torch.zeros(3).double())),
+        ValueError,
+        r"'w'",
+    ),
+    (
+        "state-buffer-meta",
+        lambda p, g, s: (p, g, _tampered(s, "w", torch.empty(3, device="meta"))),
+        ValueError,
+        r"'w'",
+    ),
+]
+
+
+def _step_params() -> list[Any]:
+    return [
+        pytest.param(make, spoil, error, match, id=f"{name}-{case}")
+        for name, make in _optimizers()
+        for case, spoil, error, match in STEP_CASES
+    ]
+
+
+@pytest.mark.parametrize(("make", "spoil", "error", "match"), _step_params())
+def test_bad_step_input_is_refused_and_nothing_changes(
+    make: Callable[[], optim.Optimizer[Any]],
+    spoil: Spoil,
+    error: type[Exception],
+    match: str,
+) -> None:
+    """A bad argument to `step` raises naming it; inputs are bit-identical after."""
+    opt = make()
+    params = _params()
+    state = opt.init(params)
+    args = spoil(params, _grads(), state)
+    before = _snapshot(args)
+    with pytest.raises(error, match=match):
+        opt.step(*args)
+    _assert_unchanged(before, args)
+
+
+def test_numpy_gradients_are_refused() -> None:
+    """A numpy array is not a gradient; the key is named."""
+    if np is None:
+        pytest.skip("numpy is not installed")
+    for _, make in _optimizers():
+        opt = make()
+        params = _params()
+        state = opt.init(params)
+        before = _snapshot((params, state))
+        with pytest.raises(TypeError, match=r"'w'"):
+            opt.step(params, {"w": np.ones(3), "b": torch.ones(2)}, state)
+        _assert_unchanged(before, (params, state))
+
+
+def test_state_of_a_smaller_param_set_is_refused() -> None:
+    """A state built for other keys is refused naming the keys."""
+    params = _params()
+    for case in TABLE:
+        opt = case.make()
+        state = opt.init(params.select("w"))
+        if all(isinstance(b, ParamDict) and not b for b in list(state)[1:]):
+            continue  # no buffers to compare
+        with pytest.raises(ValueError, match=r"'b'"):
+            opt.step(params, _grads(), state)
+
+
+# ------------------------------------------------------------ bad configurations
+
+BAD_CONFIG: list[tuple[str, dict[str, Any], type[Exception], str]] = [
+    ("lr-nan", {"lr": math.nan}, ValueError, r"`lr`"),
+    ("lr-inf", {"lr": math.inf}, ValueError, r"`lr`"),
+    ("lr-negative", {"lr": -1.0}, ValueError, r"`lr`"),
+    ("lr-string", {"lr": "0.1"}, TypeError, r"`lr`"),
+    ("lr-none", {"lr": None}, TypeError, r"`lr`"),
+    ("lr-list", {"lr": [0.1]}, TypeError, r"`lr`"),
+    ("lr-bool", {"lr": True}, TypeError, r"`lr`"),
+    ("lr-1d-tensor", {"lr": torch.ones(1)}, ValueError, r"`lr`"),
+    ("lr-int-tensor", {"lr": torch.tensor(1)}, TypeError, r"`lr`"),
+    ("lr-complex", {"lr": 1j}, TypeError, r"`lr`"),
+    ("weight-decay-nan", {"weight_decay": math.nan}, ValueError, r"`weight_decay`"),
+    ("weight-decay-inf", {"weight_decay": math.inf}, ValueError, r"`weight_decay`"),
+    ("weight-decay-negative", {"weight_decay": -0.1}, ValueError, r"`weight_decay`"),
+    ("weight-decay-dict", {"weight_decay": {"w": 0.1}}, TypeError, r"`weight_decay`"),
+    ("maximize-string", {"maximize": "yes"}, TypeError, r"`maximize`"),
+    ("maximize-none", {"maximize": None}, TypeError, r"`maximize`"),
+    ("differentiable-int", {"differentiable": 1}, TypeError, r"`differentiable`"),
+    ("unknown-option", {"learning_rate": 0.1}, TypeError, r"learning_rate"),
+]
+
+EXTRA_CONFIG: dict[str, list[tuple[str, dict[str, Any], type[Exception], str]]] = {
+    "sgd": [
+        ("momentum-nan", {"momentum": math.nan}, ValueError, r"`momentum`"),
+        ("momentum-negative", {"momentum": -0.9}, ValueError, r"`momentum`"),
+        ("dampening-string", {"dampening": "0"}, TypeError, r"`dampening`"),
+        ("nesterov-no-momentum", {"nesterov": True}, ValueError, r"`nesterov"),
+    ],
+    "adam": [
+        ("betas-above-one", {"betas": (1.5, 0.9)}, ValueError, r"`betas\[0\]`"),
+        ("betas-negative", {"betas": (0.9, -0.1)}, ValueError, r"`betas\[1\]`"),
+        ("betas-nan", {"betas": (math.nan, 0.9)}, ValueError, r"`betas\[0\]`"),
+        ("betas-list", {"betas": [0.9, 0.999]}, TypeError, r"`betas`"),
+        ("betas-triple", {"betas": (0.9, 0.9, 0.9)}, TypeError, r"`betas`"),
+        ("eps-negative", {"eps": -1e-8}, ValueError, r"`eps`"),
+        ("eps-nan", {"eps": math.nan}, ValueError, r"`eps`"),
+        ("eps-inf", {"eps": math.inf}, ValueError, r"`eps`"),
+    ],
+    "adamw": [
+        ("betas-one", {"betas": (0.9, 1.0)}, ValueError, r"`betas\[1\]`"),
+        ("eps-string", {"eps": "1e-8"}, TypeError, r"`eps`"),
+        ("decoupled-option", {"decoupled_weight_decay": False}, TypeError, r"decoup"),
+    ],
+    "rmsprop": [
+        ("alpha-above-one", {"alpha": 1.5}, ValueError, r"`alpha`"),
+        ("alpha-nan", {"alpha": math.nan}, ValueError, r"`alpha`"),
+        ("eps-negative", {"eps": -1.0}, ValueError, r"`eps`"),
+        ("momentum-inf", {"momentum": math.inf}, ValueError, r"`momentum`"),
+    ],
+    "adagrad": [
+        ("lr-decay-negative", {"lr_decay": -0.1}, ValueError, r"`lr_decay`"),
+        (
+            "initial-accumulator-negative",
+            {"initial_accumulator_value": -1.0},
+            ValueError,
+            r"`initial_accumulator_value`",
+        ),
+        ("eps-nan", {"eps": math.nan}, ValueError, r"`eps`"),
+    ],
+}
+
+
+def _config_params() -> list[Any]:
+    return [
+        pytest.param(case.ours, kwargs, error, match, id=f"{case.name}-{name}")
+        for case in TABLE
+        for name, kwargs, error, match in BAD_CONFIG + EXTRA_CONFIG.get(case.name, [])
+    ]
+
+
+@pytest.mark.parametrize(("cls", "kwargs", "error", "match"), _config_params())
+def test_bad_hyperparameter_is_refused_by_name(
+    cls: Callable[..., optim.Optimizer[Any]],
+    kwargs: dict[str, Any],
+    error: type[Exception],
+    match: str,
+) -> None:
+    """A bad hyperparameter raises at construction, naming the argument."""
+    with pytest.raises(error, match=match):
+        cls(**kwargs)
+
+
+# ------------------------------------------------------------ bad params at init
+
+BAD_INIT: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
+    ("params-dict", lambda: {"w": torch.ones(2)}, TypeError, r"ParamDict"),
+    ("params-none", lambda: None, TypeError, r"ParamDict"),
+    ("params-list", lambda: [torch.ones(2)], TypeError, r"ParamDict"),
+    (
+        "params-complex",
+        lambda: ParamDict(w=torch.ones(2, dtype=torch.complex64)),
+        TypeError,
+        r"'w'",
+    ),
+    (
+        "params-int",
+        lambda: ParamDict(w=torch.ones(2, dtype=torch.int64)),
+        TypeError,
+        r"'w'",
+    ),
+]
+BAD_RATE: list[tuple[str, str, Callable[[], ParamDict]]] = [
+    ("shape-3x1", "lr", lambda: ParamDict(w=torch.ones(3, 1), b=torch.ones(2))),
+    ("shape-wide", "lr", lambda: ParamDict(w=torch.ones(4), b=torch.ones(2))),
+    ("keys", "lr", lambda: ParamDict(w=torch.ones(3))),
+    (
+        "dtype-0dim",
+        "lr",
+        lambda: ParamDict(w=torch.ones(()), b=torch.ones((), dtype=torch.float64)),
+    ),
+    (
+        "wd-shape-3x1",
+        "weight_decay",
+        lambda: ParamDict(w=torch.ones(3, 1), b=torch.ones(2)),
+    ),
+    ("wd-keys", "weight_decay", lambda: ParamDict(w=torch.ones(3), c=torch.ones(2))),
+]
+
+
+def _init_params() -> list[Any]:
+    return [
+        pytest.param(case.make, make, error, match, id=f"{case.name}-{name}")
+        for case in TABLE
+        for name, make, error, match in BAD_INIT
+    ]
+
+
+@pytest.mark.parametrize(("make_opt", "make", "error", "match"), _init_params())
+def test_bad_params_are_refused_by_init(
+    make_opt: Callable[[], optim.Optimizer[Any]],
+    make: Callable[[], Any],
+    error: type[Exception],
+    match: str,
+) -> None:
+    """`init` refuses what is not a ParamDict of real floating-point tensors."""
+    with pytest.raises(error, match=match):
+        make_opt().init(make())
+
+
+def _rate_params() -> list[Any]:
+    return [
+        pytest.param(case.ours, case.rich, field, make, id=f"{case.name}-{name}")
+        for case in TABLE
+        for name, field, make in BAD_RATE
+    ]
+
+
+@pytest.mark.parametrize(("cls", "rich", "field", "make"), _rate_params())
+def test_per_key_rate_that_would_reshape_or_retype_is_refused(
+    cls: Callable[..., optim.Optimizer[Any]],
+    rich: dict[str, Any],
+    field: str,
+    make: Callable[[], ParamDict],
+) -> None:
+    """A per-key rate that would change a parameter's shape or dtype is named."""
+    params = ParamDict(w=torch.ones(3), b=torch.ones(2))
+    rate = make()
+    if "b" in rate and rate["b"].dim() == 0:  # the dtype case: 0-dim params
+        params = ParamDict(w=torch.ones(()), b=torch.ones(()))
+    opt = cls(**{**rich, field: rate})
+    with pytest.raises(ValueError, match=rf"(?s)`{field}`.*'[bcw]'|'[bcw]'.*`{field}`"):
+        opt.init(params)
+
+
+# ------------------------------------------------------------ shape and dtype kept
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("name", "make"), _optimizers()[:5])
+def test_half_precision_scalars_keep_their_dtype(
+    name: str, make: Callable[[], optim.Optimizer[Any]], dtype: torch.dtype
+) -> None:
+    """0-dim half-precision parameters come back in their dtype and shape."""
+    opt = make()
+    params = ParamDict(s=torch.tensor(1.0, dtype=dtype), v=torch.ones(2, dtype=dtype))
+    grads = params.full_like(0.5)
+    new, _ = opt.step(params, grads, opt.init(params))
+    assert {k: (v.dtype, v.shape) for k, v in new.items()} == {
+        k: (v.dtype, v.shape) for k, v in params.items()
+    }
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    index=st.integers(0, len(TABLE) - 1),
+    shape=st.lists(st.integers(1, 3), min_size=0, max_size=3),
+)
+def test_random_wrong_gradient_shapes_are_refused(index: int, shape: list[int]) -> None:
+    """Any gradient shape other than the parameter's is refused, nothing changed."""
+    opt = TABLE[index].make()
+    params = ParamDict(w=torch.ones(2, 2))
+    state = opt.init(params)
+    grads = {"w": torch.ones(shape)}
+    before = _snapshot((params, grads, state))
+    if tuple(shape) == (2, 2):
+        opt.step(params, grads, state)
+    else:
+        with pytest.raises(ValueError, match=r"'w'"):
+            opt.step(params, grads, state)
+    _assert_unchanged(before, (params, grads, state))
+
+
+# ------------------------------------------------------------ combinators
+
+BAD_COMBINATORS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
+    (
+        "groups-not-optimizer",
+        lambda: optim.ParamGroups({"w": torch.optim.SGD}),  # type: ignore[dict-item]  # the bad input under test
+        TypeError,
+        r"optimizer",
+    ),
+    (
+        "groups-pattern-int",
+        lambda: optim.ParamGroups({1: optim.SGD()}),  # type: ignore[dict-item]  # the bad input under test
+        TypeError,
+        r"pattern",
+    ),
+    (
+        "groups-empty-tuple",
+        lambda: optim.ParamGroups({(): optim.SGD()}),
+        TypeError,
+        r"pattern",
+    ),
+    (
+        "groups-mixed-differentiable",
+        lambda: optim.ParamGroups(
+            {"w": optim.SGD(differentiable=True)}, default=optim.SGD()
+        ),
+        ValueError,
+        r"differentiable",
+    ),
+    (
+        "groups-default-not-optimizer",
+        lambda: optim.ParamGroups({"w": optim.SGD()}, default="adam"),  # type: ignore[arg-type]  # the bad input under test
+        TypeError,
+        r"optimizer",
+    ),
+    (
+        "clip-not-optimizer",
+        lambda: optim.ClipGradNorm("sgd", max_norm=1.0),  # type: ignore[arg-type]  # the bad input under test
+        TypeError,
+        r"optimizer",
+    ),
+    (
+        "clip-max-norm-negative",
+        lambda: optim.ClipGradNorm(optim.SGD(), max_norm=-1.0),
+        ValueError,
+        r"`max_norm`",
+    ),
+    (
+        "clip-max-norm-nan",
+        lambda: optim.ClipGradNorm(optim.SGD(), max_norm=math.nan),
+        ValueError,
+        r"`max_norm`",
+    ),
+    (
+        "clip-max-norm-string",
+        lambda: optim.ClipGradNorm(optim.SGD(), max_norm="1"),  # type: ignore[arg-type]  # the bad input under test
+        TypeError,
+        r"`max_norm`",
+    ),
+    (
+        "clip-norm-type-zero",
+        lambda: optim.ClipGradNorm(optim.SGD(), max_norm=1.0, norm_type=0),
+        ValueError,
+        r"`norm_type`",
+    ),
+    (
+        "clip-norm-type-nan",
+        lambda: optim.ClipGradNorm(optim.SGD(), max_norm=1.0, norm_type=math.nan),
+        ValueError,
+        r"`norm_type`",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        pytest.param(build, error, match, id=name)
+        for name, build, error, match in BAD_COMBINATORS
+    ],
+)
+def test_bad_combinator_is_refused(
+    build: Callable[[], Any], error: type[Exception], match: str
+) -> None:
+    """`ParamGroups` and `ClipGradNorm` refuse bad members and settings by name."""
+    with pytest.raises(error, match=match):
+        build()
+
+
+def test_groups_patterns_matching_nothing_are_named() -> None:
+    """A group pattern that matches no key is named at `init`."""
+    opt = optim.ParamGroups({"nothing*": optim.SGD()}, default=optim.SGD())
+    with pytest.raises(ValueError, match=r"'nothing\*'"):
+        opt.init(_params())
+
+
+# ------------------------------------------------------------ step_module
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(3, 2)
+
+
+BAD_MODULE: list[
+    tuple[str, Callable[[nn.Module, Any], tuple[Any, ...]], type[Exception], str]
+] = [
+    (
+        "module-paramdict",
+        lambda m, s: (ParamDict.from_module(m), lambda: torch.ones(()), s),
+        TypeError,
+        r"nn\.Module",
+    ),
+    (
+        "module-none",
+        lambda m, s: (None, lambda: torch.ones(()), s),
+        TypeError,
+        r"nn\.Module",
+    ),
+    ("loss-fn-none", lambda m, s: (m, None, s), TypeError, r"`loss_fn`"),
+    ("loss-fn-tensor", lambda m, s: (m, torch.ones(()), s), TypeError, r"`loss_fn`"),
+    (
+        "state-none",
+        lambda m, s: (m, lambda: m(torch.ones(1, 3)).sum(), None),
+        TypeError,
+        r"state",
+    ),
+    (
+        "state-other",
+        lambda m, s: (
+            m,
+            lambda: m(torch.ones(1, 3)).sum(),
+            _other_state(ParamDict.from_module(m)),
+        ),
+        TypeError,
+        r"state",
+    ),
+    (
+        "state-other-keys",
+        lambda m, s: (
+            m,
+            lambda: m(torch.ones(1, 3)).sum(),
+            optim.Adam().init(ParamDict(x=torch.ones(2))),
+        ),
+        (TypeError, ValueError),  # type: ignore[list-item]  # either names the key
+        r"'bias'|'weight'|state",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spoil", "error", "match"),
+    [pytest.param(s, e, m, id=n) for n, s, e, m in BAD_MODULE],
+)
+def test_bad_step_module_input_leaves_the_module_alone(
+    spoil: Callable[[nn.Module, Any], tuple[Any, ...]],
+    error: type[Exception],
+    match: str,
+) -> None:
+    """`step_module` refuses bad input before touching the module's parameters."""
+    model = _model()
+    opt = optim.Adam(lr=0.1)
+    state = opt.init(ParamDict.from_module(model))
+    identities = [id(p) for p in model.parameters()]
+    values = [p.detach().clone() for p in model.parameters()]
+    args = spoil(model, state)
+    with pytest.raises(error, match=match):
+        opt.step_module(*args)
+    assert [id(p) for p in model.parameters()] == identities
+    for old, new in zip(values, model.parameters()):
+        torch.testing.assert_close(new.detach(), old, rtol=0, atol=0)
