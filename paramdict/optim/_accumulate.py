@@ -152,6 +152,18 @@ class MultiSteps(Optimizer[MultiStepsState]):
         check_keyed(params, state.acc_grads, what="The state's `acc_grads`")
         self.optimizer.check_state(params, state.inner_state)
 
+    @property
+    @override
+    def takes_metric(self) -> bool:
+        return self.optimizer.takes_metric
+
+    @override
+    def step_schedule(
+        self, state: MultiStepsState, metrics: float | Tensor, /
+    ) -> MultiStepsState:
+        inner = self.optimizer.step_schedule(state.inner_state, metrics)
+        return state._replace(inner_state=inner)
+
     @override
     def update(
         self,

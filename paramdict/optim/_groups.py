@@ -207,6 +207,23 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         for opt, keys, sub_state in zip(self._members(), routes, state):
             opt.check_state(subset(params, keys), sub_state)
 
+    @property
+    @override
+    def takes_metric(self) -> bool:
+        return any(opt.takes_metric for opt in self._members())
+
+    @override
+    def step_schedule(
+        self, state: tuple[S, ...], metrics: float | Tensor, /
+    ) -> tuple[S, ...]:
+        """Step every group's `ReduceLROnPlateau` with `metrics`; the others stay."""
+        if not self.takes_metric:
+            return super().step_schedule(state, metrics)
+        return tuple(
+            opt.step_schedule(sub_state, metrics) if opt.takes_metric else sub_state
+            for opt, sub_state in zip(self._members(), state, strict=True)
+        )
+
     @override
     def update(
         self, params: ParamDict, grads: ParamDict, state: tuple[S, ...], ops: Kernels, /

@@ -21,11 +21,13 @@ of a complex exponential, which the CPU computes with the C library's `cos`.
 from __future__ import annotations
 
 import abc
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
+import attrs
 import torch
 from torch import Tensor
 
+from .._paramdict import ParamDict
 from ._protocol import register_state
 
 __all__ = ["LRSchedule", "ScheduleState"]
@@ -124,6 +126,13 @@ def check_float(name: str, value: Any) -> None:
 
 def check_base(lr: Any) -> None:
     """Raise unless `lr` is a number or a 0-dim floating-point tensor."""
+    if isinstance(lr, ParamDict):
+        msg = (
+            "A schedule's base learning rate must be a number or a 0-dim tensor, "
+            "got a ParamDict of per-key values. For per-key schedules give each "
+            "group of keys its own optimizer and schedule with `optim.ParamGroups`."
+        )
+        raise TypeError(msg)
     if isinstance(lr, Tensor):
         if lr.dim() != 0 or not lr.is_floating_point():
             msg = (
@@ -135,16 +144,41 @@ def check_base(lr: Any) -> None:
     check_float("lr", lr)
 
 
+def _check_base_lr(instance: object, attribute: Any, value: Any) -> None:
+    if value is not None:
+        check_base(value)
+
+
+def base_of(schedule: Any, lr: float | Tensor | None) -> float | Tensor:
+    """Return the base rate for `init`: `lr`, else the schedule's `base_lr`."""
+    given: float | Tensor | None = schedule.base_lr if lr is None else lr
+    if given is None:
+        if not type(schedule).takes_base:
+            return 0.0  # the schedule sets its own rates and ignores the base
+        msg = (
+            f"`{type(schedule).__name__}` needs its base learning rate: give "
+            f"`base_lr=` when building it (`{type(schedule).__name__}(base_lr=0.1, "
+            "...)`) or pass it to `init`."
+        )
+        raise ValueError(msg)
+    check_base(given)
+    return given
+
+
 # ---------------------------------------------------------------- base classes
 
 
+@attrs.frozen(kw_only=True, eq=False)
 class LRSchedule(abc.ABC):
     """The base of every learning-rate schedule except `ReduceLROnPlateau`.
 
     A subclass is an immutable configuration with `torch.optim.lr_scheduler`'s
-    arguments, less the optimizer: the base learning rate (torch's `initial_lr`)
-    is the argument of `init`. `step` is pure; the schedule's position and value
-    live in the returned `ScheduleState`.
+    arguments, less the optimizer, plus `base_lr`: the base learning rate
+    (torch's `initial_lr`, the optimizer's `lr`). A schedule is the `lr` of any
+    `TorchOptimizer` (`optim.Adam(lr=optim.CosineAnnealingLR(base_lr=0.1,
+    T_max=100))`), which keeps its state; on its own, `init` gives the state and
+    `step` is pure; the schedule's position and value live in the returned
+    `ScheduleState`.
 
     Subclasses define `_initial` (the value after torch's constructor), `_advance`
     (one `scheduler.step()`) and, for `SequentialLR`, `_restart`
@@ -163,33 +197,43 @@ class LRSchedule(abc.ABC):
         ...     return out
         >>> rates(optim.StepLR(step_size=2, gamma=0.5), 1.0, 5)
         [1.0, 1.0, 0.5, 0.5, 0.25]
+
+    Attributes:
+        base_lr: The base learning rate: a number or a 0-dim floating-point
+            tensor (which may require grad, for a learned base rate), or `None`
+            to give it to `init` instead. `CyclicLR` and `OneCycleLR` set their
+            own rates, as torch does (`CyclicLR.base_lr` is its lower rate).
     """
 
-    __slots__ = ()
+    takes_base: ClassVar[bool] = True
+    """Whether the schedule starts from a base rate (not `CyclicLR`, `OneCycleLR`)."""
 
-    def init(self, lr: float | Tensor, /) -> ScheduleState:
+    base_lr: float | Tensor | None = attrs.field(default=None, validator=_check_base_lr)
+
+    def init(self, lr: float | Tensor | None = None, /) -> ScheduleState:
         """Return the state right after torch's constructor, for base rate `lr`.
 
         Args:
             lr: The optimizer's learning rate (torch's `initial_lr`): a number or
-                a 0-dim floating-point tensor, which may require grad. `CyclicLR`
-                and `OneCycleLR` take theirs from their own arguments, as torch
-                does, and ignore it.
+                a 0-dim floating-point tensor, which may require grad; `None`
+                for the schedule's own `base_lr`. `CyclicLR` and `OneCycleLR`
+                take theirs from their own arguments, as torch does, and ignore
+                it.
 
         Returns:
             A `ScheduleState` at `last_epoch == 0`.
 
         Raises:
             TypeError: If `lr` is not a number or a tensor.
-            ValueError: If `lr` is a tensor with dimensions or not floating point.
+            ValueError: If `lr` is a tensor with dimensions or not floating
+                point, or neither `lr` nor `base_lr` is given.
 
         Example:
             >>> from paramdict import optim
             >>> optim.LinearLR(start_factor=0.5).init(0.1).lr
             tensor(0.0500, dtype=torch.float64)
         """
-        check_base(lr)
-        base = scalar(lr)
+        base = scalar(base_of(self, lr))
         return self._initial(base, base)
 
     def step(self, state: ScheduleState, /) -> ScheduleState:

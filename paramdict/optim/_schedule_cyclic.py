@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, ClassVar, Literal, NamedTuple, cast
 
 import attrs
 import torch
@@ -19,7 +19,8 @@ from ._protocol import register_state
 from ._schedule import (
     LRSchedule,
     ScheduleState,
-    check_base,
+    _check_base_lr,  # pyright: ignore[reportPrivateUsage]  # this package's own
+    base_of,
     check_float,
     check_int,
     cos,
@@ -83,7 +84,9 @@ class CyclicLR(LRSchedule):
         tensor(0.5500, dtype=torch.float64)
     """
 
-    base_lr: float = attrs.field(validator=_number)
+    takes_base: ClassVar[bool] = False
+
+    base_lr: float = attrs.field(validator=_number)  # pyright: ignore[reportIncompatibleVariableOverride]  # required here, as in torch
     max_lr: float = attrs.field(validator=_number)
     step_size_up: int = 2000
     step_size_down: int | None = None
@@ -195,6 +198,8 @@ class OneCycleLR(LRSchedule):
         >>> schedule.init(0.0).lr
         tensor(0.0400, dtype=torch.float64)
     """
+
+    takes_base: ClassVar[bool] = False
 
     max_lr: float = attrs.field(validator=_number)
     total_steps: int | None = None
@@ -369,6 +374,13 @@ def _check_children(name: str, schedulers: Sequence[Any]) -> None:
                 f"{i} is a {type(schedule).__name__}."
             )
             raise TypeError(msg)
+        if type(schedule).takes_base and schedule.base_lr is not None:
+            msg = (
+                f"{name} gives its schedules its own base rate, but the one at "
+                f"index {i} has `base_lr={schedule.base_lr!r}`. Give `base_lr` to "
+                f"the {name} instead."
+            )
+            raise ValueError(msg)
 
 
 def _tuple(value: Sequence[Any]) -> tuple[Any, ...]:
@@ -563,6 +575,8 @@ class ReduceLROnPlateau:
         cooldown: Epochs to wait after a reduction before counting again.
         min_lr: The smallest rate.
         eps: A reduction smaller than this is skipped.
+        base_lr: The starting rate (a number or a 0-dim tensor), or `None` to
+            give it to `init`.
 
     Raises:
         ValueError: If `factor >= 1` or `mode`/`threshold_mode` is unknown.
@@ -586,6 +600,9 @@ class ReduceLROnPlateau:
     cooldown: int = 0
     min_lr: float = attrs.field(default=0.0, validator=_number)
     eps: float = attrs.field(default=1e-8, validator=_number)
+    base_lr: float | Tensor | None = attrs.field(default=None, validator=_check_base_lr)
+
+    takes_base: ClassVar[bool] = True
 
     def __attrs_post_init__(self) -> None:
         if self.factor >= 1.0:
@@ -603,26 +620,27 @@ class ReduceLROnPlateau:
         check_int("patience", self.patience, minimum=0)
         check_int("cooldown", self.cooldown, minimum=0)
 
-    def init(self, lr: float | Tensor, /) -> PlateauState:
+    def init(self, lr: float | Tensor | None = None, /) -> PlateauState:
         """Return the first state for base rate `lr`.
 
         Args:
-            lr: The optimizer's learning rate: a number or a 0-dim tensor.
+            lr: The optimizer's learning rate: a number or a 0-dim tensor;
+                `None` for `base_lr`.
 
         Returns:
             A `PlateauState` with no best metric yet.
 
         Raises:
             TypeError: If `lr` is not a number or a tensor.
-            ValueError: If `lr` is a tensor with dimensions.
+            ValueError: If `lr` is a tensor with dimensions, or neither `lr` nor
+                `base_lr` is given.
 
         Example:
             >>> from paramdict import optim
             >>> optim.ReduceLROnPlateau().init(0.1).lr
             tensor(0.1000, dtype=torch.float64)
         """
-        check_base(lr)
-        base = scalar(lr)
+        base = scalar(base_of(self, lr))
         zero = torch.zeros_like(base)
         worse = math.inf if self.mode == "min" else -math.inf
         # Separate tensors: no field aliases another (see `new_state`).

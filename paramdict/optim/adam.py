@@ -18,6 +18,7 @@ from ._hyper import (
 )
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 __all__ = ["Adam", "AdamState", "AdamW"]
 
@@ -32,6 +33,7 @@ class AdamState(NamedTuple):
         exp_avg_sq: The running average of the squared gradients.
         max_exp_avg_sq: The running maximum of `exp_avg_sq` (AMSGrad); empty
             unless `amsgrad=True`.
+        schedule: The state of the `lr` schedule; `None` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -47,6 +49,7 @@ class AdamState(NamedTuple):
     exp_avg: ParamDict
     exp_avg_sq: ParamDict
     max_exp_avg_sq: ParamDict
+    schedule: SlotState = None
 
 
 class _AdamFamily(TorchOptimizer[AdamState]):
@@ -90,9 +93,9 @@ class _AdamFamily(TorchOptimizer[AdamState]):
     def update(
         self, params: ParamDict, grads: ParamDict, state: AdamState, ops: Kernels, /
     ) -> tuple[ParamDict, AdamState]:
-        beta1, beta2 = self.betas
+        beta1, beta2 = self.cycled("betas", state)
         step = self.next_step(state)
-        lr = self.rate("lr", step)
+        lr = self.rate("lr", step, state)
         if self._decoupled():
             if self.maximize:
                 grads = ops.neg(grads)
@@ -117,7 +120,10 @@ class _AdamFamily(TorchOptimizer[AdamState]):
         # torch's `addcdiv(m, denom, value=step_size)`; a tensor `step_size`
         # multiplies `m` first, as torch does with a tensor rate.
         new_params = ops.addcdiv(params, exp_avg, denom, step_size)
-        return new_params, AdamState(step, exp_avg, exp_avg_sq, max_exp_avg_sq)
+        new_state = AdamState(
+            step, exp_avg, exp_avg_sq, max_exp_avg_sq, self.next_schedule(state)
+        )
+        return new_params, new_state
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -163,7 +169,7 @@ class Adam(_AdamFamily):
         tensor([0.9000, 2.1000])
     """
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -214,7 +220,7 @@ class AdamW(_AdamFamily):
         tensor([0.9500])
     """
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )

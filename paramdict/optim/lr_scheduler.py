@@ -481,7 +481,7 @@ class CosineAnnealingWarmRestarts(LRSchedule):
 
     def __attrs_post_init__(self) -> None:
         t_0, t_mult, eta_min = cast(
-            "tuple[object, object, object]", attrs.astuple(self)
+            "tuple[object, object, object]", (self.T_0, self.T_mult, self.eta_min)
         )
         if not _is_int(t_0) or t_0 <= 0:
             msg = f"Expected positive integer `T_0`, but got {t_0!r}."
