@@ -21,7 +21,8 @@ from ._hyper import Rate, check_rate, check_rate_keys, is_zero, new_counter
 from ._kernels import Kernels
 from ._keyed import check_keyed, check_real
 from ._protocol import Optimizer
-from ._schedule_cyclic import ReduceLROnPlateau
+from ._schedule import ScheduleState
+from ._schedule_cyclic import PlateauState, ReduceLROnPlateau
 from ._scheduled import (
     LearningRate,
     SlotState,
@@ -50,20 +51,6 @@ S = TypeVar("S", bound=HasStep)
 
 class _Field(NamedTuple):
     name: str
-
-
-class ScheduleStateLike(Protocol):
-    """What the rule reads of a schedule's state (`ScheduleState`, `PlateauState`)."""
-
-    @property
-    def lr(self) -> Tensor:
-        """The current rate."""
-        ...
-
-    @property
-    def momentum(self) -> Tensor:
-        """The cycled momentum."""
-        ...
 
 
 def _check_flag(name: str, value: object) -> None:
@@ -263,14 +250,14 @@ class TorchOptimizer(Optimizer[S]):
         value: Rate | object = getattr(self, name)
         if is_schedule(value):
             slot: object = getattr(state, "schedule", None)
-            if slot is None:
+            if not isinstance(slot, (ScheduleState, PlateauState)):
                 msg = (
                     f"`{type(self).__name__}`'s `{name}` is a schedule, whose value "
                     "is in the state: the rule must call "
                     f"`self.rate({name!r}, step, state)`."
                 )
                 raise TypeError(msg)
-            return cast("ScheduleStateLike", slot).lr
+            return slot.lr
         return cast(Rate, value)
 
     def cycled(self, name: str, state: object, /) -> Any:
@@ -298,9 +285,11 @@ class TorchOptimizer(Optimizer[S]):
         """
         value: Any = getattr(self, name)
         slot: object = getattr(state, "schedule", None)
-        if slot is None or not cycles_momentum(cast("Any", self.lr)):
+        if not isinstance(slot, ScheduleState) or not cycles_momentum(
+            cast("Any", self.lr)
+        ):
             return value
-        momentum = cast("ScheduleStateLike", slot).momentum
+        momentum = slot.momentum
         return (momentum, value[1]) if name == "betas" else momentum
 
     def next_schedule(self, state: object, /) -> SlotState:
@@ -308,7 +297,7 @@ class TorchOptimizer(Optimizer[S]):
 
         A rule passes it as the last field of the state it returns: the schedule
         advances once per update, after the update used the current rate
-        (torch's `optimizer.step(); scheduler.step()`). `None` without a
+        (torch's `optimizer.step(); scheduler.step()`). `()` without a
         schedule; `ReduceLROnPlateau`'s moves only with `step_schedule`.
 
         Args:
@@ -323,7 +312,7 @@ class TorchOptimizer(Optimizer[S]):
             >>> opt.next_schedule(opt.init(ParamDict(w=torch.ones(1)))).lr
             tensor(0.5000, dtype=torch.float64)
         """
-        slot: SlotState = getattr(state, "schedule", None)
+        slot: SlotState = getattr(state, "schedule", ())
         if not is_schedule(self.lr):
             return slot
         return advanced(cast("Any", self.lr), slot)
@@ -371,7 +360,7 @@ class TorchOptimizer(Optimizer[S]):
         given: Any = state
         slot = getattr(given, "schedule", None)
         check_slot(self, self.lr, slot)
-        new_slot = self.lr.step(slot, metrics)
+        new_slot = self.lr.step(cast(PlateauState, slot), metrics)
         result: S = given._replace(schedule=new_slot)
         return result
 

@@ -2,7 +2,7 @@
 
 `TorchOptimizer` takes a schedule where it takes a rate (`lr=optim.
 CosineAnnealingLR(base_lr=0.1, T_max=100)`). The schedule's state lives in the
-optimizer's state, in its last field, `schedule` (`None` for a plain rate), so
+optimizer's state, in its last field, `schedule` (`()` for a plain rate), so
 `step` stays pure, the state saves and loads with `weights_only=True`, and a
 compiled step sees tensors only. The rule reads the current value (torch's
 `get_last_lr()[0]`, and the cycled momentum of `CyclicLR` and `OneCycleLR`), and
@@ -12,7 +12,7 @@ the slot advances once per update: torch's `optimizer.step(); scheduler.step()`.
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import torch
 from torch import Tensor
@@ -49,8 +49,8 @@ Schedule: TypeAlias = LRSchedule | ReduceLROnPlateau
 LearningRate: TypeAlias = Rate | LRSchedule | ReduceLROnPlateau
 """A rate (number, 0-dim tensor, per-key ParamDict) or a schedule."""
 
-SlotState: TypeAlias = ScheduleState | PlateauState | None
-"""The `schedule` field of an optimizer's state."""
+SlotState: TypeAlias = ScheduleState | PlateauState | tuple[()]
+"""The `schedule` field of an optimizer's state: `()` (no leaves) for a plain rate."""
 
 
 def is_schedule(value: object) -> bool:
@@ -76,7 +76,7 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
         msg = (
             f"`{name}` cannot take a schedule as `lr`: its state "
             f"`{type(owner).state_type.__name__}` has no `schedule` field. Add "
-            "`schedule: SlotState = None` as the state's last field and carry it "
+            "`schedule: SlotState = ()` as the state's last field and carry it "
             "with `self.next_schedule(state)` in the rule."
         )
         raise TypeError(msg)
@@ -127,9 +127,8 @@ def advanced(schedule: Schedule, state: SlotState) -> SlotState:
     `OneCycleLR`'s `total_steps` its last phase continues (torch raises; a
     check here would read the step on the host at every step).
     """
-    if isinstance(schedule, ReduceLROnPlateau) or state is None:
+    if isinstance(schedule, ReduceLROnPlateau) or not isinstance(state, ScheduleState):
         return state
-    assert isinstance(state, ScheduleState)  # checked by `check_slot`
     return schedule._advance(state, state.lr)  # pyright: ignore[reportPrivateUsage]  # this package's own
 
 
@@ -161,7 +160,9 @@ def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
     """
     name = type(owner).__name__
     if not is_schedule(schedule):
-        if state is not None:
+        if not (
+            isinstance(state, tuple) and len(cast("tuple[object, ...]", state)) == 0
+        ):
             msg = (
                 f"The state's `schedule` holds a schedule's state, but `{name}`'s "
                 "`lr` is not a schedule. Use the state from this optimizer's `init`."
@@ -172,7 +173,11 @@ def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
     kind = type(schedule).__name__
     got = _state_layout(state)
     if got is None or got != _layout(schedule):
-        what = "None" if state is None else f"a {type(state).__name__} of another shape"
+        what = (
+            "no schedule state"
+            if got is None
+            else f"a {type(state).__name__} of another shape"
+        )
         msg = (
             f"The state's `schedule` must be the state of `{name}`'s `{kind}`, got "
             f"{what}. Use the state from this optimizer's `init`."

@@ -25,7 +25,7 @@ class AdagradState(NamedTuple):
     Attributes:
         step: The number of steps taken, a 0-dim tensor.
         sum: The accumulated squared gradients, keyed like the parameters.
-        schedule: The state of the `lr` schedule; `None` when `lr` is a rate.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -39,7 +39,7 @@ class AdagradState(NamedTuple):
 
     step: Tensor
     sum: ParamDict
-    schedule: SlotState = None
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)

@@ -33,7 +33,7 @@ class AdamState(NamedTuple):
         exp_avg_sq: The running average of the squared gradients.
         max_exp_avg_sq: The running maximum of `exp_avg_sq` (AMSGrad); empty
             unless `amsgrad=True`.
-        schedule: The state of the `lr` schedule; `None` when `lr` is a rate.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -49,7 +49,7 @@ class AdamState(NamedTuple):
     exp_avg: ParamDict
     exp_avg_sq: ParamDict
     max_exp_avg_sq: ParamDict
-    schedule: SlotState = None
+    schedule: SlotState = ()
 
 
 class _AdamFamily(TorchOptimizer[AdamState]):

@@ -27,7 +27,7 @@ class RMSpropState(NamedTuple):
         square_avg: The running average of the squared gradients.
         momentum_buffer: The momentum buffer; empty when `momentum == 0`.
         grad_avg: The running average of the gradients; empty unless `centered`.
-        schedule: The state of the `lr` schedule; `None` when `lr` is a rate.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -43,7 +43,7 @@ class RMSpropState(NamedTuple):
     square_avg: ParamDict
     momentum_buffer: ParamDict
     grad_avg: ParamDict
-    schedule: SlotState = None
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)

@@ -26,7 +26,7 @@ class SGDState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         momentum_buffer: The momentum buffer, keyed like the parameters; empty
             when `momentum == 0`.
-        schedule: The state of the `lr` schedule; `None` when `lr` is a rate.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -40,7 +40,7 @@ class SGDState(NamedTuple):
 
     step: Tensor
     momentum_buffer: ParamDict
-    schedule: SlotState = None
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)

@@ -116,7 +116,7 @@ def test_scheduled_optimizer_matches_torch(name: str, case: str) -> None:
         opt.step()
         sched.step()
         params, state = ours.step(params, params.grad(_loss(params, x, y)), state)
-    assert state.schedule is not None
+    assert isinstance(state.schedule, optim.ScheduleState)
     assert float(state.schedule.lr) == sched.get_last_lr()[0]
     for k in init:
         torch.testing.assert_close(params[k], ref[k].detach(), rtol=1e-12, atol=0)
@@ -142,6 +142,7 @@ def test_plateau_through_step_schedule_matches_torch() -> None:
             params, state = ours.step(params, params.grad(_loss(params, x, y)), state)
         sched.step(metric)
         state = ours.step_schedule(state, torch.tensor(metric))
+    assert isinstance(state.schedule, optim.PlateauState)
     assert float(state.schedule.lr) == sched.get_last_lr()[0] < 0.5
     for k in init:
         torch.testing.assert_close(params[k], ref[k].detach(), rtol=1e-12, atol=0)
@@ -176,6 +177,8 @@ def test_compiled_scheduled_step_compiles_once(schedule: optim.LRSchedule) -> No
     assert counter.frame_count == 1
     for k in init:
         torch.testing.assert_close(compiled[k], eager[k], rtol=1e-12, atol=0)
+    assert isinstance(c_state.schedule, optim.ScheduleState)
+    assert isinstance(e_state.schedule, optim.ScheduleState)
     torch.testing.assert_close(c_state.schedule.lr, e_state.schedule.lr, rtol=0, atol=0)
 
 
@@ -209,7 +212,7 @@ def test_meta_gradient_through_scheduled_steps() -> None:
 def test_state_with_schedule_round_trips_weights_only() -> None:
     """A state holding schedules (nested, plateau) loads with `weights_only=True`."""
     params = ParamDict.from_module(torch.nn.Linear(3, 2))
-    opt = optim.ParamGroups(
+    opt: optim.ParamGroups[Any] = optim.ParamGroups(
         {"bias": optim.SGD(lr=optim.ReduceLROnPlateau(base_lr=0.1), momentum=0.9)},
         default=optim.AdamW(
             lr=optim.ChainedScheduler(
@@ -251,7 +254,10 @@ def test_param_groups_step_each_schedule() -> None:
         params, state = opt.step(params, params.ones_like(), state)
     torch.testing.assert_close(params["a"], torch.full((2,), -1.75, dtype=F64))
     torch.testing.assert_close(params["b"], torch.full((2,), -0.21, dtype=F64))
-    assert [float(s.schedule.last_epoch) for s in state] == [3.0, 3.0]
+    for sub_state in state:
+        slot = sub_state.schedule
+        assert isinstance(slot, optim.ScheduleState)
+        assert float(slot.last_epoch) == 3.0
 
 
 def test_multi_steps_advance_the_schedule_per_applied_step() -> None:
@@ -262,7 +268,9 @@ def test_multi_steps_advance_the_schedule_per_applied_step() -> None:
     state = opt.init(params)
     for _ in range(8):
         params, state = opt.step(params, params.ones_like(), state)
-    assert float(state.inner_state.schedule.last_epoch) == 2.0
+    schedule = state.inner_state.schedule
+    assert isinstance(schedule, optim.ScheduleState)
+    assert float(schedule.last_epoch) == 2.0
     torch.testing.assert_close(params["w"], torch.full((2,), -1.5, dtype=F64))
 
 
@@ -324,11 +332,12 @@ def test_cycle_momentum_without_momentum_is_refused(
 def test_metric_for_a_non_plateau_schedule_is_refused() -> None:
     """`step_schedule` with a schedule that takes no metric raises; state unchanged."""
     params = ParamDict(w=torch.ones(2))
-    for opt in (
+    opts: list[optim.Optimizer[Any]] = [
         optim.Adam(lr=optim.StepLR(base_lr=0.1, step_size=2)),
         optim.Adam(lr=0.1),
         optim.MultiSteps(optim.SGD(lr=0.1), every_k=2),
-    ):
+    ]
+    for opt in opts:
         state = opt.init(params)
         before = torch.utils._pytree.tree_leaves(state)
         with pytest.raises(ValueError, match="takes a metric"):
@@ -340,7 +349,7 @@ def test_metric_for_a_non_plateau_schedule_is_refused() -> None:
 @pytest.mark.parametrize(
     ("donor", "match"),
     [
-        (optim.Adam(lr=0.1), "got None"),
+        (optim.Adam(lr=0.1), "got no schedule state"),
         (optim.Adam(lr=optim.ReduceLROnPlateau(base_lr=0.1)), "PlateauState"),
         (
             optim.Adam(
