@@ -9,6 +9,10 @@ from typing_extensions import assert_type
 from paramdict import ParamDict, optim
 
 
+class MyParams(ParamDict):
+    __slots__ = ()
+
+
 def check_schedules(t: Tensor) -> None:
     schedules: list[optim.LRSchedule] = [
         optim.LambdaLR(lr_lambda=lambda e: 0.9**e),
@@ -69,3 +73,43 @@ def check_accumulation(p: ParamDict) -> None:
     assert_type(
         optim.MultiSteps(optim.SGD(), every_k=2, reduction="sum"), optim.MultiSteps
     )
+
+
+def check_integration(p: MyParams, t: Tensor) -> None:
+    adam = optim.Adam(lr=optim.CosineAnnealingLR(base_lr=0.1, T_max=10))
+    assert_type(adam, optim.Adam)
+    assert_type(optim.SGD(lr=optim.StepLR(base_lr=t, step_size=2)), optim.SGD)
+    assert_type(
+        optim.AdamW(lr=optim.OneCycleLR(max_lr=0.1, total_steps=9)), optim.AdamW
+    )
+    assert_type(
+        optim.RMSprop(lr=optim.ExponentialLR(base_lr=0.1, gamma=0.9)), optim.RMSprop
+    )
+    assert_type(optim.Adagrad(lr=optim.LinearLR(base_lr=0.1)), optim.Adagrad)
+    state = adam.init(p)
+    assert_type(state, optim.AdamState)
+    assert_type(state.schedule, optim.ScheduleState | optim.PlateauState | tuple[()])
+    new, state = adam.step(p, p, state)
+    assert_type(new, MyParams)
+    assert_type(state, optim.AdamState)
+    assert_type(adam.takes_metric, bool)
+    assert_type(adam.rate("lr", state.step, state), float | Tensor | ParamDict)
+    assert_type(
+        adam.next_schedule(state), optim.ScheduleState | optim.PlateauState | tuple[()]
+    )
+    sgd = optim.SGD(lr=optim.ReduceLROnPlateau(base_lr=0.1), momentum=0.9)
+    s_state = sgd.init(p)
+    assert_type(sgd.step_schedule(s_state, 0.5), optim.SGDState)
+    assert_type(sgd.step_schedule(s_state, t), optim.SGDState)
+    groups = optim.ParamGroups(
+        {"b": optim.SGD(lr=optim.ReduceLROnPlateau(base_lr=0.1))}, default=sgd
+    )
+    g_state = groups.init(p)
+    assert_type(groups.step_schedule(g_state, 1.0), tuple[optim.SGDState, ...])
+    acc = optim.MultiSteps(sgd, every_k=2)
+    assert_type(acc.step_schedule(acc.init(p), 1.0), optim.MultiStepsState)
+    clip = optim.ClipGradNorm(sgd, max_norm=1.0)
+    assert_type(clip.step_schedule(clip.init(p), 1.0), optim.SGDState)
+    assert_type(optim.StepLR(base_lr=0.1, step_size=2).init(), optim.ScheduleState)
+    assert_type(optim.StepLR(step_size=2).base_lr, float | Tensor | None)
+    assert_type(optim.ReduceLROnPlateau(base_lr=0.1).init(), optim.PlateauState)
