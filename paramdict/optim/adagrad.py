@@ -54,7 +54,8 @@ class Adagrad(TorchOptimizer[AdagradState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         lr_decay: Learning-rate decay per step.
         weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
             or a ParamDict of per-key values.

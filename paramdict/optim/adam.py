@@ -140,7 +140,8 @@ class Adam(_AdamFamily):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         betas: Coefficients of the running averages of the gradient and its
             square, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
@@ -195,7 +196,8 @@ class AdamW(_AdamFamily):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         betas: Coefficients of the running averages, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
         weight_decay: Decoupled weight decay: a number, a 0-dim tensor or a

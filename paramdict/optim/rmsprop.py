@@ -56,7 +56,8 @@ class RMSprop(TorchOptimizer[RMSpropState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         alpha: Smoothing constant of the running averages, in [0, 1].
         eps: Term added to the denominator for numerical stability.
         weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor

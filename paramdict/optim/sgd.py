@@ -56,8 +56,9 @@ class SGD(TorchOptimizer[SGDState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`, as in Meta-SGD) or a ParamDict of per-key
-            values (any shape that broadcasts to the entry).
+            `differentiable=True`, as in Meta-SGD), a ParamDict of per-key
+            values (any shape that broadcasts to the entry), or a schedule such
+            as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         momentum: Momentum factor.
         dampening: Dampening for momentum.
         weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor

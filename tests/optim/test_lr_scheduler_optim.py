@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
 from torch.optim import lr_scheduler as tls
+from torch.utils import _pytree as pytree
 
 from paramdict import ParamDict, optim
 
@@ -234,8 +235,8 @@ def test_state_with_schedule_round_trips_weights_only() -> None:
     assert type(loaded[1].schedule) is optim.ScheduleState
     assert type(loaded[0].schedule) is optim.PlateauState
     for a, b in zip(
-        torch.utils._pytree.tree_leaves(loaded),
-        torch.utils._pytree.tree_leaves(state),
+        pytree.tree_leaves(loaded),
+        pytree.tree_leaves(state),
         strict=True,
     ):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -339,10 +340,10 @@ def test_metric_for_a_non_plateau_schedule_is_refused() -> None:
     ]
     for opt in opts:
         state = opt.init(params)
-        before = torch.utils._pytree.tree_leaves(state)
+        before = pytree.tree_leaves(state)
         with pytest.raises(ValueError, match="takes a metric"):
             opt.step_schedule(state, 1.0)
-        after = torch.utils._pytree.tree_leaves(state)
+        after = pytree.tree_leaves(state)
         assert all(a is b for a, b in zip(before, after, strict=True))
 
 
