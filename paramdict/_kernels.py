@@ -252,11 +252,16 @@ def add_paired(p: _Container, other: object, alpha: float) -> list[Tensor] | Non
 
 
 def add_scaled(values: list[Tensor], other: Any, alpha: Tensor) -> list[Tensor]:
-    """Return `values + alpha * other` for a 0-dim tensor `alpha`, kept in the graph."""
+    """Return `values + alpha * other` for a 0-dim tensor `alpha`, kept in the graph.
+
+    With tensor entries this is one `addcmul` per entry, which rounds as
+    `torch.add(x, y, alpha=float(alpha))` does (a product then a sum rounds
+    differently), so a tensor `alpha` gives the arithmetic of a number.
+    """
     n = len(values)
     if holds_tensors(other):
-        scaled = call(torch._foreach_mul, other, [alpha] * n)
-    elif isinstance(other, list):  # per-entry numbers
+        return call(torch._foreach_addcmul, values, other, [alpha] * n)
+    if isinstance(other, list):  # per-entry numbers
         scaled = call(torch._foreach_mul, [alpha] * n, other)
     else:
         scaled = [alpha * other] * n
