@@ -216,7 +216,34 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     def step_schedule(
         self, state: tuple[S, ...], metrics: float | Tensor, /
     ) -> tuple[S, ...]:
-        """Step every group's `ReduceLROnPlateau` with `metrics`; the others stay."""
+        """Return `state` after every group's `ReduceLROnPlateau` saw `metrics`.
+
+        Groups whose `lr` is another schedule or a rate keep their state;
+        `state` is unchanged.
+
+        Args:
+            state: The tuple of group states from `init` or `step`.
+            metrics: The metric: a number or a one-element tensor.
+
+        Returns:
+            The new tuple of group states.
+
+        Raises:
+            ValueError: If no group's `lr` is a `ReduceLROnPlateau`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict.from_module(torch.nn.Linear(3, 2))
+            >>> plateau = optim.ReduceLROnPlateau(base_lr=0.1, patience=0)
+            >>> opt = optim.ParamGroups(
+            ...     {"bias": optim.SGD(lr=plateau)}, default=optim.SGD(lr=0.1)
+            ... )
+            >>> state = opt.init(params)
+            >>> for loss in (1.0, 1.0):
+            ...     state = opt.step_schedule(state, loss)
+            >>> state[0].schedule.lr, state[1].schedule
+            (tensor(0.0100, dtype=torch.float64), ())
+        """
         if not self.takes_metric:
             return super().step_schedule(state, metrics)
         return tuple(
