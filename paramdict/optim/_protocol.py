@@ -178,6 +178,42 @@ class Optimizer(abc.ABC, Generic[S]):
             TypeError: `SGD` needs a `SGDState` as its state, got AdamState. ...
         """
 
+    @property
+    def takes_metric(self) -> bool:
+        """Whether `step_schedule` applies: a `ReduceLROnPlateau` learning rate."""
+        return False
+
+    def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
+        """Return `state` after its `ReduceLROnPlateau` schedule saw `metrics`.
+
+        The one explicit call for a schedule that reacts to a metric (torch's
+        `scheduler.step(metrics)`); `TorchOptimizer` implements it, and
+        `ParamGroups`, `ClipGradNorm` and `MultiSteps` hand it to the optimizers
+        they hold. `state` is unchanged.
+
+        Args:
+            state: The optimizer's state.
+            metrics: The metric: a number or a one-element tensor.
+
+        Returns:
+            The new state.
+
+        Raises:
+            ValueError: If no learning rate here is a `ReduceLROnPlateau`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.SGD(lr=optim.ReduceLROnPlateau(base_lr=0.1))
+            >>> state = opt.step_schedule(opt.init(ParamDict(w=torch.ones(1))), 0.5)
+            >>> state.schedule.best
+            tensor(0.5000, dtype=torch.float64)
+        """
+        msg = (
+            f"`step_schedule` takes a metric for a `ReduceLROnPlateau` learning "
+            f"rate, and this `{type(self).__name__}` has none."
+        )
+        raise ValueError(msg)
+
     def _checked(
         self, params: ParamDict, grads: Mapping[str, Tensor], state: S
     ) -> ParamDict:

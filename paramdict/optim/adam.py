@@ -26,6 +26,7 @@ from ._hyper import (
 )
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 S = TypeVar("S", bound=HasStep)
 
@@ -52,6 +53,7 @@ class AdamState(NamedTuple):
         exp_avg_sq: The running average of the squared gradients.
         max_exp_avg_sq: The running maximum of `exp_avg_sq` (AMSGrad); empty
             unless `amsgrad=True`.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -67,6 +69,7 @@ class AdamState(NamedTuple):
     exp_avg: ParamDict
     exp_avg_sq: ParamDict
     max_exp_avg_sq: ParamDict
+    schedule: SlotState = ()
 
 
 def _check_flag(instance: object, attribute: Any, value: Any) -> None:
@@ -97,18 +100,19 @@ def _decayed(
     params: ParamDict,
     grads: ParamDict,
     step: Tensor,
+    lr: Rate,
     ops: Kernels,
 ) -> tuple[ParamDict, ParamDict]:
     """Return `(params, grads)` after `maximize` and the weight decay.
 
-    Decoupled decay multiplies the parameters by `1 - lr * weight_decay`; else
-    the decay is the L2 term of the prologue.
+    Decoupled decay multiplies the parameters by `1 - lr * weight_decay` (`lr`
+    as the rule read it, scheduled or not); else the decay is the L2 term of the
+    prologue.
     """
     if not decoupled:
         return params, opt.prologue(params, grads, step, ops)
     if opt.maximize:
         grads = ops.neg(grads)
-    lr = opt.rate("lr", step)
     return ops.decay(params, lr, opt.rate("weight_decay", step)), grads
 
 
@@ -153,12 +157,12 @@ class _AdamFamily(TorchOptimizer[AdamState]):
     def update(
         self, params: ParamDict, grads: ParamDict, state: AdamState, ops: Kernels, /
     ) -> tuple[ParamDict, AdamState]:
-        beta1, beta2 = self.betas
+        beta1, beta2 = self.cycled("betas", state)
         step = self.next_step(state)
-        lr = self.rate("lr", step)
-        params, grads = _decayed(self, self._decoupled(), params, grads, step, ops)
+        lr = self.rate("lr", step, state)
+        params, grads = _decayed(self, self._decoupled(), params, grads, step, lr, ops)
         exp_avg, exp_avg_sq = _moments(
-            self.betas, state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
         )
         max_exp_avg_sq = state.max_exp_avg_sq
         second = exp_avg_sq
@@ -175,7 +179,10 @@ class _AdamFamily(TorchOptimizer[AdamState]):
         # torch's `addcdiv(m, denom, value=step_size)`; a tensor `step_size`
         # multiplies `m` first, as torch does with a tensor rate.
         new_params = ops.addcdiv(params, exp_avg, denom, step_size)
-        return new_params, AdamState(step, exp_avg, exp_avg_sq, max_exp_avg_sq)
+        new_state = AdamState(
+            step, exp_avg, exp_avg_sq, max_exp_avg_sq, self.next_schedule(state)
+        )
+        return new_params, new_state
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -192,7 +199,8 @@ class Adam(_AdamFamily):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         betas: Coefficients of the running averages of the gradient and its
             square, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
@@ -221,7 +229,7 @@ class Adam(_AdamFamily):
         tensor([0.9000, 2.1000])
     """
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -247,7 +255,8 @@ class AdamW(_AdamFamily):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         betas: Coefficients of the running averages, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
         weight_decay: Decoupled weight decay: a number, a 0-dim tensor or a
@@ -272,7 +281,7 @@ class AdamW(_AdamFamily):
         tensor([0.9500])
     """
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -401,7 +410,7 @@ class NAdam(TorchOptimizer[NAdamState]):
         step = self.next_step(state)
         lr = self.rate("lr", step)
         decoupled = self.decoupled_weight_decay
-        params, grads = _decayed(self, decoupled, params, grads, step, ops)
+        params, grads = _decayed(self, decoupled, params, grads, step, lr, ops)
         mu = _momentum(beta1, step, self.momentum_decay)
         mu_next = _momentum(beta1, step + 1, self.momentum_decay)
         # torch multiplies its stored `mu_product` in place, in that tensor's dtype.
@@ -520,7 +529,7 @@ class RAdam(TorchOptimizer[RAdamState]):
         step = self.next_step(state)
         lr = self.rate("lr", step)
         decoupled = self.decoupled_weight_decay
-        params, grads = _decayed(self, decoupled, params, grads, step, ops)
+        params, grads = _decayed(self, decoupled, params, grads, step, lr, ops)
         exp_avg, exp_avg_sq = _moments(
             self.betas, state.exp_avg, state.exp_avg_sq, grads, ops
         )
