@@ -40,6 +40,7 @@ __all__ = [
     "check_slot",
     "cycles_momentum",
     "first_state",
+    "initial_rate",
     "is_schedule",
 ]
 
@@ -118,6 +119,17 @@ def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | Platea
         lambda x: x.to(device) if isinstance(x, Tensor) else x, state
     )
     return moved
+
+
+def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
+    """Return a schedule's rate for the first step, or None for a plain rate.
+
+    For the rules that read `lr` when they build their state (Rprop's step
+    sizes, ASGD's `eta`): the value torch's scheduler writes on construction.
+    """
+    if not isinstance(lr, (LRSchedule, ReduceLROnPlateau)):
+        return None
+    return first_state(lr, params).lr
 
 
 def advanced(schedule: Schedule, state: SlotState) -> SlotState:

@@ -16,6 +16,7 @@ from ._hyper import Rate, check_number, check_rate_keys
 from ._kernels import Kernels
 from ._keyed import check_keyed
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 __all__ = ["Adafactor", "AdafactorState"]
 
@@ -35,6 +36,7 @@ class AdafactorState(NamedTuple):
         col_var: Per matrix: the same over the second-to-last dimension.
         variance: Per entry of fewer than two dimensions: the running mean of
             the squared gradient.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -48,6 +50,7 @@ class AdafactorState(NamedTuple):
     row_var: ParamDict
     col_var: ParamDict
     variance: ParamDict
+    schedule: SlotState = ()
 
 
 def _check_eps(instance: object, attribute: Any, value: Any) -> None:
@@ -118,7 +121,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
 
     Attributes:
         lr: Learning rate (the cap of the relative step size): a number, a
-            0-dim tensor or a per-key ParamDict.
+            0-dim tensor, a per-key ParamDict, or a schedule.
         beta2_decay: The exponent of the second-moment decay: the running
             means move by `step ** beta2_decay` each step; `<= 0`.
         eps: `(eps1, eps2)`: the least second moment (`None`: the machine
@@ -148,7 +151,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
 
     state_type: ClassVar[type[AdafactorState]] = AdafactorState
 
-    lr: Rate = 1e-2
+    lr: LearningRate = 1e-2
     beta2_decay: float = attrs.field(default=-0.8, validator=_check_beta2_decay)
     eps: tuple[float | None, float] = attrs.field(
         default=(None, 1e-3), validator=_check_eps
@@ -232,7 +235,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         /,
     ) -> tuple[ParamDict, AdafactorState]:
         step = self.next_step(state)
-        lr = self.rate("lr", step)
+        lr = self.rate("lr", step, state)
         if self.maximize:
             grads = ops.neg(grads)
         eps2, d = self.eps[1], self.d
@@ -292,4 +295,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
             for k, u in update.items()
         }
         new_params = ops.sub_scaled_by_key(params, update, scale)
-        return new_params, AdafactorState(step, row_var, col_var, variance)
+        new_state = AdafactorState(
+            step, row_var, col_var, variance, self.next_schedule(state)
+        )
+        return new_params, new_state

@@ -80,7 +80,7 @@ def _check_flag(instance: object, attribute: Any, value: Any) -> None:
 
 
 def _moments(
-    betas: tuple[float, float],
+    betas: tuple[float | Tensor, float],
     exp_avg: ParamDict,
     exp_avg_sq: ParamDict,
     grads: ParamDict,
@@ -306,6 +306,7 @@ class NAdamState(NamedTuple):
             dtype is float64).
         exp_avg: The running average of the gradients, keyed like the parameters.
         exp_avg_sq: The running average of the squared gradients.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -320,9 +321,10 @@ class NAdamState(NamedTuple):
     mu_product: Tensor
     exp_avg: ParamDict
     exp_avg_sq: ParamDict
+    schedule: SlotState = ()
 
 
-def _momentum(beta1: float, step: Tensor, momentum_decay: float) -> Tensor:
+def _momentum(beta1: float | Tensor, step: Tensor, momentum_decay: float) -> Tensor:
     """Return NAdam's momentum coefficient `mu` for `step`, in double precision."""
     return beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
 
@@ -340,7 +342,8 @@ class NAdam(TorchOptimizer[NAdamState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
         betas: Coefficients of the running averages of the gradient and its
             square, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
@@ -370,7 +373,7 @@ class NAdam(TorchOptimizer[NAdamState]):
 
     state_type: ClassVar[type[NAdamState]] = NAdamState
 
-    lr: Rate = 2e-3
+    lr: LearningRate = 2e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -406,9 +409,9 @@ class NAdam(TorchOptimizer[NAdamState]):
     def update(
         self, params: ParamDict, grads: ParamDict, state: NAdamState, ops: Kernels, /
     ) -> tuple[ParamDict, NAdamState]:
-        beta1, beta2 = self.betas
+        beta1, beta2 = self.cycled("betas", state)
         step = self.next_step(state)
-        lr = self.rate("lr", step)
+        lr = self.rate("lr", step, state)
         decoupled = self.decoupled_weight_decay
         params, grads = _decayed(self, decoupled, params, grads, step, lr, ops)
         mu = _momentum(beta1, step, self.momentum_decay)
@@ -416,7 +419,7 @@ class NAdam(TorchOptimizer[NAdamState]):
         # torch multiplies its stored `mu_product` in place, in that tensor's dtype.
         mu_product = state.mu_product * mu.to(state.mu_product.dtype)
         exp_avg, exp_avg_sq = _moments(
-            self.betas, state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
         )
         bias_correction2 = 1 - beta2**step
         denom = ops.sqrt(ops.div(ops.borrowed(exp_avg_sq), bias_correction2))
@@ -427,7 +430,10 @@ class NAdam(TorchOptimizer[NAdamState]):
         avg_size = quotient(product(lr, -mu_next), 1.0 - product_now * mu_next)
         new_params = ops.addcdiv(params, grads, denom, grad_size)
         new_params = ops.addcdiv(new_params, exp_avg, denom, avg_size)
-        return new_params, NAdamState(step, mu_product, exp_avg, exp_avg_sq)
+        new_state = NAdamState(
+            step, mu_product, exp_avg, exp_avg_sq, self.next_schedule(state)
+        )
+        return new_params, new_state
 
 
 @register_state
@@ -438,6 +444,7 @@ class RAdamState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         exp_avg: The running average of the gradients, keyed like the parameters.
         exp_avg_sq: The running average of the squared gradients.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -451,6 +458,7 @@ class RAdamState(NamedTuple):
     step: Tensor
     exp_avg: ParamDict
     exp_avg_sq: ParamDict
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -466,7 +474,8 @@ class RAdam(TorchOptimizer[RAdamState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
         betas: Coefficients of the running averages, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
         weight_decay: Weight decay: an L2 penalty added to the gradient, or
@@ -493,7 +502,7 @@ class RAdam(TorchOptimizer[RAdamState]):
 
     state_type: ClassVar[type[RAdamState]] = RAdamState
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -525,13 +534,13 @@ class RAdam(TorchOptimizer[RAdamState]):
     def update(
         self, params: ParamDict, grads: ParamDict, state: RAdamState, ops: Kernels, /
     ) -> tuple[ParamDict, RAdamState]:
-        beta1, beta2 = self.betas
+        beta1, beta2 = self.cycled("betas", state)
         step = self.next_step(state)
-        lr = self.rate("lr", step)
+        lr = self.rate("lr", step, state)
         decoupled = self.decoupled_weight_decay
         params, grads = _decayed(self, decoupled, params, grads, step, lr, ops)
         exp_avg, exp_avg_sq = _moments(
-            self.betas, state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
         )
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step
@@ -557,7 +566,9 @@ class RAdam(TorchOptimizer[RAdamState]):
         full = ops.mul(ops.mul(ops.borrowed(momentum), adaptive), rect)
         update = ops.where(rectified, full, momentum)
         new_params = ops.sub_scaled(params, update, 1)
-        return new_params, RAdamState(step, exp_avg, exp_avg_sq)
+        return new_params, RAdamState(
+            step, exp_avg, exp_avg_sq, self.next_schedule(state)
+        )
 
 
 @register_state
@@ -568,6 +579,7 @@ class AdamaxState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         exp_avg: The running average of the gradients, keyed like the parameters.
         exp_inf: The exponentially weighted infinity norm of the gradients.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -582,6 +594,7 @@ class AdamaxState(NamedTuple):
     step: Tensor
     exp_avg: ParamDict
     exp_inf: ParamDict
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -595,7 +608,8 @@ class Adamax(TorchOptimizer[AdamaxState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
         betas: Coefficients of the running average and of the infinity norm,
             each in [0, 1).
         eps: Term added to the denominator for numerical stability.
@@ -622,7 +636,7 @@ class Adamax(TorchOptimizer[AdamaxState]):
 
     state_type: ClassVar[type[AdamaxState]] = AdamaxState
 
-    lr: Rate = 2e-3
+    lr: LearningRate = 2e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -653,12 +667,14 @@ class Adamax(TorchOptimizer[AdamaxState]):
     def update(
         self, params: ParamDict, grads: ParamDict, state: AdamaxState, ops: Kernels, /
     ) -> tuple[ParamDict, AdamaxState]:
-        beta1, beta2 = self.betas
+        beta1, beta2 = self.cycled("betas", state)
         step = self.next_step(state)
         grads = self.prologue(params, grads, step, ops)
         exp_avg = ops.lerp(state.exp_avg, grads, 1 - beta1)
         norm = ops.add(ops.abs(grads), self.eps)
         exp_inf = ops.maximum(ops.mul(state.exp_inf, beta2), norm)
-        clr = quotient(self.rate("lr", step), 1 - beta1**step)
+        clr = quotient(self.rate("lr", step, state), 1 - beta1**step)
         new_params = ops.addcdiv(params, exp_avg, exp_inf, -clr)
-        return new_params, AdamaxState(step, exp_avg, exp_inf)
+        return new_params, AdamaxState(
+            step, exp_avg, exp_inf, self.next_schedule(state)
+        )

@@ -133,7 +133,7 @@ def test_adafactor_state_is_factored_for_matrices() -> None:
     """Matrices keep `row_var` and `col_var`, vectors `variance`, as in torch."""
     params = ParamDict(w=torch.zeros(2, 3, 4), b=torch.zeros(4), s=torch.zeros(()))
     state = optim.Adafactor().init(params)
-    assert state._fields == ("step", "row_var", "col_var", "variance")
+    assert state._fields == ("step", "row_var", "col_var", "variance", "schedule")
     assert state.row_var["w"].shape == (2, 3, 1)
     assert state.col_var["w"].shape == (2, 1, 4)
     assert list(state.variance) == ["b", "s"]
