@@ -55,6 +55,7 @@ from ._schedule_cyclic import (
     ReduceLROnPlateau,
     SequentialLR,
 )
+from ._scheduled import LearningRate
 from .adadelta import Adadelta, AdadeltaState
 from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
@@ -118,6 +119,7 @@ __all__ = [
     "LBFGSState",
     "LRSchedule",
     "LambdaLR",
+    "LearningRate",
     "LinearLR",
     "MultiStepLR",
     "MultiSteps",

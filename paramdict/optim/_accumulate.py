@@ -68,6 +68,11 @@ def _check_optimizer(instance: object, attribute: Any, value: Any) -> None:
         raise TypeError(msg)
 
 
+_MEAN: Literal["mean", "sum"] = (
+    "mean"  # typed: `attrs.field` widens a bare "mean" to str
+)
+
+
 @attrs.frozen(eq=False)
 class MultiSteps(Optimizer[MultiStepsState]):
     """Accumulate gradients over `every_k` calls, then step `optimizer` once.
@@ -111,7 +116,8 @@ class MultiSteps(Optimizer[MultiStepsState]):
 
     optimizer: Optimizer[Any] = attrs.field(validator=_check_optimizer)
     every_k: int = attrs.field(kw_only=True, validator=_check_every_k)
-    reduction: Literal["mean", "sum"] = attrs.field(
+    # pyright solves `attrs.field`'s type from the default and widens it to str.
+    reduction: Literal["mean", "sum"] = attrs.field(  # pyright: ignore[reportAssignmentType]
         default="mean", kw_only=True, validator=_check_reduction
     )
 
@@ -183,10 +189,14 @@ class MultiSteps(Optimizer[MultiStepsState]):
             ops.borrowed(params), update, state.inner_state, ops
         )
         new_params = ops.where(apply, stepped, params)
+
+        def chosen(new: object, old: object) -> object:
+            if isinstance(new, Tensor):
+                return torch.where(apply, new, cast(Tensor, old))
+            return new
+
         new_inner = pytree.tree_map(
-            lambda new, old: (
-                torch.where(apply, new, old) if isinstance(new, Tensor) else new
-            ),
+            chosen,
             inner,
             state.inner_state,
         )

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 from typing_extensions import override
 
@@ -300,13 +301,14 @@ class Kernels:
             return x.sub(y.mul(rate))
         return x.sub(y, alpha=rate)
 
-    def lerp(self, x: P, end: ParamDict, weight: float, /) -> P:
+    def lerp(self, x: P, end: ParamDict, weight: float | Tensor, /) -> P:
         """Return `x + weight * (end - x)`.
 
         Args:
             x: The start.
             end: The end.
-            weight: The interpolation weight, a number.
+            weight: The interpolation weight: a number or a 0-dim tensor (a
+                momentum a schedule cycles).
 
         Returns:
             A new ParamDict.
@@ -804,10 +806,14 @@ class InPlaceKernels(Kernels):
         return x
 
     @override
-    def lerp(self, x: P, end: ParamDict, weight: float, /) -> P:
+    def lerp(self, x: P, end: ParamDict, weight: float | Tensor, /) -> P:
         if not self._mine(x):
             return self._made(super().lerp(x, end, weight))
-        torch._foreach_lerp_(_values(x), x._aligned(end, what="`lerp`"), weight)
+        values, ends = _values(x), x._aligned(end, what="`lerp`")
+        if isinstance(weight, Tensor):  # a cycled momentum: one weight per entry
+            torch._foreach_lerp_(values, ends, [weight] * len(values))
+        else:
+            torch._foreach_lerp_(values, ends, weight)
         return x
 
     @override

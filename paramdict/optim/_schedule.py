@@ -153,7 +153,7 @@ def base_of(schedule: Any, lr: float | Tensor | None) -> float | Tensor:
     """Return the base rate for `init`: `lr`, else the schedule's `base_lr`."""
     given: float | Tensor | None = schedule.base_lr if lr is None else lr
     if given is None:
-        if not type(schedule).takes_base:
+        if not schedule.takes_base:
             return 0.0  # the schedule sets its own rates and ignores the base
         msg = (
             f"`{type(schedule).__name__}` needs its base learning rate: give "

@@ -472,9 +472,15 @@ def _select(condition: Tensor, a: ScheduleState, b: ScheduleState) -> ScheduleSt
         if isinstance(x, Tensor):
             return torch.where(condition, x, y)
         if isinstance(x, ScheduleState):
-            return ScheduleState(*(pick(u, v) for u, v in zip(x, y, strict=True)))
+            pairs = zip(x, cast(ScheduleState, y), strict=True)
+            return ScheduleState(*(pick(u, v) for u, v in pairs))
         if isinstance(x, tuple):
-            return tuple(pick(u, v) for u, v in zip(x, y, strict=True))
+            items = zip(
+                cast("tuple[object, ...]", x),
+                cast("tuple[object, ...]", y),
+                strict=True,
+            )
+            return tuple(pick(u, v) for u, v in items)
         return x  # None: the same on both sides
 
     selected: ScheduleState = pick(a, b)
@@ -509,7 +515,7 @@ class ChainedScheduler(LRSchedule):
         _check_children("ChainedScheduler", self.schedulers)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        children = []
+        children: list[ScheduleState] = []
         lr = current
         for schedule in self.schedulers:
             # A copy, so no two children start out sharing one tensor (a
@@ -520,7 +526,7 @@ class ChainedScheduler(LRSchedule):
         return new_state(base, lr, children=tuple(children))
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        children = []
+        children: list[ScheduleState] = []
         lr = current
         for schedule, child in zip(self.schedulers, state.children, strict=True):
             child = schedule._advance(child, lr)

@@ -72,11 +72,12 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
     momentum (`momentum > 0`, which keeps a buffer) or `betas`.
     """
     name = type(owner).__name__
-    fields: tuple[str, ...] = getattr(type(owner).state_type, "_fields", ())
+    state_type: type[Any] = getattr(owner, "state_type", object)
+    fields: tuple[str, ...] = getattr(state_type, "_fields", ())
     if "schedule" not in fields:
         msg = (
             f"`{name}` cannot take a schedule as `lr`: its state "
-            f"`{type(owner).state_type.__name__}` has no `schedule` field. Add "
+            f"`{state_type.__name__}` has no `schedule` field. Add "
             "`schedule: SlotState = ()` as the state's last field and carry it "
             "with `self.next_schedule(state)` in the rule."
         )
@@ -115,9 +116,11 @@ def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | Platea
     if first is None or first.device == state.lr.device:
         return state
     device = first.device
-    moved: ScheduleState | PlateauState = pytree.tree_map(
-        lambda x: x.to(device) if isinstance(x, Tensor) else x, state
-    )
+
+    def to_device(x: object) -> object:
+        return x.to(device) if isinstance(x, Tensor) else x
+
+    moved: ScheduleState | PlateauState = pytree.tree_map(to_device, state)
     return moved
 
 

@@ -53,8 +53,30 @@ class AdafactorState(NamedTuple):
     schedule: SlotState = ()
 
 
+def _norm(x: Tensor) -> Tensor:
+    """Return the 2-norm of all of `x`."""
+    return cast(Tensor, x.norm(2))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+
+
+def _row_mean(g: Tensor) -> Tensor:
+    """Return the mean square of each row of `g` (torch's `norm(dim=-1)**2 / n`)."""
+    norm = cast(Tensor, torch.norm(g, dim=-1, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+    return norm.square().div(g.size(-1))
+
+
+def _col_mean(g: Tensor) -> Tensor:
+    """Return the mean square of each column of `g`."""
+    norm = cast(Tensor, torch.norm(g, dim=-2, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+    return norm.square().div(g.size(-2))
+
+
+def _square(g: Tensor) -> Tensor:
+    """Return `g * g`."""
+    return g * g
+
+
 def _check_eps(instance: object, attribute: Any, value: Any) -> None:
-    pair = cast("tuple[object, ...]", value) if isinstance(value, tuple) else ()
+    pair = cast("tuple[object, ...]", value if isinstance(value, tuple) else ())
     first_ok = len(pair) == 2 and (pair[0] is None or _is_number(pair[0]))
     if not (first_ok and _is_number(pair[1])):
         msg = (
@@ -252,7 +274,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
                 else inverse_sqrt.clamp(max=rate)
             )
         alpha = {
-            k: (p.norm(2).to(step.dtype) / (p.numel() ** 0.5)).clamp(min=eps2) * rho[k]
+            k: (_norm(p).to(step.dtype) / (p.numel() ** 0.5)).clamp(min=eps2) * rho[k]
             for k, p in params.items()
         }
         params = ops.decay(params, lr, self.rate("weight_decay", step))
@@ -261,37 +283,30 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         vector_keys = tuple(k for k, v in grads.items() if v.dim() <= 1)
         matrix_grads = ops.subset(grads, matrix_keys)
         # The gradients are read again below: borrowed, never consumed.
-        row_mean = ops.apply(
-            ops.borrowed(matrix_grads),
-            lambda g: torch.norm(g, dim=-1, keepdim=True).square().div(g.size(-1)),
-        )
+        row_mean = ops.apply(ops.borrowed(matrix_grads), _row_mean)
         row_var = ops.lerp(state.row_var, row_mean, weight)
-        col_mean = ops.apply(
-            ops.borrowed(matrix_grads),
-            lambda g: torch.norm(g, dim=-2, keepdim=True).square().div(g.size(-2)),
-        )
+        col_mean = ops.apply(ops.borrowed(matrix_grads), _col_mean)
         col_var = ops.lerp(state.col_var, col_mean, weight)
-        estimate = ops.apply(
-            ops.borrowed(row_var),
-            lambda r, c: (r @ c).div(
+
+        def factored(r: Tensor, c: Tensor) -> Tensor:
+            return (r @ c).div(
                 r.mean(dim=-2, keepdim=True).clamp(min=self._eps1(r.dtype))
-            ),
-            col_var,
-        )
+            )
+
+        def scaled(v: Tensor, g: Tensor) -> Tensor:
+            return v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt().mul(g)
+
+        estimate = ops.apply(ops.borrowed(row_var), factored, col_var)
         vector_grads = ops.subset(grads, vector_keys)
-        squared = ops.apply(ops.borrowed(vector_grads), lambda g: g * g)
+        squared = ops.apply(ops.borrowed(vector_grads), _square)
         variance = ops.lerp(state.variance, squared, weight)
 
         estimates = {**estimate, **ops.borrowed(variance)}
         merged = params._derive([estimates[k] for k in params])
-        update = ops.apply(
-            merged,
-            lambda v, g: v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt().mul(g),
-            grads,
-        )
-        scale = {
+        update = ops.apply(merged, scaled, grads)
+        scale: dict[str, float | Tensor] = {
             k: alpha[k]
-            / (u.norm(2).to(step.dtype) / ((u.numel() ** 0.5) * d)).clamp(min=1.0)
+            / (_norm(u).to(step.dtype) / ((u.numel() ** 0.5) * d)).clamp(min=1.0)
             for k, u in update.items()
         }
         new_params = ops.sub_scaled_by_key(params, update, scale)

@@ -259,7 +259,7 @@ class _Run:
                 )  # None for an entry the loss does not use
                 grads = point._derive(
                     [
-                        torch.zeros_like(p) if g is None else g
+                        torch.zeros_like(p) if g is None else g  # pyright: ignore[reportUnnecessaryComparison]  # torch annotates Tensor; allow_unused gives None
                         for p, g in zip(point.values(), values)
                     ]
                 )

@@ -172,7 +172,8 @@ class StepLR(LRSchedule):
 
 def _check_milestones(instance: object, attribute: Any, value: Any) -> None:
     if not isinstance(value, tuple) or not all(
-        isinstance(m, int) and not isinstance(m, bool) for m in value
+        isinstance(m, int) and not isinstance(m, bool)
+        for m in cast("tuple[object, ...]", value)
     ):
         msg = f"`{attribute.name}` must be a sequence of ints, got {value!r}."
         raise TypeError(msg)

@@ -57,7 +57,7 @@ def _check_coefficients(instance: object, attribute: Any, value: Any) -> None:
     ok = isinstance(value, tuple) and len(value) == 3  # pyright: ignore[reportUnknownArgumentType]  # checked here
     if not ok or not all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        for v in value
+        for v in cast("tuple[object, ...]", value)
     ):
         msg = f"`{attribute.name}` must be a tuple of three numbers, got {value!r}."
         raise TypeError(msg)

@@ -160,7 +160,7 @@ def test_every_optimizer_with_a_schedule_matches_torch(
         init = {"w": init["w"]}
 
     def loss(p: dict[str, torch.Tensor]) -> torch.Tensor:
-        bias = p["b"] if "b" in p else 0.0
+        bias = p.get("b", 0.0)
         return ((x @ p["w"].T + bias - y) ** 2).mean()
 
     ref = {k: v.clone().requires_grad_() for k, v in init.items()}
