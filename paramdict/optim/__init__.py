@@ -44,7 +44,9 @@ from ._base import TorchOptimizer
 from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
-from ._kernels import InPlaceKernels, Kernels, RecordedKernels
+from ._kernels import Kernels
+from ._kernels_inplace import InPlaceKernels
+from ._kernels_recorded import RecordedKernels
 from ._protocol import Optimizer, register_state
 from ._schedule import LRSchedule, ScheduleState
 from ._schedule_cyclic import (

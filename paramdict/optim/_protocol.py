@@ -38,7 +38,9 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._kernels import InPlaceKernels, Kernels, RecordedKernels
+from ._kernels import Kernels
+from ._kernels_inplace import InPlaceKernels
+from ._kernels_recorded import RecordedKernels
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 
 __all__ = ["Optimizer", "register_state"]
