@@ -271,15 +271,37 @@ def add_paired(p: _Container, other: object, alpha: float) -> list[Tensor] | Non
 
 
 def add_scaled(values: list[Tensor], other: Any, alpha: Tensor) -> list[Tensor]:
-    """Return `values + alpha * other` for a 0-dim tensor `alpha`, kept in the graph."""
+    """Return `values + alpha * other` for a 0-dim tensor `alpha`, kept in the graph.
+
+    With tensor entries this is one `addcmul` per entry, which rounds as
+    `torch.add(x, y, alpha=float(alpha))` does (a product then a sum rounds
+    differently), so a tensor `alpha` gives the arithmetic of a number.
+    """
     n = len(values)
     if holds_tensors(other):
-        scaled = call(torch._foreach_mul, other, [alpha] * n)
-    elif isinstance(other, list):  # per-entry numbers
+        return call(torch._foreach_addcmul, values, other, _scales(values, alpha))
+    if isinstance(other, list):  # per-entry numbers
         scaled = call(torch._foreach_mul, [alpha] * n, other)
     else:
         scaled = [alpha * other] * n
     return call(torch._foreach_add, values, scaled)
+
+
+def _scales(values: list[Tensor], alpha: Tensor) -> list[Tensor]:
+    """Return `alpha` in each entry's dtype, as type promotion reads a 0-dim tensor.
+
+    Explicit because under `torch.func.vmap` a batched `alpha` is no longer
+    0-dim to the kernel and would promote float32 entries to its float64.
+    """
+    cast: dict[torch.dtype, Tensor] = {alpha.dtype: alpha}
+    scales: list[Tensor] = []
+    for value in values:
+        dtype = value.dtype
+        if dtype not in cast:
+            floating = value.is_floating_point() or value.is_complex()
+            cast[dtype] = alpha.to(dtype) if floating else alpha
+        scales.append(cast[dtype])
+    return scales
 
 
 def add_combined(

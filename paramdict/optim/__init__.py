@@ -39,12 +39,25 @@ Example:
 
 from __future__ import annotations
 
+from ._accumulate import MultiSteps, MultiStepsState
 from ._base import TorchOptimizer
 from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
-from ._kernels import InPlaceKernels, Kernels, RecordedKernels
+from ._kernels import Kernels
+from ._kernels_inplace import InPlaceKernels
+from ._kernels_recorded import RecordedKernels
 from ._protocol import Optimizer, register_state
+from ._schedule import LRSchedule, ScheduleState
+from ._schedule_cyclic import (
+    ChainedScheduler,
+    CyclicLR,
+    OneCycleLR,
+    PlateauState,
+    ReduceLROnPlateau,
+    SequentialLR,
+)
+from ._scheduled import LearningRate
 from .adadelta import Adadelta, AdadeltaState
 from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
@@ -61,10 +74,23 @@ from .adam import (
 )
 from .asgd import ASGD, ASGDState
 from .lbfgs import LBFGS, LBFGSState
+from .lr_scheduler import (
+    ConstantLR,
+    CosineAnnealingLR,
+    CosineAnnealingWarmRestarts,
+    ExponentialLR,
+    LambdaLR,
+    LinearLR,
+    MultiplicativeLR,
+    MultiStepLR,
+    PolynomialLR,
+    StepLR,
+)
 from .muon import Muon, MuonState
 from .rmsprop import RMSprop, RMSpropState
 from .rprop import Rprop, RpropState
 from .sgd import SGD, SGDState
+from .swa_utils import AveragedState, WeightAverage, update_bn
 
 __all__ = [
     "ASGD",
@@ -82,25 +108,49 @@ __all__ = [
     "AdamW",
     "Adamax",
     "AdamaxState",
+    "AveragedState",
+    "ChainedScheduler",
     "ClipGradNorm",
+    "ConstantLR",
+    "CosineAnnealingLR",
+    "CosineAnnealingWarmRestarts",
+    "CyclicLR",
+    "ExponentialLR",
     "InPlaceKernels",
     "Kernels",
     "LBFGSState",
+    "LRSchedule",
+    "LambdaLR",
+    "LearningRate",
+    "LinearLR",
+    "MultiStepLR",
+    "MultiSteps",
+    "MultiStepsState",
+    "MultiplicativeLR",
     "Muon",
     "MuonState",
     "NAdam",
     "NAdamState",
+    "OneCycleLR",
     "Optimizer",
     "ParamGroups",
+    "PlateauState",
+    "PolynomialLR",
     "RAdam",
     "RAdamState",
     "RMSprop",
     "RMSpropState",
     "Rate",
     "RecordedKernels",
+    "ReduceLROnPlateau",
     "Rprop",
     "RpropState",
     "SGDState",
+    "ScheduleState",
+    "SequentialLR",
+    "StepLR",
     "TorchOptimizer",
+    "WeightAverage",
     "register_state",
+    "update_bn",
 ]

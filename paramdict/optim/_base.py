@@ -3,9 +3,10 @@
 The learning rate, weight decay, `maximize` and `differentiable` options and their
 validation; the checks of parameters, hyperparameters and state; the step counter;
 the maximize/weight-decay prologue; and `rate`, the one method through which the
-rules read their rates (the place learning-rate schedules plug in). A concrete
-optimizer adds its own fields (with torch.optim's names, order and defaults), its
-first state (`init_state`) and its rule (`update`).
+rules read their rates (the place learning-rate schedules plug in: see
+`_scheduled.py`; `cycled` and `next_schedule` are the schedule's other two ends).
+A concrete optimizer adds its own fields (with torch.optim's names, order and
+defaults), its first state (`init_state`) and its rule (`update`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ from ._hyper import Rate, check_rate, check_rate_keys, is_zero, new_counter
 from ._kernels import Kernels
 from ._keyed import check_keyed, check_real
 from ._protocol import Optimizer
+from ._schedule import ScheduleState
+from ._schedule_cyclic import PlateauState, ReduceLROnPlateau
+from ._scheduled import (
+    LearningRate,
+    SlotState,
+    advanced,
+    check_fits,
+    check_slot,
+    cycles_momentum,
+    first_state,
+    is_schedule,
+)
 
 __all__ = ["HasStep", "TorchOptimizer"]
 
@@ -57,7 +70,9 @@ class TorchOptimizer(Optimizer[S]):
     pieces: `rate`, `next_step` and `prologue`.
 
     Attributes:
-        lr: The learning rate: a number, a 0-dim tensor or a per-key ParamDict.
+        lr: The learning rate: a number, a 0-dim tensor, a per-key ParamDict,
+            or a schedule (`optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`),
+            whose state is the last field of the optimizer's, `schedule`.
         weight_decay: The weight decay, in any of the same forms.
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step`.
@@ -72,14 +87,17 @@ class TorchOptimizer(Optimizer[S]):
 
     __slots__ = ()
 
-    lr: Rate
+    lr: LearningRate
     weight_decay: Rate
     maximize: bool
     state_type: ClassVar[type[Any]]
 
     def __attrs_post_init__(self) -> None:
         """Validate the shared fields (subclasses call this from their own)."""
-        check_rate(self, _Field("lr"), self.lr)
+        if is_schedule(self.lr):
+            check_fits(self, cast("Any", self.lr))
+        else:
+            check_rate(self, _Field("lr"), self.lr)
         check_rate(self, _Field("weight_decay"), self.weight_decay)
         _check_flag("maximize", self.maximize)
         _check_flag("differentiable", self.differentiable)
@@ -115,7 +133,11 @@ class TorchOptimizer(Optimizer[S]):
             raise TypeError(msg)
         check_real(params)
         self._check_rates(params)
-        return self.init_state(params)
+        state = self.init_state(params)
+        if is_schedule(self.lr):
+            schedule = first_state(cast("Any", self.lr), params)
+            state = cast("Any", state)._replace(schedule=schedule)
+        return state
 
     def init_state(self, params: ParamDict, /) -> S:
         """Return the state at step 0 for checked `params` (override this).
@@ -136,6 +158,8 @@ class TorchOptimizer(Optimizer[S]):
     def _check_rates(self, params: ParamDict) -> None:
         for name in ("lr", "weight_decay"):
             rate = getattr(self, name)
+            if is_schedule(rate):
+                continue
             check_rate_keys(params, name, rate)
             if isinstance(rate, ParamDict):
                 _check_rate_shapes(params, name, rate)
@@ -177,8 +201,12 @@ class TorchOptimizer(Optimizer[S]):
                 "state from this optimizer's `init`."
             )
             raise TypeError(msg)
+        if "schedule" in given._fields:
+            check_slot(self, self.lr, given.schedule)
         for field, buffer in zip(given._fields, given):
-            if field == "step" or (isinstance(buffer, ParamDict) and not buffer):
+            if field in ("step", "schedule") or (
+                isinstance(buffer, ParamDict) and not buffer
+            ):
                 continue
             if isinstance(buffer, Tensor) and buffer.dim() == 0:
                 continue  # a scalar of the state, such as NAdam's `mu_product`
@@ -192,26 +220,151 @@ class TorchOptimizer(Optimizer[S]):
 
     # ------------------------------------------------------------ rule pieces
 
-    def rate(self, name: str, step: Tensor, /) -> Rate:
+    def rate(self, name: str, step: Tensor, state: object = None, /) -> Rate:
         """Return the rate `name` (`"lr"`, `"weight_decay"`) for step `step`.
 
         Every rule reads its rates through this method: the one place where a
-        rate that depends on the step (a schedule) is looked up.
+        rate that depends on the step (a schedule) is looked up. A rule passes
+        the state it was given, from which a scheduled `lr` is read: the value
+        torch's scheduler set (`get_last_lr()[0]`), a 0-dim float64 tensor used
+        as torch uses the float its scheduler writes.
 
         Args:
             name: The field's name.
             step: The number of the step being taken (1 for the first).
+            state: The state before the step (needed for a scheduled `lr`).
 
         Returns:
             The rate: a number, a 0-dim tensor or a per-key ParamDict.
+
+        Raises:
+            TypeError: If `name` holds a schedule and `state` is not given.
 
         Example:
             >>> from paramdict import optim
             >>> optim.AdamW().rate("weight_decay", torch.tensor(1.0))
             0.01
+            >>> opt = optim.SGD(lr=optim.StepLR(base_lr=0.5, step_size=2))
+            >>> state = opt.init(ParamDict(w=torch.ones(1)))
+            >>> opt.rate("lr", opt.next_step(state), state)
+            tensor(0.5000, dtype=torch.float64)
         """
-        value: Rate = getattr(self, name)
-        return value
+        value: Rate | object = getattr(self, name)
+        if is_schedule(value):
+            slot: object = getattr(state, "schedule", None)
+            if not isinstance(slot, (ScheduleState, PlateauState)):
+                msg = (
+                    f"`{type(self).__name__}`'s `{name}` is a schedule, whose value "
+                    "is in the state: the rule must call "
+                    f"`self.rate({name!r}, step, state)`."
+                )
+                raise TypeError(msg)
+            return slot.lr
+        return cast(Rate, value)
+
+    def cycled(self, name: str, state: object, /) -> Any:
+        """Return the field `name` (`"momentum"`, `"betas"`) for this step.
+
+        The field itself, unless the `lr` schedule cycles the momentum
+        (`CyclicLR`, `OneCycleLR` with `cycle_momentum=True`): then its current
+        momentum (a 0-dim float64 tensor) replaces `momentum`, or the first of
+        `betas`, as torch's scheduler writes it into the optimizer.
+
+        Args:
+            name: `"momentum"` or `"betas"`.
+            state: The state before the step.
+
+        Returns:
+            The momentum, or the pair of betas.
+
+        Example:
+            >>> from paramdict import optim
+            >>> schedule = optim.OneCycleLR(max_lr=0.1, total_steps=10)
+            >>> opt = optim.Adam(lr=schedule)
+            >>> beta1, beta2 = opt.cycled("betas", opt.init(ParamDict(w=torch.ones(1))))
+            >>> float(beta1), beta2
+            (0.95, 0.999)
+        """
+        value: Any = getattr(self, name)
+        slot: object = getattr(state, "schedule", None)
+        if not isinstance(slot, ScheduleState) or not cycles_momentum(
+            cast("Any", self.lr)
+        ):
+            return value
+        momentum = slot.momentum
+        return (momentum, value[1]) if name == "betas" else momentum
+
+    def next_schedule(self, state: object, /) -> SlotState:
+        """Return the state's `schedule` field after this step, for the new state.
+
+        A rule passes it as the last field of the state it returns: the schedule
+        advances once per update, after the update used the current rate
+        (torch's `optimizer.step(); scheduler.step()`). `()` without a
+        schedule; `ReduceLROnPlateau`'s moves only with `step_schedule`.
+
+        Args:
+            state: The state before the step.
+
+        Returns:
+            The new `schedule` field.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.SGD(lr=optim.ExponentialLR(base_lr=1.0, gamma=0.5))
+            >>> opt.next_schedule(opt.init(ParamDict(w=torch.ones(1)))).lr
+            tensor(0.5000, dtype=torch.float64)
+        """
+        slot: SlotState = getattr(state, "schedule", ())
+        if not is_schedule(self.lr):
+            return slot
+        return advanced(cast("Any", self.lr), slot)
+
+    @property
+    def takes_metric(self) -> bool:
+        """Whether the `lr` is a `ReduceLROnPlateau`, moved by `step_schedule`."""
+        return isinstance(self.lr, ReduceLROnPlateau)
+
+    def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
+        """Return `state` after `ReduceLROnPlateau` saw `metrics`; `state` is unchanged.
+
+        The explicit call for a schedule that reacts to a metric (torch's
+        `scheduler.step(metrics)`), once per evaluation; the other schedules
+        advance with every `step` and take no metric.
+
+        Args:
+            state: The optimizer's state.
+            metrics: The metric: a number or a one-element tensor.
+
+        Returns:
+            The state with the schedule's new rate and counters.
+
+        Raises:
+            ValueError: If the `lr` is not a `ReduceLROnPlateau`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> plateau = optim.ReduceLROnPlateau(base_lr=1.0, patience=0)
+            >>> opt = optim.SGD(lr=plateau)
+            >>> state = opt.init(ParamDict(w=torch.ones(1)))
+            >>> for loss in (2.0, 2.0):
+            ...     state = opt.step_schedule(state, loss)
+            >>> state.schedule.lr
+            tensor(0.1000, dtype=torch.float64)
+        """
+        if not isinstance(self.lr, ReduceLROnPlateau):
+            kind = type(self.lr).__name__
+            msg = (
+                f"`step_schedule` takes a metric for a `ReduceLROnPlateau` `lr`; "
+                f"`{type(self).__name__}`'s `lr` is a {kind}, which "
+                "takes no metric (a schedule advances with every `step`)."
+            )
+            raise ValueError(msg)
+        given: Any = state
+        slot = getattr(given, "schedule", None)
+        check_slot(self, self.lr, slot)
+        new_slot = self.lr.step(cast(PlateauState, slot), metrics)
+        result: S = given._replace(schedule=new_slot)
+        return result
 
     @staticmethod
     def next_step(state: HasStep, /) -> Tensor:

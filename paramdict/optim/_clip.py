@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar, cast
 
 import attrs
+from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
@@ -76,6 +77,15 @@ class ClipGradNorm(Optimizer[S]):
     @override
     def check_state(self, params: ParamDict, state: S, /) -> None:
         self.optimizer.check_state(params, state)
+
+    @property
+    @override
+    def takes_metric(self) -> bool:
+        return self.optimizer.takes_metric
+
+    @override
+    def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
+        return self.optimizer.step_schedule(state, metrics)
 
     def init(self, params: ParamDict, /) -> S:
         """Return the wrapped optimizer's first state for `params`.

@@ -207,6 +207,50 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         for opt, keys, sub_state in zip(self._members(), routes, state):
             opt.check_state(subset(params, keys), sub_state)
 
+    @property
+    @override
+    def takes_metric(self) -> bool:
+        return any(opt.takes_metric for opt in self._members())
+
+    @override
+    def step_schedule(
+        self, state: tuple[S, ...], metrics: float | Tensor, /
+    ) -> tuple[S, ...]:
+        """Return `state` after every group's `ReduceLROnPlateau` saw `metrics`.
+
+        Groups whose `lr` is another schedule or a rate keep their state;
+        `state` is unchanged.
+
+        Args:
+            state: The tuple of group states from `init` or `step`.
+            metrics: The metric: a number or a one-element tensor.
+
+        Returns:
+            The new tuple of group states.
+
+        Raises:
+            ValueError: If no group's `lr` is a `ReduceLROnPlateau`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict.from_module(torch.nn.Linear(3, 2))
+            >>> plateau = optim.ReduceLROnPlateau(base_lr=0.1, patience=0)
+            >>> opt = optim.ParamGroups(
+            ...     {"bias": optim.SGD(lr=plateau)}, default=optim.SGD(lr=0.1)
+            ... )
+            >>> state = opt.init(params)
+            >>> for loss in (1.0, 1.0):
+            ...     state = opt.step_schedule(state, loss)
+            >>> state[0].schedule.lr, state[1].schedule
+            (tensor(0.0100, dtype=torch.float64), ())
+        """
+        if not self.takes_metric:
+            return super().step_schedule(state, metrics)
+        return tuple(
+            opt.step_schedule(sub_state, metrics) if opt.takes_metric else sub_state
+            for opt, sub_state in zip(self._members(), state, strict=True)
+        )
+
     @override
     def _step_in_place(
         self, params: ParamDict, grads: ParamDict, state: tuple[S, ...]

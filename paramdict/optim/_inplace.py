@@ -14,7 +14,7 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's overlap check has a private name only)
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -153,5 +153,6 @@ def written_state(state: S, new: S) -> S:
 def _storage(t: Tensor) -> int:
     """The address of the memory `t` reads (a DTensor's: its local shard's)."""
     if holds_dtensors([t]):
-        t = t.to_local()  # type: ignore[attr-defined]  # a DTensor, checked above
-    return t.untyped_storage().data_ptr()
+        t = cast("Tensor", t.to_local())  # type: ignore[attr-defined]  # a DTensor, checked above
+    address: int = t.untyped_storage().data_ptr()
+    return address

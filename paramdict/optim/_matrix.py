@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -23,7 +25,8 @@ def newton_schulz(
     tall = grad.size(0) > grad.size(1)
     if tall:
         x = x.T
-    x = x / x.norm().clamp(min=eps)
+    norm = cast(Tensor, x.norm())  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+    x = x / norm.clamp(min=eps)
     for _ in range(steps):
         gram = x @ x.T
         x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)

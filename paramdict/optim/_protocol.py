@@ -34,12 +34,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar, cast
 
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
 from ._inplace import check_writable, write_back, written_state
-from ._kernels import InPlaceKernels, Kernels, RecordedKernels
+from ._kernels import Kernels
+from ._kernels_inplace import InPlaceKernels
+from ._kernels_recorded import RecordedKernels
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 
 __all__ = ["Optimizer", "register_state"]
@@ -81,7 +84,8 @@ def _traced() -> bool:
     """Whether `torch.compile` or a `torch.func` transform (`vmap`, ...) runs `step`."""
     return (
         torch.compiler.is_compiling()
-        or torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportAttributeAccessIssue]  # not in torch's stubs
+        # Annotated as never None, but None when no transform runs.
+        or torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportUnnecessaryComparison]
     )
 
 
@@ -186,6 +190,42 @@ class Optimizer(abc.ABC, Generic[S]):
             ...
             TypeError: `SGD` needs a `SGDState` as its state, got AdamState. ...
         """
+
+    @property
+    def takes_metric(self) -> bool:
+        """Whether `step_schedule` applies: a `ReduceLROnPlateau` learning rate."""
+        return False
+
+    def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
+        """Return `state` after its `ReduceLROnPlateau` schedule saw `metrics`.
+
+        The one explicit call for a schedule that reacts to a metric (torch's
+        `scheduler.step(metrics)`); `TorchOptimizer` implements it, and
+        `ParamGroups`, `ClipGradNorm` and `MultiSteps` hand it to the optimizers
+        they hold. `state` is unchanged.
+
+        Args:
+            state: The optimizer's state.
+            metrics: The metric: a number or a one-element tensor.
+
+        Returns:
+            The new state.
+
+        Raises:
+            ValueError: If no learning rate here is a `ReduceLROnPlateau`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.SGD(lr=optim.ReduceLROnPlateau(base_lr=0.1))
+            >>> state = opt.step_schedule(opt.init(ParamDict(w=torch.ones(1))), 0.5)
+            >>> state.schedule.best
+            tensor(0.5000, dtype=torch.float64)
+        """
+        msg = (
+            f"`step_schedule` takes a metric for a `ReduceLROnPlateau` learning "
+            f"rate, and this `{type(self).__name__}` has none."
+        )
+        raise ValueError(msg)
 
     def _checked(
         self, params: ParamDict, grads: Mapping[str, Tensor], state: S

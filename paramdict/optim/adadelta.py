@@ -13,6 +13,7 @@ from ._base import TorchOptimizer
 from ._hyper import Rate, check_fraction, check_non_negative
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 __all__ = ["Adadelta", "AdadeltaState"]
 
@@ -25,6 +26,7 @@ class AdadeltaState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         square_avg: The running average of the squared gradients.
         acc_delta: The running average of the squared updates.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -39,6 +41,7 @@ class AdadeltaState(NamedTuple):
     step: Tensor
     square_avg: ParamDict
     acc_delta: ParamDict
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -52,8 +55,9 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
 
     Attributes:
         lr: Coefficient that scales the update: a number, a 0-dim tensor
-            (learnable with `differentiable=True`) or a ParamDict of per-key
-            values.
+            (learnable with `differentiable=True`), a ParamDict of per-key
+            values, or a schedule such as
+            `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         rho: Smoothing constant of the running averages, in [0, 1].
         eps: Term added inside the square roots for numerical stability.
         weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
@@ -79,7 +83,7 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
 
     state_type: ClassVar[type[AdadeltaState]] = AdadeltaState
 
-    lr: Rate = 1.0
+    lr: LearningRate = 1.0
     rho: float = attrs.field(default=0.9, validator=check_fraction)
     eps: float = attrs.field(default=1e-6, validator=check_non_negative)
     weight_decay: Rate = 0.0
@@ -118,5 +122,7 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
         delta = ops.mul(ops.div(delta, std), grads)
         acc_delta = ops.mul(state.acc_delta, rho)
         acc_delta = ops.addcmul(acc_delta, delta, delta, 1 - rho)
-        new_params = ops.sub_scaled(params, delta, self.rate("lr", step))
-        return new_params, AdadeltaState(step, square_avg, acc_delta)
+        new_params = ops.sub_scaled(params, delta, self.rate("lr", step, state))
+        return new_params, AdadeltaState(
+            step, square_avg, acc_delta, self.next_schedule(state)
+        )

@@ -16,6 +16,7 @@ from ._hyper import Rate, check_number, check_rate_keys
 from ._kernels import Kernels
 from ._keyed import check_keyed
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 __all__ = ["Adafactor", "AdafactorState"]
 
@@ -35,6 +36,7 @@ class AdafactorState(NamedTuple):
         col_var: Per matrix: the same over the second-to-last dimension.
         variance: Per entry of fewer than two dimensions: the running mean of
             the squared gradient.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -48,10 +50,33 @@ class AdafactorState(NamedTuple):
     row_var: ParamDict
     col_var: ParamDict
     variance: ParamDict
+    schedule: SlotState = ()
+
+
+def _norm(x: Tensor) -> Tensor:
+    """Return the 2-norm of all of `x`."""
+    return cast(Tensor, x.norm(2))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+
+
+def _row_mean(g: Tensor) -> Tensor:
+    """Return the mean square of each row of `g` (torch's `norm(dim=-1)**2 / n`)."""
+    norm = cast(Tensor, torch.norm(g, dim=-1, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+    return norm.square().div(g.size(-1))
+
+
+def _col_mean(g: Tensor) -> Tensor:
+    """Return the mean square of each column of `g`."""
+    norm = cast(Tensor, torch.norm(g, dim=-2, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+    return norm.square().div(g.size(-2))
+
+
+def _square(g: Tensor) -> Tensor:
+    """Return `g * g`."""
+    return g * g
 
 
 def _check_eps(instance: object, attribute: Any, value: Any) -> None:
-    pair = cast("tuple[object, ...]", value) if isinstance(value, tuple) else ()
+    pair = cast("tuple[object, ...]", value if isinstance(value, tuple) else ())
     first_ok = len(pair) == 2 and (pair[0] is None or _is_number(pair[0]))
     if not (first_ok and _is_number(pair[1])):
         msg = (
@@ -118,7 +143,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
 
     Attributes:
         lr: Learning rate (the cap of the relative step size): a number, a
-            0-dim tensor or a per-key ParamDict.
+            0-dim tensor, a per-key ParamDict, or a schedule.
         beta2_decay: The exponent of the second-moment decay: the running
             means move by `step ** beta2_decay` each step; `<= 0`.
         eps: `(eps1, eps2)`: the least second moment (`None`: the machine
@@ -148,7 +173,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
 
     state_type: ClassVar[type[AdafactorState]] = AdafactorState
 
-    lr: Rate = 1e-2
+    lr: LearningRate = 1e-2
     beta2_decay: float = attrs.field(default=-0.8, validator=_check_beta2_decay)
     eps: tuple[float | None, float] = attrs.field(
         default=(None, 1e-3), validator=_check_eps
@@ -232,7 +257,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         /,
     ) -> tuple[ParamDict, AdafactorState]:
         step = self.next_step(state)
-        lr = self.rate("lr", step)
+        lr = self.rate("lr", step, state)
         if self.maximize:
             grads = ops.neg(grads)
         eps2, d = self.eps[1], self.d
@@ -249,7 +274,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
                 else inverse_sqrt.clamp(max=rate)
             )
         alpha = {
-            k: (p.norm(2).to(step.dtype) / (p.numel() ** 0.5)).clamp(min=eps2) * rho[k]
+            k: (_norm(p).to(step.dtype) / (p.numel() ** 0.5)).clamp(min=eps2) * rho[k]
             for k, p in params.items()
         }
         params = ops.decay(params, lr, self.rate("weight_decay", step))
@@ -258,38 +283,34 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         vector_keys = tuple(k for k, v in grads.items() if v.dim() <= 1)
         matrix_grads = ops.subset(grads, matrix_keys)
         # The gradients are read again below: borrowed, never consumed.
-        row_mean = ops.apply(
-            ops.borrowed(matrix_grads),
-            lambda g: torch.norm(g, dim=-1, keepdim=True).square().div(g.size(-1)),
-        )
+        row_mean = ops.apply(ops.borrowed(matrix_grads), _row_mean)
         row_var = ops.lerp(state.row_var, row_mean, weight)
-        col_mean = ops.apply(
-            ops.borrowed(matrix_grads),
-            lambda g: torch.norm(g, dim=-2, keepdim=True).square().div(g.size(-2)),
-        )
+        col_mean = ops.apply(ops.borrowed(matrix_grads), _col_mean)
         col_var = ops.lerp(state.col_var, col_mean, weight)
-        estimate = ops.apply(
-            ops.borrowed(row_var),
-            lambda r, c: (r @ c).div(
+
+        def factored(r: Tensor, c: Tensor) -> Tensor:
+            return (r @ c).div(
                 r.mean(dim=-2, keepdim=True).clamp(min=self._eps1(r.dtype))
-            ),
-            col_var,
-        )
+            )
+
+        def scaled(v: Tensor, g: Tensor) -> Tensor:
+            return v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt().mul(g)
+
+        estimate = ops.apply(ops.borrowed(row_var), factored, col_var)
         vector_grads = ops.subset(grads, vector_keys)
-        squared = ops.apply(ops.borrowed(vector_grads), lambda g: g * g)
+        squared = ops.apply(ops.borrowed(vector_grads), _square)
         variance = ops.lerp(state.variance, squared, weight)
 
         estimates = {**estimate, **ops.borrowed(variance)}
         merged = params._derive([estimates[k] for k in params])
-        update = ops.apply(
-            merged,
-            lambda v, g: v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt().mul(g),
-            grads,
-        )
-        scale = {
+        update = ops.apply(merged, scaled, grads)
+        scale: dict[str, float | Tensor] = {
             k: alpha[k]
-            / (u.norm(2).to(step.dtype) / ((u.numel() ** 0.5) * d)).clamp(min=1.0)
+            / (_norm(u).to(step.dtype) / ((u.numel() ** 0.5) * d)).clamp(min=1.0)
             for k, u in update.items()
         }
         new_params = ops.sub_scaled_by_key(params, update, scale)
-        return new_params, AdafactorState(step, row_var, col_var, variance)
+        new_state = AdafactorState(
+            step, row_var, col_var, variance, self.next_schedule(state)
+        )
+        return new_params, new_state

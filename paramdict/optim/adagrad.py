@@ -14,6 +14,7 @@ from ._base import TorchOptimizer
 from ._hyper import Rate, check_non_negative, quotient
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 __all__ = ["Adagrad", "AdagradState"]
 
@@ -25,6 +26,7 @@ class AdagradState(NamedTuple):
     Attributes:
         step: The number of steps taken, a 0-dim tensor.
         sum: The accumulated squared gradients, keyed like the parameters.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -38,6 +40,7 @@ class AdagradState(NamedTuple):
 
     step: Tensor
     sum: ParamDict
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -52,7 +55,8 @@ class Adagrad(TorchOptimizer[AdagradState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         lr_decay: Learning-rate decay per step.
         weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
             or a ParamDict of per-key values.
@@ -78,7 +82,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
 
     state_type: ClassVar[type[AdagradState]] = AdagradState
 
-    lr: Rate = 1e-2
+    lr: LearningRate = 1e-2
     lr_decay: float = attrs.field(default=0.0, validator=check_non_negative)
     weight_decay: Rate = 0.0
     initial_accumulator_value: float = attrs.field(
@@ -136,9 +140,11 @@ class Adagrad(TorchOptimizer[AdagradState]):
     ) -> tuple[ParamDict, AdagradState]:
         step = self.next_step(state)
         grads = self.prologue(params, grads, step, ops)
-        minus_clr = -quotient(self.rate("lr", step), 1 + (step - 1) * self.lr_decay)
+        minus_clr = -quotient(
+            self.rate("lr", step, state), 1 + (step - 1) * self.lr_decay
+        )
         total = ops.addcmul(state.sum, grads, grads)
         std = ops.add(ops.sqrt(ops.borrowed(total)), self.eps)
         # torch's `addcdiv(g, std, value=-clr)`, the rate multiplying `g` first.
         new_params = ops.addcdiv(params, grads, std, minus_clr)
-        return new_params, AdagradState(step, total)
+        return new_params, AdagradState(step, total, self.next_schedule(state))

@@ -27,6 +27,7 @@ from ._hyper import (
 )
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 S = TypeVar("S", bound=HasStep)
 
@@ -53,6 +54,7 @@ class AdamState(NamedTuple):
         exp_avg_sq: The running average of the squared gradients.
         max_exp_avg_sq: The running maximum of `exp_avg_sq` (AMSGrad); empty
             unless `amsgrad=True`.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -68,6 +70,7 @@ class AdamState(NamedTuple):
     exp_avg: ParamDict
     exp_avg_sq: ParamDict
     max_exp_avg_sq: ParamDict
+    schedule: SlotState = ()
 
 
 def _check_flag(instance: object, attribute: Any, value: Any) -> None:
@@ -78,7 +81,7 @@ def _check_flag(instance: object, attribute: Any, value: Any) -> None:
 
 
 def _moments(
-    betas: tuple[float, float],
+    betas: tuple[float | Tensor, float],
     exp_avg: ParamDict,
     exp_avg_sq: ParamDict,
     grads: ParamDict,
@@ -98,18 +101,19 @@ def _decayed(
     params: ParamDict,
     grads: ParamDict,
     step: Tensor,
+    lr: Rate,
     ops: Kernels,
 ) -> tuple[ParamDict, ParamDict]:
     """Return `(params, grads)` after `maximize` and the weight decay.
 
-    Decoupled decay multiplies the parameters by `1 - lr * weight_decay`; else
-    the decay is the L2 term of the prologue.
+    Decoupled decay multiplies the parameters by `1 - lr * weight_decay` (`lr`
+    as the rule read it, scheduled or not); else the decay is the L2 term of the
+    prologue.
     """
     if not decoupled:
         return params, opt.prologue(params, grads, step, ops)
     if opt.maximize:
         grads = ops.neg(grads)
-    lr = opt.rate("lr", step)
     return ops.decay(params, lr, opt.rate("weight_decay", step)), grads
 
 
@@ -181,12 +185,12 @@ class _AdamFamily(TorchOptimizer[AdamState]):
     def update(
         self, params: ParamDict, grads: ParamDict, state: AdamState, ops: Kernels, /
     ) -> tuple[ParamDict, AdamState]:
-        beta1, beta2 = self.betas
+        beta1, beta2 = self.cycled("betas", state)
         step = self.next_step(state)
-        lr = self.rate("lr", step)
-        params, grads = _decayed(self, self._decoupled(), params, grads, step, ops)
+        lr = self.rate("lr", step, state)
+        params, grads = _decayed(self, self._decoupled(), params, grads, step, lr, ops)
         exp_avg, exp_avg_sq = _moments(
-            self.betas, state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
         )
         max_exp_avg_sq = state.max_exp_avg_sq
         second = exp_avg_sq
@@ -203,7 +207,10 @@ class _AdamFamily(TorchOptimizer[AdamState]):
         # torch's `addcdiv(m, denom, value=step_size)`; a tensor `step_size`
         # multiplies `m` first, as torch does with a tensor rate.
         new_params = ops.addcdiv(params, exp_avg, denom, step_size)
-        return new_params, AdamState(step, exp_avg, exp_avg_sq, max_exp_avg_sq)
+        new_state = AdamState(
+            step, exp_avg, exp_avg_sq, max_exp_avg_sq, self.next_schedule(state)
+        )
+        return new_params, new_state
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -220,7 +227,8 @@ class Adam(_AdamFamily):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         betas: Coefficients of the running averages of the gradient and its
             square, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
@@ -249,7 +257,7 @@ class Adam(_AdamFamily):
         tensor([0.9000, 2.1000])
     """
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -275,7 +283,8 @@ class AdamW(_AdamFamily):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         betas: Coefficients of the running averages, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
         weight_decay: Decoupled weight decay: a number, a 0-dim tensor or a
@@ -300,7 +309,7 @@ class AdamW(_AdamFamily):
         tensor([0.9500])
     """
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -325,6 +334,7 @@ class NAdamState(NamedTuple):
             dtype is float64).
         exp_avg: The running average of the gradients, keyed like the parameters.
         exp_avg_sq: The running average of the squared gradients.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -339,9 +349,10 @@ class NAdamState(NamedTuple):
     mu_product: Tensor
     exp_avg: ParamDict
     exp_avg_sq: ParamDict
+    schedule: SlotState = ()
 
 
-def _momentum(beta1: float, step: Tensor, momentum_decay: float) -> Tensor:
+def _momentum(beta1: float | Tensor, step: Tensor, momentum_decay: float) -> Tensor:
     """Return NAdam's momentum coefficient `mu` for `step`, in double precision."""
     return beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
 
@@ -359,7 +370,8 @@ class NAdam(TorchOptimizer[NAdamState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
         betas: Coefficients of the running averages of the gradient and its
             square, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
@@ -389,7 +401,7 @@ class NAdam(TorchOptimizer[NAdamState]):
 
     state_type: ClassVar[type[NAdamState]] = NAdamState
 
-    lr: Rate = 2e-3
+    lr: LearningRate = 2e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -425,17 +437,17 @@ class NAdam(TorchOptimizer[NAdamState]):
     def update(
         self, params: ParamDict, grads: ParamDict, state: NAdamState, ops: Kernels, /
     ) -> tuple[ParamDict, NAdamState]:
-        beta1, beta2 = self.betas
+        beta1, beta2 = self.cycled("betas", state)
         step = self.next_step(state)
-        lr = self.rate("lr", step)
+        lr = self.rate("lr", step, state)
         decoupled = self.decoupled_weight_decay
-        params, grads = _decayed(self, decoupled, params, grads, step, ops)
+        params, grads = _decayed(self, decoupled, params, grads, step, lr, ops)
         mu = _momentum(beta1, step, self.momentum_decay)
         mu_next = _momentum(beta1, step + 1, self.momentum_decay)
         # torch multiplies its stored `mu_product` in place, in that tensor's dtype.
         mu_product = state.mu_product * mu.to(state.mu_product.dtype)
         exp_avg, exp_avg_sq = _moments(
-            self.betas, state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
         )
         bias_correction2 = 1 - beta2**step
         denom = ops.sqrt(ops.div(ops.borrowed(exp_avg_sq), bias_correction2))
@@ -446,7 +458,10 @@ class NAdam(TorchOptimizer[NAdamState]):
         avg_size = quotient(product(lr, -mu_next), 1.0 - product_now * mu_next)
         new_params = ops.addcdiv(params, grads, denom, grad_size)
         new_params = ops.addcdiv(new_params, exp_avg, denom, avg_size)
-        return new_params, NAdamState(step, mu_product, exp_avg, exp_avg_sq)
+        new_state = NAdamState(
+            step, mu_product, exp_avg, exp_avg_sq, self.next_schedule(state)
+        )
+        return new_params, new_state
 
 
 @register_state
@@ -457,6 +472,7 @@ class RAdamState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         exp_avg: The running average of the gradients, keyed like the parameters.
         exp_avg_sq: The running average of the squared gradients.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -470,6 +486,7 @@ class RAdamState(NamedTuple):
     step: Tensor
     exp_avg: ParamDict
     exp_avg_sq: ParamDict
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -485,7 +502,8 @@ class RAdam(TorchOptimizer[RAdamState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
         betas: Coefficients of the running averages, each in [0, 1).
         eps: Term added to the denominator for numerical stability.
         weight_decay: Weight decay: an L2 penalty added to the gradient, or
@@ -512,7 +530,7 @@ class RAdam(TorchOptimizer[RAdamState]):
 
     state_type: ClassVar[type[RAdamState]] = RAdamState
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -544,13 +562,13 @@ class RAdam(TorchOptimizer[RAdamState]):
     def update(
         self, params: ParamDict, grads: ParamDict, state: RAdamState, ops: Kernels, /
     ) -> tuple[ParamDict, RAdamState]:
-        beta1, beta2 = self.betas
+        beta1, beta2 = self.cycled("betas", state)
         step = self.next_step(state)
-        lr = self.rate("lr", step)
+        lr = self.rate("lr", step, state)
         decoupled = self.decoupled_weight_decay
-        params, grads = _decayed(self, decoupled, params, grads, step, ops)
+        params, grads = _decayed(self, decoupled, params, grads, step, lr, ops)
         exp_avg, exp_avg_sq = _moments(
-            self.betas, state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
         )
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step
@@ -576,7 +594,9 @@ class RAdam(TorchOptimizer[RAdamState]):
         full = ops.mul(ops.mul(ops.borrowed(momentum), adaptive), rect)
         update = ops.where(rectified, full, momentum)
         new_params = ops.sub_scaled(params, update, 1)
-        return new_params, RAdamState(step, exp_avg, exp_avg_sq)
+        return new_params, RAdamState(
+            step, exp_avg, exp_avg_sq, self.next_schedule(state)
+        )
 
 
 @register_state
@@ -587,6 +607,7 @@ class AdamaxState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         exp_avg: The running average of the gradients, keyed like the parameters.
         exp_inf: The exponentially weighted infinity norm of the gradients.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -601,6 +622,7 @@ class AdamaxState(NamedTuple):
     step: Tensor
     exp_avg: ParamDict
     exp_inf: ParamDict
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -614,7 +636,8 @@ class Adamax(TorchOptimizer[AdamaxState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
         betas: Coefficients of the running average and of the infinity norm,
             each in [0, 1).
         eps: Term added to the denominator for numerical stability.
@@ -641,7 +664,7 @@ class Adamax(TorchOptimizer[AdamaxState]):
 
     state_type: ClassVar[type[AdamaxState]] = AdamaxState
 
-    lr: Rate = 2e-3
+    lr: LearningRate = 2e-3
     betas: tuple[float, float] = attrs.field(
         default=(0.9, 0.999), validator=check_betas
     )
@@ -672,12 +695,14 @@ class Adamax(TorchOptimizer[AdamaxState]):
     def update(
         self, params: ParamDict, grads: ParamDict, state: AdamaxState, ops: Kernels, /
     ) -> tuple[ParamDict, AdamaxState]:
-        beta1, beta2 = self.betas
+        beta1, beta2 = self.cycled("betas", state)
         step = self.next_step(state)
         grads = self.prologue(params, grads, step, ops)
         exp_avg = ops.lerp(state.exp_avg, grads, 1 - beta1)
         norm = ops.add(ops.abs(grads), self.eps)
         exp_inf = ops.maximum(ops.mul(state.exp_inf, beta2), norm)
-        clr = quotient(self.rate("lr", step), 1 - beta1**step)
+        clr = quotient(self.rate("lr", step, state), 1 - beta1**step)
         new_params = ops.addcdiv(params, exp_avg, exp_inf, -clr)
-        return new_params, AdamaxState(step, exp_avg, exp_inf)
+        return new_params, AdamaxState(
+            step, exp_avg, exp_inf, self.next_schedule(state)
+        )

@@ -20,6 +20,7 @@ from ._hyper import (
 )
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState, initial_rate
 
 __all__ = ["ASGD", "ASGDState"]
 
@@ -37,6 +38,7 @@ class ASGDState(NamedTuple):
         eta: The step size of the next step.
         mu: The averaging coefficient of the next step.
         ax: The running average of the parameters, keyed like them.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -51,6 +53,7 @@ class ASGDState(NamedTuple):
     eta: Tensor | ParamDict
     mu: Tensor
     ax: ParamDict
+    schedule: SlotState = ()
 
 
 def _eta(lr: Rate, lambd: float, alpha: float, step: Tensor) -> Tensor | ParamDict:
@@ -75,8 +78,9 @@ class ASGD(TorchOptimizer[ASGDState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`, through `eta`) or a ParamDict of per-key
-            values.
+            `differentiable=True`, through `eta`), a ParamDict of per-key
+            values, or a schedule such as
+            `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         lambd: Decay term.
         alpha: Power of the step-size decay.
         t0: The step at which averaging starts.
@@ -102,7 +106,7 @@ class ASGD(TorchOptimizer[ASGDState]):
 
     state_type: ClassVar[type[ASGDState]] = ASGDState
 
-    lr: Rate = 1e-2
+    lr: LearningRate = 1e-2
     lambd: float = attrs.field(default=1e-4, validator=check_number)
     alpha: float = attrs.field(default=0.75, validator=check_number)
     t0: float = attrs.field(default=1e6, validator=check_number)
@@ -127,7 +131,8 @@ class ASGD(TorchOptimizer[ASGDState]):
         """
         counter = self.counter(params)
         dtype = state_scalar_dtype(counter.device)
-        lr = self.rate("lr", counter + 1)
+        first = initial_rate(self.lr, params)
+        lr = self.rate("lr", counter + 1) if first is None else first
         eta = lr if isinstance(lr, ParamDict) else counter.new_full((), 0).add(lr)
         return ASGDState(
             counter,
@@ -181,10 +186,12 @@ class ASGD(TorchOptimizer[ASGDState]):
             1,
         )
         ax = ops.where(state.mu != 1, ax, new_params)
-        new_eta = _eta(self.rate("lr", step), lambd, self.alpha, step)
+        new_eta = _eta(self.rate("lr", step, state), lambd, self.alpha, step)
         mu = 1 / torch.clamp(step - self.t0, min=1)
         dtype = state.mu.dtype
-        return new_params, ASGDState(step, new_eta.to(dtype), mu.to(dtype), ax)
+        return new_params, ASGDState(
+            step, new_eta.to(dtype), mu.to(dtype), ax, self.next_schedule(state)
+        )
 
 
 def _one_minus(lambd: float, eta: Tensor | ParamDict) -> Tensor | ParamDict:

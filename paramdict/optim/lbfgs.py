@@ -102,6 +102,8 @@ class LBFGS:
 
     Attributes:
         lr: Learning rate (the first step along each direction): a number.
+            Not a schedule: LBFGS re-evaluates the loss within a step and is
+            not a `TorchOptimizer`, so it has no `schedule` state.
         max_iter: The most iterations per `step`.
         max_eval: The most closure evaluations per `step` (default
             `max_iter * 5 // 4`).
@@ -257,7 +259,7 @@ class _Run:
                 )  # None for an entry the loss does not use
                 grads = point._derive(
                     [
-                        torch.zeros_like(p) if g is None else g
+                        torch.zeros_like(p) if g is None else g  # pyright: ignore[reportUnnecessaryComparison]  # torch annotates Tensor; allow_unused gives None
                         for p, g in zip(point.values(), values)
                     ]
                 )

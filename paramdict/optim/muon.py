@@ -14,6 +14,7 @@ from ._base import TorchOptimizer
 from ._hyper import Rate, check_non_negative
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 __all__ = ["Muon", "MuonState"]
 
@@ -35,6 +36,7 @@ class MuonState(NamedTuple):
     Attributes:
         step: The number of steps taken, a 0-dim tensor.
         momentum_buffer: The momentum buffer, keyed like the parameters.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -48,13 +50,14 @@ class MuonState(NamedTuple):
 
     step: Tensor
     momentum_buffer: ParamDict
+    schedule: SlotState = ()
 
 
 def _check_coefficients(instance: object, attribute: Any, value: Any) -> None:
     ok = isinstance(value, tuple) and len(value) == 3  # pyright: ignore[reportUnknownArgumentType]  # checked here
     if not ok or not all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        for v in value
+        for v in cast("tuple[object, ...]", value)
     ):
         msg = f"`{attribute.name}` must be a tuple of three numbers, got {value!r}."
         raise TypeError(msg)
@@ -105,7 +108,8 @@ class Muon(TorchOptimizer[MuonState]):
     arguments.
 
     Attributes:
-        lr: Learning rate: a number, a 0-dim tensor or a per-key ParamDict.
+        lr: Learning rate: a number, a 0-dim tensor, a per-key ParamDict, or
+            a schedule (`CyclicLR` and `OneCycleLR` cycle `momentum` too).
         weight_decay: Decoupled weight decay, in any of the same forms.
         momentum: Momentum factor.
         nesterov: Use Nesterov momentum.
@@ -135,7 +139,7 @@ class Muon(TorchOptimizer[MuonState]):
 
     state_type: ClassVar[type[MuonState]] = MuonState
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     weight_decay: Rate = 0.1
     momentum: float = attrs.field(default=0.95, validator=check_non_negative)
     nesterov: bool = True
@@ -194,10 +198,11 @@ class Muon(TorchOptimizer[MuonState]):
         self, params: ParamDict, grads: ParamDict, state: MuonState, ops: Kernels, /
     ) -> tuple[ParamDict, MuonState]:
         step = self.next_step(state)
-        lr = self.rate("lr", step)
-        buffer = ops.lerp(state.momentum_buffer, grads, 1 - self.momentum)
+        lr = self.rate("lr", step, state)
+        momentum = self.cycled("momentum", state)
+        buffer = ops.lerp(state.momentum_buffer, grads, 1 - momentum)
         if self.nesterov:
-            update = ops.lerp(grads, buffer, self.momentum)
+            update = ops.lerp(grads, buffer, momentum)
         else:
             update = ops.borrowed(buffer)
         update = ops.orthogonalize(
@@ -205,4 +210,4 @@ class Muon(TorchOptimizer[MuonState]):
         )
         params = ops.decay(params, lr, self.rate("weight_decay", step))
         new_params = ops.sub_scaled_by_key(params, update, self._adjusted(params, lr))
-        return new_params, MuonState(step, buffer)
+        return new_params, MuonState(step, buffer, self.next_schedule(state))

@@ -13,6 +13,7 @@ from ._base import TorchOptimizer
 from ._hyper import Rate, check_fraction, check_non_negative
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 __all__ = ["RMSprop", "RMSpropState"]
 
@@ -26,6 +27,7 @@ class RMSpropState(NamedTuple):
         square_avg: The running average of the squared gradients.
         momentum_buffer: The momentum buffer; empty when `momentum == 0`.
         grad_avg: The running average of the gradients; empty unless `centered`.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -41,6 +43,7 @@ class RMSpropState(NamedTuple):
     square_avg: ParamDict
     momentum_buffer: ParamDict
     grad_avg: ParamDict
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -53,7 +56,8 @@ class RMSprop(TorchOptimizer[RMSpropState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`) or a ParamDict of per-key values.
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         alpha: Smoothing constant of the running averages, in [0, 1].
         eps: Term added to the denominator for numerical stability.
         weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
@@ -82,7 +86,7 @@ class RMSprop(TorchOptimizer[RMSpropState]):
 
     state_type: ClassVar[type[RMSpropState]] = RMSpropState
 
-    lr: Rate = 1e-2
+    lr: LearningRate = 1e-2
     alpha: float = attrs.field(default=0.99, validator=check_fraction)
     eps: float = attrs.field(default=1e-8, validator=check_non_negative)
     weight_decay: Rate = 0.0
@@ -119,7 +123,8 @@ class RMSprop(TorchOptimizer[RMSpropState]):
     ) -> tuple[ParamDict, RMSpropState]:
         alpha = self.alpha
         step = self.next_step(state)
-        lr = self.rate("lr", step)
+        lr = self.rate("lr", step, state)
+        momentum = self.cycled("momentum", state)
         grads = self.prologue(params, grads, step, ops)
         square_avg = ops.mul(state.square_avg, alpha)
         square_avg = ops.addcmul(square_avg, grads, grads, 1 - alpha)
@@ -133,8 +138,10 @@ class RMSprop(TorchOptimizer[RMSpropState]):
         avg = ops.add(avg, self.eps)
         buffer = state.momentum_buffer
         if self.momentum > 0:
-            buffer = ops.addcdiv(ops.mul(buffer, self.momentum), grads, avg)
+            buffer = ops.addcdiv(ops.mul(buffer, momentum), grads, avg)
             new_params = ops.sub_scaled(params, buffer, lr)
         else:
             new_params = ops.addcdiv(params, grads, avg, -lr)
-        return new_params, RMSpropState(step, square_avg, buffer, grad_avg)
+        return new_params, RMSpropState(
+            step, square_avg, buffer, grad_avg, self.next_schedule(state)
+        )

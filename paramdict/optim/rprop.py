@@ -12,9 +12,9 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
-from ._hyper import Rate
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState, initial_rate
 
 __all__ = ["Rprop", "RpropState"]
 
@@ -60,6 +60,7 @@ class RpropState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         prev: The previous step's gradient (zero where its sign flipped).
         step_size: The per-entry step sizes, starting at `lr`.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -74,6 +75,7 @@ class RpropState(NamedTuple):
     step: Tensor
     prev: ParamDict
     step_size: ParamDict
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -89,8 +91,9 @@ class Rprop(TorchOptimizer[RpropState]):
     are the constructor's keyword arguments.
 
     Attributes:
-        lr: The initial step size: a number, a 0-dim tensor or a ParamDict of
-            per-key values.
+        lr: The initial step size: a number, a 0-dim tensor, a ParamDict of
+            per-key values, or a schedule, whose first value is the initial
+            step size (torch reads `lr` only then; later values change nothing).
         etas: `(etaminus, etaplus)`, the factors that shrink and grow the step
             sizes, with `0 < etaminus < 1 < etaplus`.
         step_sizes: `(min, max)`, the bounds of the step sizes.
@@ -118,7 +121,7 @@ class Rprop(TorchOptimizer[RpropState]):
     state_type: ClassVar[type[RpropState]] = RpropState
     weight_decay = 0.0  # not an option: torch.optim.Rprop has no weight decay
 
-    lr: Rate = 1e-2
+    lr: LearningRate = 1e-2
     etas: tuple[float, float] = attrs.field(default=(0.5, 1.2), validator=_check_etas)
     step_sizes: tuple[float, float] = attrs.field(
         default=(1e-6, 50), validator=_check_step_sizes
@@ -141,7 +144,9 @@ class Rprop(TorchOptimizer[RpropState]):
             tensor([0.5000, 0.5000])
         """
         counter = self.counter(params)
-        lr = self.rate("lr", counter + 1)
+        # A schedule's first value: torch reads `lr` only to fill the step sizes.
+        first = initial_rate(self.lr, params)
+        lr = self.rate("lr", counter + 1) if first is None else first
         return RpropState(counter, params.zeros_like(), params.zeros_like().add(lr))
 
     @override
@@ -165,4 +170,4 @@ class Rprop(TorchOptimizer[RpropState]):
         grads = ops.masked_fill(grads, ops.eq(sign, etaminus), 0)
         direction = ops.sign(ops.borrowed(grads))
         new_params = ops.addcmul(params, direction, step_size, -1)
-        return new_params, RpropState(step, grads, step_size)
+        return new_params, RpropState(step, grads, step_size, self.next_schedule(state))

@@ -14,6 +14,7 @@ from ._base import TorchOptimizer
 from ._hyper import Rate, check_non_negative, check_number
 from ._kernels import Kernels
 from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
 
 __all__ = ["SGD", "SGDState"]
 
@@ -26,6 +27,7 @@ class SGDState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         momentum_buffer: The momentum buffer, keyed like the parameters; empty
             when `momentum == 0`.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -39,6 +41,7 @@ class SGDState(NamedTuple):
 
     step: Tensor
     momentum_buffer: ParamDict
+    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -54,8 +57,9 @@ class SGD(TorchOptimizer[SGDState]):
 
     Attributes:
         lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`, as in Meta-SGD) or a ParamDict of per-key
-            values (any shape that broadcasts to the entry).
+            `differentiable=True`, as in Meta-SGD), a ParamDict of per-key
+            values (any shape that broadcasts to the entry), or a schedule such
+            as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         momentum: Momentum factor.
         dampening: Dampening for momentum.
         weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
@@ -82,7 +86,7 @@ class SGD(TorchOptimizer[SGDState]):
 
     state_type: ClassVar[type[SGDState]] = SGDState
 
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     momentum: float = attrs.field(default=0.0, validator=check_non_negative)
     dampening: float = attrs.field(default=0.0, validator=check_number)
     weight_decay: Rate = 0.0
@@ -148,18 +152,20 @@ class SGD(TorchOptimizer[SGDState]):
         self, params: ParamDict, grads: ParamDict, state: SGDState, ops: Kernels, /
     ) -> tuple[ParamDict, SGDState]:
         step = self.next_step(state)
+        lr = self.rate("lr", step, state)
+        momentum = self.cycled("momentum", state)
         grads = self.prologue(params, grads, step, ops)
         buffer = state.momentum_buffer
         if self.momentum != 0:
             # torch starts the buffer at the first gradient, undamped, which is
             # the update below from a zero buffer unless there is dampening.
-            buffer = ops.mul(buffer, self.momentum)
+            buffer = ops.mul(buffer, momentum)
             buffer = ops.add_scaled(buffer, grads, 1 - self.dampening)
             if self.dampening != 0:
                 buffer = ops.where(step > 1, buffer, grads)
             if self.nesterov:
-                grads = ops.add_scaled(ops.borrowed(grads), buffer, self.momentum)
+                grads = ops.add_scaled(ops.borrowed(grads), buffer, momentum)
             else:
                 grads = buffer
-        new_params = ops.sub_scaled(params, grads, self.rate("lr", step))
-        return new_params, SGDState(step, buffer)
+        new_params = ops.sub_scaled(params, grads, lr)
+        return new_params, SGDState(step, buffer, self.next_schedule(state))

@@ -62,7 +62,14 @@ def muon_on_weights(**kwargs: Any) -> optim.Optimizer[Any]:
 
 
 def torch_muon_on_weights(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
-    """torch.optim.Muon on the 2-D parameters; the others get no optimizer."""
+    """torch.optim.Muon on the 2-D parameters; the others get no optimizer.
+
+    `params` is a list of tensors or of parameter groups (dicts with "params").
+    """
+    params = list(params)
+    if params and isinstance(params[0], dict):
+        groups = [g for g in params if all(p.dim() == 2 for p in g["params"])]
+        return torch.optim.Muon(groups, **kwargs)
     return torch.optim.Muon([p for p in params if p.dim() == 2], **kwargs)
 
 

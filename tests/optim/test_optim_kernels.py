@@ -34,6 +34,16 @@ def _cases() -> list[Any]:
             pytest.param(case.ours(**{**case.rich, "lr": lr}), id=f"{case.name}-{kind}")
             for kind, lr in lrs.items()
         ]
+        # A schedule that cycles the momentum or first beta where there is one.
+        config = case.ours(**case.rich)
+        cycles = hasattr(config, "betas") or getattr(config, "momentum", 0) > 0
+        schedule: optim.LRSchedule = (
+            optim.OneCycleLR(max_lr=0.05, total_steps=10)
+            if cycles
+            else optim.StepLR(base_lr=0.05, step_size=2, gamma=0.5)
+        )
+        scheduled = case.ours(**{**case.rich, "lr": schedule})
+        cases.append(pytest.param(scheduled, id=f"{case.name}-scheduled"))
     return cases + [pytest.param(opt, id=name) for name, opt in wrapped()]
 
 

@@ -72,7 +72,8 @@ def test_state_is_a_pytree_of_tensors(opt: optim.Optimizer[Any]) -> None:
 @pytest.mark.parametrize("opt", configured(combinators=False))
 def test_state_tree_spec_serializes(opt: optim.Optimizer[Any]) -> None:
     """A tree spec holding a state (as torch.export stores one) dumps and loads."""
-    spec = pytree.tree_structure(opt.init(ParamDict(w=torch.zeros(2, 2))))
+    params = ParamDict.from_module(make_model())  # Muon's row needs "*weight" keys
+    spec = pytree.tree_structure(opt.init(params))
     assert pytree.treespec_loads(pytree.treespec_dumps(spec)) == spec
 
 
@@ -132,7 +133,7 @@ def test_adafactor_state_is_factored_for_matrices() -> None:
     """Matrices keep `row_var` and `col_var`, vectors `variance`, as in torch."""
     params = ParamDict(w=torch.zeros(2, 3, 4), b=torch.zeros(4), s=torch.zeros(()))
     state = optim.Adafactor().init(params)
-    assert state._fields == ("step", "row_var", "col_var", "variance")
+    assert state._fields == ("step", "row_var", "col_var", "variance", "schedule")
     assert state.row_var["w"].shape == (2, 3, 1)
     assert state.col_var["w"].shape == (2, 1, 4)
     assert list(state.variance) == ["b", "s"]

@@ -26,7 +26,7 @@ class Lion(optim.TorchOptimizer[LionState]):
 
     state_type: ClassVar[type[LionState]] = LionState
 
-    lr: optim.Rate = 1e-4
+    lr: optim.LearningRate = 1e-4
     betas: tuple[float, float] = (0.9, 0.99)
     weight_decay: optim.Rate = 0.0
     maximize: bool = False

@@ -22,7 +22,10 @@ def check_configs(t: Tensor, p: ParamDict) -> None:
     assert_type(optim.AdamW(lr=p, weight_decay=0.0), optim.AdamW)
     assert_type(optim.RMSprop(centered=True, differentiable=True), optim.RMSprop)
     assert_type(optim.Adagrad(lr_decay=0.01), optim.Adagrad)
-    assert_type(optim.Adam().lr, float | Tensor | ParamDict)
+    assert_type(
+        optim.Adam().lr,
+        float | Tensor | ParamDict | optim.LRSchedule | optim.ReduceLROnPlateau,
+    )
     assert_type(optim.Adam().betas, tuple[float, float])
     assert_type(optim.SGD().differentiable, bool)
     rate: optim.Rate = t

@@ -1,0 +1,205 @@
+"""Gradient accumulation: apply an optimizer once every `every_k` calls."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple, cast
+
+import attrs
+import torch
+from torch import Tensor
+from torch.utils import _pytree as pytree
+from typing_extensions import override
+
+from .._paramdict import ParamDict
+from ._hyper import new_counter
+from ._kernels import Kernels
+from ._keyed import check_keyed
+from ._protocol import Optimizer, register_state
+
+__all__ = ["MultiSteps", "MultiStepsState"]
+
+
+@register_state
+class MultiStepsState(NamedTuple):
+    """The state of `MultiSteps`.
+
+    Attributes:
+        mini_step: Calls since the inner optimizer last stepped, a 0-dim tensor
+            in `[0, every_k)`.
+        acc_grads: The gradients accumulated (summed) since then, keyed like the
+            parameters.
+        inner_state: The wrapped optimizer's state.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.MultiSteps(optim.SGD(lr=1.0), every_k=2)
+        >>> params = ParamDict(w=torch.tensor([1.0]))
+        >>> _, state = opt.step(params, {"w": torch.tensor([3.0])}, opt.init(params))
+        >>> state.mini_step, state.acc_grads["w"]
+        (tensor(1., dtype=torch.float64), tensor([3.]))
+    """
+
+    mini_step: Tensor
+    acc_grads: ParamDict
+    inner_state: Any
+
+
+def _check_every_k(instance: object, attribute: Any, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
+        raise TypeError(msg)
+    if value < 1:
+        msg = f"`{attribute.name}` must be at least 1, got {value!r}."
+        raise ValueError(msg)
+
+
+def _check_reduction(instance: object, attribute: Any, value: Any) -> None:
+    if value not in ("mean", "sum"):
+        msg = f"`{attribute.name}` must be 'mean' or 'sum', got {value!r}."
+        raise ValueError(msg)
+
+
+def _check_optimizer(instance: object, attribute: Any, value: Any) -> None:
+    if not isinstance(value, Optimizer):
+        msg = (
+            f"`{attribute.name}` must be a paramdict optimizer, got "
+            f"{type(value).__name__}."
+        )
+        raise TypeError(msg)
+
+
+_MEAN: Literal["mean", "sum"] = (
+    "mean"  # typed: `attrs.field` widens a bare "mean" to str
+)
+
+
+@attrs.frozen(eq=False)
+class MultiSteps(Optimizer[MultiStepsState]):
+    """Accumulate gradients over `every_k` calls, then step `optimizer` once.
+
+    The functional form of gradient accumulation over micro-batches (optax's
+    `MultiSteps`). Each call adds `grads` to the accumulated gradients; on every
+    `every_k`-th call the wrapped optimizer steps with their mean (or sum, with
+    `reduction="sum"`) and the accumulator starts again from zero. On the other
+    calls the parameters and the wrapped optimizer's state come back unchanged.
+
+    The wrapped optimizer is used only through its public `init`, `update` and
+    `check_state`, so any optimizer works, and `differentiable` is the wrapped
+    one's. The choice
+    between the two outcomes is a `torch.where` on a step-count tensor: nothing
+    is read back to the host and a compiled step is one graph, at the price of
+    computing the inner update at every call.
+
+    Attributes:
+        optimizer: The optimizer to step every `every_k` calls.
+        every_k: The number of calls (micro-batches) per optimizer step.
+        reduction: `"mean"` (the default: the mean of the micro-batch gradients,
+            which equals the full-batch gradient of a mean loss) or `"sum"`.
+
+    Raises:
+        TypeError: If `optimizer` is not an `Optimizer` or `every_k` not an int.
+        ValueError: If `every_k < 1` or `reduction` is unknown.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> opt = optim.MultiSteps(optim.SGD(lr=1.0), every_k=2)
+        >>> params = ParamDict(w=torch.tensor([0.0]))
+        >>> state = opt.init(params)
+        >>> params, state = opt.step(params, {"w": torch.tensor([1.0])}, state)
+        >>> params["w"]  # accumulated, not applied
+        tensor([0.])
+        >>> params, state = opt.step(params, {"w": torch.tensor([3.0])}, state)
+        >>> params["w"]  # one SGD step with the mean gradient 2.0
+        tensor([-2.])
+    """
+
+    optimizer: Optimizer[Any] = attrs.field(validator=_check_optimizer)
+    every_k: int = attrs.field(kw_only=True, validator=_check_every_k)
+    # pyright solves `attrs.field`'s type from the default and widens it to str.
+    reduction: Literal["mean", "sum"] = attrs.field(  # pyright: ignore[reportAssignmentType]
+        default="mean", kw_only=True, validator=_check_reduction
+    )
+
+    differentiable: bool = attrs.field(init=False, repr=False)
+    """Whether `step` keeps the graph: the same as the wrapped optimizer's."""
+
+    def __attrs_post_init__(self) -> None:
+        """Take `differentiable` from the wrapped optimizer."""
+        object.__setattr__(self, "differentiable", self.optimizer.differentiable)
+
+    def init(self, params: ParamDict, /) -> MultiStepsState:
+        """Return the first state: no gradient accumulated, the inner first state.
+
+        Args:
+            params: The parameters to optimize; unchanged.
+
+        Returns:
+            A `MultiStepsState`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.MultiSteps(optim.Adam(), every_k=4)
+            >>> type(opt.init(ParamDict(w=torch.ones(2))).inner_state).__name__
+            'AdamState'
+        """
+        inner = self.optimizer.init(params)
+        return MultiStepsState(new_counter(params), params.zeros_like(), inner)
+
+    @override
+    def check_state(self, params: ParamDict, state: MultiStepsState, /) -> None:
+        given = cast(object, state)  # checked here: annotations are promises
+        if not isinstance(given, MultiStepsState):
+            msg = (
+                "`MultiSteps` needs a `MultiStepsState` as its state, got "
+                f"{type(state).__name__}. Use the state from this optimizer's `init`."
+            )
+            raise TypeError(msg)
+        check_keyed(params, state.acc_grads, what="The state's `acc_grads`")
+        self.optimizer.check_state(params, state.inner_state)
+
+    @property
+    @override
+    def takes_metric(self) -> bool:
+        return self.optimizer.takes_metric
+
+    @override
+    def step_schedule(
+        self, state: MultiStepsState, metrics: float | Tensor, /
+    ) -> MultiStepsState:
+        inner = self.optimizer.step_schedule(state.inner_state, metrics)
+        return state._replace(inner_state=inner)
+
+    @override
+    def update(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        state: MultiStepsState,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, MultiStepsState]:
+        acc = state.acc_grads.add(grads)
+        mini_step = state.mini_step + 1
+        apply = mini_step == self.every_k
+        update = acc.div(self.every_k) if self.reduction == "mean" else acc
+        # Borrowed: the inner rule must not write into the parameters, which are
+        # kept as they are on the calls that only accumulate.
+        stepped, inner = self.optimizer.update(
+            ops.borrowed(params), update, state.inner_state, ops
+        )
+        new_params = ops.where(apply, stepped, params)
+
+        def chosen(new: object, old: object) -> object:
+            if isinstance(new, Tensor):
+                return torch.where(apply, new, cast(Tensor, old))
+            return new
+
+        new_inner = pytree.tree_map(
+            chosen,
+            inner,
+            state.inner_state,
+        )
+        acc = acc.zeros_like().where(ParamDict.fromkeys(acc, apply), acc)
+        mini_step = torch.where(apply, torch.zeros_like(mini_step), mini_step)
+        return new_params, MultiStepsState(mini_step, acc, new_inner)

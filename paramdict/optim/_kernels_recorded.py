@@ -1,0 +1,54 @@
+"""The recorded (differentiable) implementation of the kernel vocabulary.
+
+See `_kernels.py` for the vocabulary and its functional implementation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from .._paramdict import ParamDict
+from ._hyper import Rate
+from ._kernels import Kernels, P
+
+__all__ = ["RecordedKernels"]
+
+
+class RecordedKernels(Kernels):
+    """The differentiable vocabulary: out of place, recorded by autograd.
+
+    The same results as `Kernels`, with `addcdiv` as a multiplication, a division
+    and an addition, which round the same way: torch's foreach `addcdiv` cannot
+    yet backpropagate into the divisor for every mix of entry shapes.
+
+    Args:
+        dtype: As for `Kernels`.
+        device: As for `Kernels`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> lr = torch.tensor(0.5, requires_grad=True)
+        >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
+        >>> ops = optim.RecordedKernels.for_params(p)
+        >>> new = ops.addcdiv(p, p, p.full_like(2.0), lr)
+        >>> new["w"].grad_fn is not None
+        True
+    """
+
+    __slots__ = ()
+
+    @override
+    def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
+        if isinstance(value, (Tensor, ParamDict)):
+            a = self.mul(a, value)
+        elif value != 1:
+            a = a.mul(value)
+        return x.add(a.div(b))
+
+    @override
+    def _sub_scaled(self, x: Tensor, y: Tensor, rate: float | Tensor) -> Tensor:
+        if isinstance(rate, Tensor):
+            return torch.sub(x, y * rate.to(x.dtype))  # a tensor: differentiable
+        return torch.add(x, y.to(x.dtype), alpha=-rate)

@@ -1,0 +1,287 @@
+"""The schedule state, the schedule base classes and their exact scalar arithmetic.
+
+A schedule is an immutable configuration with a pure, explicit state:
+
+    state = schedule.init(lr)        # torch's scheduler right after construction
+    state = schedule.step(state)     # one `scheduler.step()`
+    state.lr                         # `scheduler.get_last_lr()[0]`, a 0-dim tensor
+
+Every number in the state is a 0-dim double-precision tensor, so a compiled
+function that steps a schedule sees no Python number that changes from step to
+step, and branches on the step count are `torch.where` selections. The arithmetic
+repeats `torch.optim.lr_scheduler`'s recursive formulas operation by operation:
+IEEE double arithmetic on tensors rounds as Python floats do, with two
+exceptions handled here. `tensor ** number` takes shortcuts for some exponents
+(`x * x * x` for 3) that round differently from Python's `pow`, so exponents are
+tensors too (`_pow`); and `torch.cos` differs from `math.cos` by one unit in the
+last place for some arguments (14 of 9,600 tested), so `_cos` takes the real part
+of a complex exponential, which the CPU computes with the C library's `cos`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar, NamedTuple
+
+import attrs
+import torch
+from torch import Tensor
+
+from .._paramdict import ParamDict
+from ._protocol import register_state
+
+__all__ = ["LRSchedule", "ScheduleState"]
+
+
+@register_state
+class ScheduleState(NamedTuple):
+    """The state of a learning-rate schedule: its position and current value.
+
+    Attributes:
+        last_epoch: torch's `last_epoch`: the number of `step` calls (0 after
+            `init`), a 0-dim float64 tensor.
+        base_lr: torch's `initial_lr` (`base_lrs[0]`), a 0-dim float64 tensor.
+        lr: The current learning rate, torch's `get_last_lr()[0]`.
+        momentum: The cycled momentum (or first beta) of `CyclicLR` and
+            `OneCycleLR` with `cycle_momentum=True`; `None` otherwise.
+        counters: Schedule-specific counters (`CosineAnnealingWarmRestarts`:
+            `T_cur`, `T_i`; `ReduceLROnPlateau`: `best`, `num_bad_epochs`,
+            `cooldown_counter`); empty for the others.
+        children: The states of the schedules of `SequentialLR` and
+            `ChainedScheduler`; empty for the others.
+
+    Example:
+        >>> from paramdict import optim
+        >>> schedule = optim.StepLR(step_size=2, gamma=0.5)
+        >>> state = schedule.init(1.0)
+        >>> for _ in range(2):
+        ...     state = schedule.step(state)
+        >>> state.last_epoch, state.lr
+        (tensor(2., dtype=torch.float64), tensor(0.5000, dtype=torch.float64))
+    """
+
+    last_epoch: Tensor
+    base_lr: Tensor
+    lr: Tensor
+    momentum: Tensor | None
+    counters: tuple[Tensor, ...]
+    children: tuple[ScheduleState, ...]
+
+
+# ---------------------------------------------------------------- exact scalars
+
+
+def scalar(value: float | Tensor, like: Tensor | None = None) -> Tensor:
+    """Return `value` as a 0-dim float64 tensor (on `like`'s device)."""
+    device = like.device if like is not None else None
+    if isinstance(value, Tensor):
+        return value.to(dtype=torch.float64, device=device)
+    return torch.tensor(value, dtype=torch.float64, device=device)
+
+
+def pow_(base: float | Tensor, exponent: float | Tensor, like: Tensor) -> Tensor:
+    """Return `base ** exponent` rounded as Python's `pow` (tensor operands only)."""
+    return torch.pow(scalar(base, like), scalar(exponent, like))
+
+
+def cos(x: Tensor) -> Tensor:
+    """Return `cos(x)` equal to `math.cos` bitwise (on the CPU).
+
+    `torch.cos` is off by one unit in the last place for some arguments; the real
+    part of `exp(i x)` comes from the C library's `cos` (times `exp(0) = 1`).
+    """
+    return torch.exp(torch.complex(torch.zeros_like(x), x)).real
+
+
+def rdiv(number: float, x: Tensor) -> Tensor:
+    """Return `number / x` rounded once (`number / x` is a reciprocal and a product)."""
+    return torch.div(x.new_full((), number), x)
+
+
+def nonzero(x: Tensor) -> Tensor:
+    """Return `x` with zeros replaced by one: a divisor for a branch `where` drops.
+
+    `torch.where` evaluates both branches; a division by zero in the dropped one
+    would put `nan` into the gradient of the kept one.
+    """
+    return torch.where(x == 0, torch.ones_like(x), x)
+
+
+def check_int(name: str, value: Any, *, minimum: int) -> None:
+    """Raise unless `value` is an `int` (not a bool) of at least `minimum`."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        msg = f"`{name}` must be an int, got {type(value).__name__}."
+        raise TypeError(msg)
+    if value < minimum:
+        msg = f"`{name}` must be at least {minimum}, got {value!r}."
+        raise ValueError(msg)
+
+
+def check_float(name: str, value: Any) -> None:
+    """Raise `TypeError` unless `value` is a real number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        msg = f"`{name}` must be a number, got {type(value).__name__}."
+        raise TypeError(msg)
+
+
+def check_base(lr: Any) -> None:
+    """Raise unless `lr` is a number or a 0-dim floating-point tensor."""
+    if isinstance(lr, ParamDict):
+        msg = (
+            "A schedule's base learning rate must be a number or a 0-dim tensor, "
+            "got a ParamDict of per-key values. For per-key schedules give each "
+            "group of keys its own optimizer and schedule with `optim.ParamGroups`."
+        )
+        raise TypeError(msg)
+    if isinstance(lr, Tensor):
+        if lr.dim() != 0 or not lr.is_floating_point():
+            msg = (
+                "A schedule's base learning rate must be a number or a 0-dim "
+                f"floating-point tensor, got shape {tuple(lr.shape)} and {lr.dtype}."
+            )
+            raise ValueError(msg)
+        return
+    check_float("lr", lr)
+
+
+def _check_base_lr(instance: object, attribute: Any, value: Any) -> None:
+    if value is not None:
+        check_base(value)
+
+
+def base_of(schedule: Any, lr: float | Tensor | None) -> float | Tensor:
+    """Return the base rate for `init`: `lr`, else the schedule's `base_lr`."""
+    given: float | Tensor | None = schedule.base_lr if lr is None else lr
+    if given is None:
+        if not schedule.takes_base:
+            return 0.0  # the schedule sets its own rates and ignores the base
+        msg = (
+            f"`{type(schedule).__name__}` needs its base learning rate: give "
+            f"`base_lr=` when building it (`{type(schedule).__name__}(base_lr=0.1, "
+            "...)`) or pass it to `init`."
+        )
+        raise ValueError(msg)
+    check_base(given)
+    return given
+
+
+# ---------------------------------------------------------------- base classes
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class LRSchedule(abc.ABC):
+    """The base of every learning-rate schedule except `ReduceLROnPlateau`.
+
+    A subclass is an immutable configuration with `torch.optim.lr_scheduler`'s
+    arguments, less the optimizer, plus `base_lr`: the base learning rate
+    (torch's `initial_lr`, the optimizer's `lr`). A schedule is the `lr` of any
+    `TorchOptimizer` (`optim.Adam(lr=optim.CosineAnnealingLR(base_lr=0.1,
+    T_max=100))`), which keeps its state; on its own, `init` gives the state and
+    `step` is pure; the schedule's position and value live in the returned
+    `ScheduleState`.
+
+    Subclasses define `_initial` (the value after torch's constructor), `_advance`
+    (one `scheduler.step()`) and, for `SequentialLR`, `_restart`
+    (`scheduler._update_lr(0)`). Each receives `current`, the learning rate the
+    optimizer holds now, which the recursive formulas start from; a schedule on
+    its own passes its own `lr`, `SequentialLR` and `ChainedScheduler` pass the
+    value their children share.
+
+    Example:
+        >>> from paramdict import optim
+        >>> def rates(schedule: optim.LRSchedule, lr: float, n: int) -> list[float]:
+        ...     state, out = schedule.init(lr), []
+        ...     for _ in range(n):
+        ...         out.append(float(state.lr))
+        ...         state = schedule.step(state)
+        ...     return out
+        >>> rates(optim.StepLR(step_size=2, gamma=0.5), 1.0, 5)
+        [1.0, 1.0, 0.5, 0.5, 0.25]
+
+    Attributes:
+        base_lr: The base learning rate: a number or a 0-dim floating-point
+            tensor (which may require grad, for a learned base rate), or `None`
+            to give it to `init` instead. `CyclicLR` and `OneCycleLR` set their
+            own rates, as torch does (`CyclicLR.base_lr` is its lower rate).
+    """
+
+    takes_base: ClassVar[bool] = True
+    """Whether the schedule starts from a base rate (not `CyclicLR`, `OneCycleLR`)."""
+
+    base_lr: float | Tensor | None = attrs.field(default=None, validator=_check_base_lr)
+
+    def init(self, lr: float | Tensor | None = None, /) -> ScheduleState:
+        """Return the state right after torch's constructor, for base rate `lr`.
+
+        Args:
+            lr: The optimizer's learning rate (torch's `initial_lr`): a number or
+                a 0-dim floating-point tensor, which may require grad; `None`
+                for the schedule's own `base_lr`. `CyclicLR` and `OneCycleLR`
+                take theirs from their own arguments, as torch does, and ignore
+                it.
+
+        Returns:
+            A `ScheduleState` at `last_epoch == 0`.
+
+        Raises:
+            TypeError: If `lr` is not a number or a tensor.
+            ValueError: If `lr` is a tensor with dimensions or not floating
+                point, or neither `lr` nor `base_lr` is given.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.LinearLR(start_factor=0.5).init(0.1).lr
+            tensor(0.0500, dtype=torch.float64)
+        """
+        base = scalar(base_of(self, lr))
+        return self._initial(base, base)
+
+    def step(self, state: ScheduleState, /) -> ScheduleState:
+        """Return the state after one `scheduler.step()`; `state` is unchanged.
+
+        Args:
+            state: The state from `init` or from the previous `step`.
+
+        Returns:
+            The next state; its `lr` is torch's `get_last_lr()[0]` after as many
+            `step()` calls, bitwise on the CPU.
+
+        Example:
+            >>> from paramdict import optim
+            >>> schedule = optim.ExponentialLR(gamma=0.5)
+            >>> schedule.step(schedule.init(1.0)).lr
+            tensor(0.5000, dtype=torch.float64)
+        """
+        return self._advance(state, state.lr)
+
+    @abc.abstractmethod
+    def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
+        """Return the state after the constructor, the optimizer holding `current`."""
+
+    @abc.abstractmethod
+    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
+        """Return the state after one `step()`, the optimizer holding `current`."""
+
+    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
+        """Return the state after `_update_lr(0)`: `get_lr()` at epoch 0."""
+        epoch = torch.zeros_like(state.last_epoch)
+        return self._advance(state._replace(last_epoch=epoch - 1), current)
+
+
+def new_state(
+    base: Tensor,
+    lr: Tensor,
+    *,
+    last_epoch: Tensor | None = None,
+    momentum: Tensor | None = None,
+    counters: tuple[Tensor, ...] = (),
+    children: tuple[ScheduleState, ...] = (),
+) -> ScheduleState:
+    """Return a `ScheduleState`, at epoch 0 unless `last_epoch` is given."""
+    if last_epoch is None:
+        last_epoch = torch.zeros((), dtype=torch.float64, device=base.device)
+    if lr is base:
+        # Two fields holding one tensor would make a compiled `step` see
+        # different aliasing on its first call than later, and recompile.
+        lr = lr.clone()
+    return ScheduleState(last_epoch, base, lr, momentum, counters, children)

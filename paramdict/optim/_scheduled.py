@@ -1,0 +1,207 @@
+"""A schedule as an optimizer's learning rate: the state slot and its checks.
+
+`TorchOptimizer` takes a schedule where it takes a rate (`lr=optim.
+CosineAnnealingLR(base_lr=0.1, T_max=100)`). The schedule's state lives in the
+optimizer's state, in its last field, `schedule` (`()` for a plain rate), so
+`step` stays pure, the state saves and loads with `weights_only=True`, and a
+compiled step sees tensors only. The rule reads the current value (torch's
+`get_last_lr()[0]`, and the cycled momentum of `CyclicLR` and `OneCycleLR`), and
+the slot advances once per update: torch's `optimizer.step(); scheduler.step()`.
+`ReduceLROnPlateau` advances only through `step_schedule(state, metrics)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias, cast
+
+import torch
+from torch import Tensor
+from torch.utils import _pytree as pytree
+
+from .._paramdict import ParamDict
+from ._hyper import Rate
+from ._schedule import LRSchedule, ScheduleState
+from ._schedule_cyclic import (
+    ChainedScheduler,
+    CyclicLR,
+    OneCycleLR,
+    PlateauState,
+    ReduceLROnPlateau,
+    SequentialLR,
+)
+from .lr_scheduler import CosineAnnealingWarmRestarts
+
+__all__ = [
+    "LearningRate",
+    "Schedule",
+    "SlotState",
+    "advanced",
+    "check_fits",
+    "check_slot",
+    "cycles_momentum",
+    "first_state",
+    "initial_rate",
+    "is_schedule",
+]
+
+Schedule: TypeAlias = LRSchedule | ReduceLROnPlateau
+"""A learning-rate schedule: any `LRSchedule`, or `ReduceLROnPlateau`."""
+
+LearningRate: TypeAlias = Rate | LRSchedule | ReduceLROnPlateau
+"""A rate (number, 0-dim tensor, per-key ParamDict) or a schedule."""
+
+SlotState: TypeAlias = ScheduleState | PlateauState | tuple[()]
+"""The `schedule` field of an optimizer's state: `()` (no leaves) for a plain rate."""
+
+
+def is_schedule(value: object) -> bool:
+    """Return whether `value` is a schedule (not a plain rate)."""
+    return isinstance(value, (LRSchedule, ReduceLROnPlateau))
+
+
+def cycles_momentum(schedule: Schedule) -> bool:
+    """Return whether `schedule` sets the momentum (or first beta) too."""
+    return isinstance(schedule, (CyclicLR, OneCycleLR)) and schedule.cycle_momentum
+
+
+def check_fits(owner: Any, schedule: Schedule) -> None:
+    """Raise unless `owner`, a `TorchOptimizer`, can run with `schedule` as `lr`.
+
+    Its state must have the `schedule` field; the schedule must know its base
+    rate; and a schedule that cycles the momentum needs an optimizer with a
+    momentum (`momentum > 0`, which keeps a buffer) or `betas`.
+    """
+    name = type(owner).__name__
+    state_type: type[Any] = getattr(owner, "state_type", object)
+    fields: tuple[str, ...] = getattr(state_type, "_fields", ())
+    if "schedule" not in fields:
+        msg = (
+            f"`{name}` cannot take a schedule as `lr`: its state "
+            f"`{state_type.__name__}` has no `schedule` field. Add "
+            "`schedule: SlotState = ()` as the state's last field and carry it "
+            "with `self.next_schedule(state)` in the rule."
+        )
+        raise TypeError(msg)
+    if type(schedule).takes_base and schedule.base_lr is None:
+        msg = (
+            f"The `{type(schedule).__name__}` given as `lr` needs its base learning "
+            f"rate: build it with `base_lr=` (`{type(schedule).__name__}("
+            "base_lr=0.1, ...)`)."
+        )
+        raise ValueError(msg)
+    if not cycles_momentum(schedule):
+        return
+    momentum: object = getattr(owner, "momentum", None)
+    if momentum is None and not hasattr(owner, "betas"):
+        msg = (
+            f"`{type(schedule).__name__}(cycle_momentum=True)` sets the momentum "
+            f"or the first beta, and `{name}` has neither. Pass "
+            "`cycle_momentum=False`."
+        )
+        raise ValueError(msg)
+    if momentum is not None and momentum == 0:
+        msg = (
+            f"`{type(schedule).__name__}(cycle_momentum=True)` sets `{name}`'s "
+            "momentum, but `momentum=0` keeps no momentum buffer. Give the "
+            "optimizer a momentum (any value above 0: the schedule replaces it) "
+            "or pass `cycle_momentum=False`."
+        )
+        raise ValueError(msg)
+
+
+def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | PlateauState:
+    """Return the schedule's first state, on the device of `params`."""
+    state = schedule.init()
+    first = next(iter(params.values()), None)
+    if first is None or first.device == state.lr.device:
+        return state
+    device = first.device
+
+    def to_device(x: object) -> object:
+        return x.to(device) if isinstance(x, Tensor) else x
+
+    moved: ScheduleState | PlateauState = pytree.tree_map(to_device, state)
+    return moved
+
+
+def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
+    """Return a schedule's rate for the first step, or None for a plain rate.
+
+    For the rules that read `lr` when they build their state (Rprop's step
+    sizes, ASGD's `eta`): the value torch's scheduler writes on construction.
+    """
+    if not isinstance(lr, (LRSchedule, ReduceLROnPlateau)):
+        return None
+    return first_state(lr, params).lr
+
+
+def advanced(schedule: Schedule, state: SlotState) -> SlotState:
+    """Return the slot after one optimizer step: one `scheduler.step()`.
+
+    `ReduceLROnPlateau` moves only with a metric (`step_schedule`); past
+    `OneCycleLR`'s `total_steps` its last phase continues (torch raises; a
+    check here would read the step on the host at every step).
+    """
+    if isinstance(schedule, ReduceLROnPlateau) or not isinstance(state, ScheduleState):
+        return state
+    return schedule._advance(state, state.lr)  # pyright: ignore[reportPrivateUsage]  # this package's own
+
+
+def _layout(schedule: Schedule) -> tuple[object, ...]:
+    if isinstance(schedule, ReduceLROnPlateau):
+        return ("plateau",)
+    counters = 2 if isinstance(schedule, CosineAnnealingWarmRestarts) else 0
+    children: tuple[object, ...] = ()
+    if isinstance(schedule, (SequentialLR, ChainedScheduler)):
+        children = tuple(_layout(s) for s in schedule.schedulers)
+    return (cycles_momentum(schedule), counters, children)
+
+
+def _state_layout(state: object) -> tuple[object, ...] | None:
+    if isinstance(state, PlateauState):
+        return ("plateau",)
+    if not isinstance(state, ScheduleState):
+        return None
+    children: tuple[object, ...] = tuple(_state_layout(c) for c in state.children)
+    return (state.momentum is not None, len(state.counters), children)
+
+
+def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
+    """Raise unless `state` (a state's `schedule` field) belongs to `schedule`.
+
+    The check is structural (the kind of state, its counters and children): two
+    schedules with states of one shape, such as `StepLR` and `ExponentialLR`,
+    cannot be told apart.
+    """
+    name = type(owner).__name__
+    if not is_schedule(schedule):
+        if not (
+            isinstance(state, tuple) and len(cast("tuple[object, ...]", state)) == 0
+        ):
+            msg = (
+                f"The state's `schedule` holds a schedule's state, but `{name}`'s "
+                "`lr` is not a schedule. Use the state from this optimizer's `init`."
+            )
+            raise ValueError(msg)
+        return
+    assert isinstance(schedule, (LRSchedule, ReduceLROnPlateau))
+    kind = type(schedule).__name__
+    got = _state_layout(state)
+    if got is None or got != _layout(schedule):
+        what = (
+            "no schedule state"
+            if got is None
+            else f"a {type(state).__name__} of another shape"
+        )
+        msg = (
+            f"The state's `schedule` must be the state of `{name}`'s `{kind}`, got "
+            f"{what}. Use the state from this optimizer's `init`."
+        )
+        raise ValueError(msg)
+    tensor = state.lr if isinstance(state, (ScheduleState, PlateauState)) else None
+    if not (isinstance(tensor, Tensor) and tensor.dim() == 0):
+        msg = "The state's `schedule.lr` must be a 0-dim tensor."
+        raise TypeError(msg)
+    if tensor.dtype != torch.float64 and tensor.device.type != "mps":
+        msg = f"The state's `schedule.lr` must be float64, got {tensor.dtype}."
+        raise TypeError(msg)

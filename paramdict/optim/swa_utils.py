@@ -1,0 +1,253 @@
+"""Weight averaging (EMA and SWA) of keyed params and buffers, and `update_bn`.
+
+The functional `torch.optim.swa_utils`: an `AveragedModel`'s running average
+as a `WeightAverage` configuration and an `AveragedState`, and `update_bn`
+returning recomputed BatchNorm statistics instead of writing them into a module.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, NamedTuple, cast
+
+import attrs
+import torch
+from torch import Tensor, nn
+
+from .._paramdict import ParamDict
+from ._protocol import register_state
+
+__all__ = ["AveragedState", "WeightAverage", "update_bn"]
+
+
+@register_state
+class AveragedState(NamedTuple):
+    """The state of a `WeightAverage`: the average and how many values it holds.
+
+    Attributes:
+        n_averaged: The number of `update` calls, a 0-dim `int64` tensor (torch's
+            `AveragedModel.n_averaged`).
+        averaged: The running average, keyed like the averaged values.
+
+    Example:
+        >>> from paramdict import optim
+        >>> swa = optim.WeightAverage.swa()
+        >>> state = swa.init(ParamDict(w=torch.zeros(2)))
+        >>> state = swa.update(state, ParamDict(w=torch.ones(2)))
+        >>> state.n_averaged, state.averaged["w"]
+        (tensor(1), tensor([1., 1.]))
+    """
+
+    n_averaged: Tensor
+    averaged: ParamDict
+
+
+def _check_decay(instance: object, attribute: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        msg = f"`{attribute.name}` must be a number, got {type(value).__name__}."
+        raise TypeError(msg)
+    if not 0.0 <= value <= 1.0:
+        msg = (
+            f"Invalid decay value {value!r} provided. Please provide a value in "
+            "[0,1] range."
+        )
+        raise ValueError(msg)
+
+
+def _check_kind(instance: object, attribute: Any, value: Any) -> None:
+    if value not in ("ema", "swa"):
+        msg = f"`{attribute.name}` must be 'ema' or 'swa', got {value!r}."
+        raise ValueError(msg)
+
+
+@attrs.frozen(kw_only=True)
+class WeightAverage:
+    """A running average of keyed values: EMA or SWA, as `AveragedModel` keeps it.
+
+    `update(state, values)` does what `AveragedModel.update_parameters(model)`
+    does to the averaged copy: the first update copies the values, each later
+    one averages them in: `ema` with `get_ema_multi_avg_fn(decay)` (a `lerp`
+    toward the values by `1 - decay`), `swa` with the default equal-weight
+    average `avg + (value - avg) / (n_averaged + 1)`. Pass parameters and
+    buffers together (`ParamDict.from_module(model, buffers=True)`) for
+    `use_buffers=True`: BatchNorm running statistics are averaged too, and
+    integer entries (`num_batches_tracked`) are averaged in floating point and
+    truncated, as torch does.
+
+    Build one with `WeightAverage.ema(decay)` or `WeightAverage.swa()`.
+
+    Attributes:
+        kind: `"ema"` or `"swa"`.
+        decay: The EMA decay, in [0, 1] (unused by `swa`).
+
+    Raises:
+        ValueError: If `decay` is outside [0, 1] or `kind` is unknown.
+        TypeError: If `decay` is not a number.
+
+    Example:
+        >>> from paramdict import optim
+        >>> ema = optim.WeightAverage.ema(0.5)
+        >>> state = ema.init(ParamDict(w=torch.zeros(1)))
+        >>> for value in (4.0, 0.0):
+        ...     state = ema.update(state, ParamDict(w=torch.tensor([value])))
+        >>> state.averaged["w"]
+        tensor([2.])
+    """
+
+    kind: Literal["ema", "swa"] = attrs.field(validator=_check_kind)
+    decay: float = attrs.field(default=0.999, validator=_check_decay)
+
+    @classmethod
+    def ema(cls, decay: float = 0.999, /) -> WeightAverage:
+        """Return an exponential moving average (torch's `get_ema_multi_avg_fn`).
+
+        Args:
+            decay: The weight of the old average at each update, in [0, 1].
+
+        Returns:
+            A `WeightAverage` of kind `"ema"`.
+
+        Raises:
+            ValueError: If `decay` is outside [0, 1].
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.WeightAverage.ema(0.99).decay
+            0.99
+        """
+        return cls(kind="ema", decay=decay)
+
+    @classmethod
+    def swa(cls) -> WeightAverage:
+        """Return the equal-weight average of stochastic weight averaging.
+
+        Returns:
+            A `WeightAverage` of kind `"swa"`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.WeightAverage.swa().kind
+            'swa'
+        """
+        return cls(kind="swa")
+
+    def init(self, values: ParamDict, /) -> AveragedState:
+        """Return the first state: a detached copy of `values`, none averaged yet.
+
+        Args:
+            values: The values to average (parameters, and buffers if wanted).
+
+        Returns:
+            An `AveragedState` with `n_averaged == 0`.
+
+        Raises:
+            TypeError: If `values` is not a ParamDict.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.WeightAverage.ema().init(ParamDict(w=torch.ones(1))).n_averaged
+            tensor(0)
+        """
+        if not isinstance(cast(object, values), ParamDict):
+            msg = (
+                f"`values` must be a ParamDict, got {type(values).__name__}. Use "
+                "`ParamDict.from_module(model, buffers=True)`."
+            )
+            raise TypeError(msg)
+        first = next(iter(values.values()), None)
+        device = first.device if first is not None else None
+        n = torch.zeros((), dtype=torch.long, device=device)
+        return AveragedState(n, values.detach().clone())
+
+    def update(
+        self, state: AveragedState, values: Mapping[str, Tensor], /
+    ) -> AveragedState:
+        """Return the state with `values` averaged in; `state` is unchanged.
+
+        Args:
+            state: The state from `init` or the previous `update`.
+            values: The current values, with the keys of the average.
+
+        Returns:
+            The next state, `n_averaged` one higher.
+
+        Raises:
+            ValueError: If the keys of `values` differ from the average's.
+
+        Example:
+            >>> from paramdict import optim
+            >>> swa = optim.WeightAverage.swa()
+            >>> state = swa.init(ParamDict(w=torch.zeros(1)))
+            >>> for value in (1.0, 2.0, 6.0):
+            ...     state = swa.update(state, {"w": torch.tensor([value])})
+            >>> state.averaged["w"]
+            tensor([3.])
+        """
+        averaged = state.averaged
+        current = averaged._aligned(values, what="`update` (average and values)")
+        n = state.n_averaged
+        new: dict[str, Tensor] = {}
+        with torch.no_grad():
+            for (key, avg), value in zip(averaged.items(), current, strict=True):
+                value = value.detach().to(avg.device)
+                count = n.to(avg.device)
+                # The first update copies; `where` keeps it free of host reads.
+                mixed = self._average(avg, value, count)
+                new[key] = torch.where(count == 0, value.to(avg.dtype), mixed)
+        return AveragedState(n + 1, ParamDict(new))
+
+    def _average(self, avg: Tensor, value: Tensor, n: Tensor) -> Tensor:
+        floating = avg.is_floating_point() or avg.is_complex()
+        if self.kind == "ema":
+            if floating:
+                return torch.lerp(avg, value, 1 - self.decay)
+            mixed = avg * self.decay + value * (1 - self.decay)
+        else:
+            mixed = avg + (value - avg) / (n + 1)
+        return mixed.to(avg.dtype)
+
+
+def update_bn(
+    values: ParamDict,
+    module: nn.Module,
+    loader: Iterable[Any],
+    /,
+    *,
+    device: int | torch.device | None = None,
+) -> ParamDict:
+    """Return `values` with BatchNorm running statistics recomputed over `loader`.
+
+    The keyed `torch.optim.swa_utils.update_bn`: on a copy of `module` holding
+    `values` (`module` itself is unchanged), every BatchNorm's running
+    statistics are reset and re-estimated by one pass over `loader` in training
+    mode with a cumulative average (`momentum=None`), the first element of a
+    list or tuple batch being the input. The returned ParamDict has the keys of
+    `values`, the BatchNorm buffers among them replaced.
+
+    Args:
+        values: Parameters and buffers for `module` (e.g. an SWA average of
+            `ParamDict.from_module(model, buffers=True)`).
+        module: The module the values belong to; unchanged.
+        loader: Batches of inputs.
+        device: Move each input there first.
+
+    Returns:
+        A new ParamDict, keyed like `values`.
+
+    Raises:
+        ValueError: If a key names nothing in `module` or a shape differs.
+
+    Example:
+        >>> from paramdict import optim
+        >>> model = torch.nn.BatchNorm1d(1)
+        >>> values = ParamDict.from_module(model, buffers=True)
+        >>> loader = [torch.tensor([[1.0], [3.0]])]
+        >>> optim.update_bn(values, model, loader)["running_mean"]
+        tensor([2.])
+    """
+    copied = copy.deepcopy(module)
+    values.to_module(copied, strict=False)
+    torch.optim.swa_utils.update_bn(loader, copied, device=device)
+    refreshed = ParamDict.from_module(copied, buffers=True)
+    return ParamDict((k, refreshed[k].detach().clone()) for k in values)
