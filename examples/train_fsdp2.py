@@ -151,6 +151,8 @@ def full(tensors: dict[str, Any]) -> dict[str, Tensor]:
             out.update({f"{key}.{k}": v for k, v in inner.items()})
         elif isinstance(value, DTensor):
             out[key] = cast(DTensor, value.detach()).full_tensor().cpu()
+        elif isinstance(value, tuple) and not value:  # an empty schedule slot
+            continue
         else:
             out[key] = cast(Tensor, value).detach().cpu().clone()
     return out
