@@ -48,7 +48,7 @@ def _blocks(page: Path) -> list[tuple[int, str, str | None]]:
     return found
 
 
-# Pages that show what only a newer torch than the oldest supported one (2.4) does.
+# Pages that show what only a newer torch does: skipped with the reason on an older one.
 NEWER_TORCH = {
     "docs/migrating.md": ("2.13", "compares with torch 2.13's dicts in autograd.grad"),
     "docs/optim.md": ("2.8", "compiles a step with fullgraph=True (torch 2.8 on)"),
