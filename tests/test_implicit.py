@@ -188,7 +188,7 @@ def test_agrees_with_torchopt() -> None:
         grad = a @ z - c + LAM * (z - torch.cat([t[0].reshape(-1), t[1]]))
         return grad[:4].reshape(2, 2), grad[4:]
 
-    @torchopt.diff.implicit.custom_root(
+    @torchopt.diff.implicit.custom_root(  # type: ignore[untyped-decorator]  # torchopt is untyped here
         optimality, argnums=1, solve=torchopt.linear_solve.solve_cg(rtol=1e-12)
     )
     def solve(init: tuple[Tensor, Tensor], t: tuple[Tensor, Tensor]):  # type: ignore[no-untyped-def]  # torchopt's protocol
