@@ -69,6 +69,10 @@ class Kernels:
     """
 
     __slots__ = ("device", "dtype")
+    dtype: torch.dtype | None
+    """The dtype rates are computed in (`None` where the entries' dtypes differ)."""
+    device: torch.device
+    """The device of the entries."""
 
     def __init__(self, dtype: torch.dtype | None, device: torch.device) -> None:
         self.dtype = dtype

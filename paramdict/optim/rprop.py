@@ -12,6 +12,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
+from ._hyper import Rate
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState, initial_rate
@@ -119,7 +120,8 @@ class Rprop(TorchOptimizer[RpropState]):
     """
 
     state_type: ClassVar[type[RpropState]] = RpropState
-    weight_decay = 0.0  # not an option: torch.optim.Rprop has no weight decay
+    # Not an option: torch.optim.Rprop has no weight decay.
+    weight_decay: Rate = attrs.field(default=0.0, init=False)
 
     lr: LearningRate = 1e-2
     etas: tuple[float, float] = attrs.field(default=(0.5, 1.2), validator=_check_etas)

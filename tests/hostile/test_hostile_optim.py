@@ -391,7 +391,8 @@ EXTRA_CONFIG: dict[str, list[tuple[str, dict[str, Any], type[Exception], str]]] 
 
 def _takes(cls: Any, option: str) -> bool:
     """Whether the class has `option` (Rprop has no `weight_decay`, as in torch)."""
-    return option in attrs.fields_dict(cls)
+    field = attrs.fields_dict(cls).get(option)
+    return field is not None and field.init
 
 
 def _config_params() -> list[Any]:
