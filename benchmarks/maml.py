@@ -151,10 +151,19 @@ def torchopt_functional_variant(model: nn.Module, tasks: list[Task]) -> MetaGrad
     return meta_gradient
 
 
-def higher_variant(model: nn.Module, tasks: list[Task]) -> MetaGradient:
-    """MAML written with `higher.innerloop_ctx`, as higher's examples."""
+def higher_variant(
+    model: nn.Module,
+    tasks: Sequence[tuple[Tensor, Tensor, Tensor, Tensor]],
+    loss: Callable[[Tensor, Tensor], Tensor] = F.mse_loss,
+    inner_lr: float = INNER_LR,
+) -> MetaGradient:
+    """MAML written with `higher.innerloop_ctx`, as higher's examples (second order).
+
+    `tasks` are `(x, y, x_query, y_query)`; `loss` scores a prediction and
+    `inner_lr` is the inner step (the CNN case passes its own).
+    """
     higher = _peers.load("higher")
-    inner = torch.optim.SGD(model.parameters(), lr=INNER_LR)
+    inner = torch.optim.SGD(model.parameters(), lr=inner_lr)
     named = dict(model.named_parameters())
 
     def meta_gradient() -> dict[str, Tensor]:
@@ -164,8 +173,8 @@ def higher_variant(model: nn.Module, tasks: list[Task]) -> MetaGradient:
                 fmodel,
                 diffopt,
             ):
-                diffopt.step(F.mse_loss(fmodel(x), y))
-                query = F.mse_loss(fmodel(x_query), y_query)
+                diffopt.step(loss(fmodel(x), y))
+                query = loss(fmodel(x_query), y_query)
                 torch.autograd.backward(query / len(tasks))
         return {k: v.grad for k, v in named.items() if v.grad is not None}
 

@@ -49,7 +49,7 @@ from ._omniglot import CHANNELS, INNER_LR, TASKS, Task, make_model, sample_tasks
 from ._omniglot import stacked as stack_tasks
 from ._report import OURS, Config, Row, Section, format_bytes, ratio_target
 from ._timing import run_fresh
-from .maml import _peak, _reset_peak
+from .maml import _peak, _reset_peak, higher_variant
 
 __all__ = ["VARIANTS", "measure", "measure_memory"]
 
@@ -197,24 +197,8 @@ def torchopt_functional(
 
 
 def higher_loop(model: nn.Module, tasks: list[Task], first_order: bool) -> MetaGradient:
-    """MAML written with `higher.innerloop_ctx` (second order)."""
-    higher = _peers.load("higher")
-    inner = torch.optim.SGD(model.parameters(), lr=INNER_LR)
-    named = dict(model.named_parameters())
-
-    def meta_gradient() -> dict[str, Tensor]:
-        model.zero_grad(set_to_none=True)
-        for x, y, x_query, y_query in tasks:
-            with higher.innerloop_ctx(model, inner, copy_initial_weights=False) as (
-                fmodel,
-                diffopt,
-            ):
-                diffopt.step(F.cross_entropy(fmodel(x), y))
-                query = F.cross_entropy(fmodel(x_query), y_query)
-                torch.autograd.backward(query / len(tasks))
-        return {k: v.grad for k, v in named.items() if v.grad is not None}
-
-    return meta_gradient
+    """MAML written with `higher.innerloop_ctx` (second order only)."""
+    return higher_variant(model, tasks, F.cross_entropy, INNER_LR)
 
 
 VARIANTS: dict[str, tuple[Variant, str | None, tuple[Order, ...]]] = {
