@@ -18,6 +18,8 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's fused kernels and its list of devices that have them are private)
+from typing import cast
+
 import torch
 import torch.optim.optimizer as _optimizer
 from torch import Tensor
@@ -26,11 +28,37 @@ from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
 
-__all__ = ["adagrad_", "adam_", "numbers", "sgd_"]
+__all__ = ["adagrad_", "adam_", "fused_rates", "numbers", "refusal", "sgd_"]
 
 _DEVICES = frozenset(
     _optimizer._get_fused_kernels_supported_devices()  # type: ignore[attr-defined]  # private, not re-exported
 )
+
+
+def refusal(params: ParamDict, *rates: Rate, cpu_only: bool = False) -> str | None:
+    """Return why no fused kernel can take this step, or None when one can.
+
+    Every entry must share float32 or float64 and one device that has fused
+    kernels (only the CPU with `cpu_only`), and every rate must be a number.
+    """
+    if not all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in rates):
+        return (
+            "a rate is a tensor, a per-key ParamDict or a schedule "
+            "(fused kernels take numbers)"
+        )
+    if compute_dtype(params) is None:
+        return "the entries do not all share float32 or float64"
+    values = params._vals
+    if holds_dtensors(values):
+        # Fused SGD and Adagrad have no DTensor sharding rules in torch 2.13: the
+        # generic path (foreach kernels that have rules) takes the step.
+        return "the entries are DTensors"
+    device = values[0].device
+    if any(v.device != device for v in values):
+        return "the entries are on more than one device"
+    if device.type not in _DEVICES or (cpu_only and device.type != "cpu"):
+        return f"torch has no fused kernel for this optimizer on {device.type!r}"
+    return None
 
 
 def numbers(
@@ -38,23 +66,42 @@ def numbers(
 ) -> list[float] | None:
     """Return the rates as floats when a fused kernel can take this step, else None.
 
-    Every entry must share float32 or float64 and one device that has fused
-    kernels (only the CPU with `cpu_only`), and every rate must be a number.
+    The conditions are `refusal`'s.
     """
-    floats = [float(r) for r in rates if isinstance(r, (int, float))]
-    if len(floats) != len(rates) or any(isinstance(r, bool) for r in rates):
+    if refusal(params, *rates, cpu_only=cpu_only) is not None:
         return None
-    if compute_dtype(params) is None:
+    return [float(cast(float, r)) for r in rates]
+
+
+def fused_rates(
+    opt: object,
+    fused: bool | None,
+    params: ParamDict,
+    *rates: Rate,
+    cpu_only: bool = False,
+) -> list[float] | None:
+    """Return the rates of a fused step under the optimizer's `fused` flag.
+
+    `fused=False`: None (the rule runs). `None`: the rates when a fused kernel can
+    take the step. `True`: the same, and a step that cannot be fused is refused.
+
+    Raises:
+        ValueError: With `fused=True`, if a fused kernel cannot take the step;
+            the message says why and names the fix.
+    """
+    if fused is False:
         return None
-    values = params._vals
-    if holds_dtensors(values):
-        # Fused SGD and Adagrad have no DTensor sharding rules in torch 2.13: the
-        # generic in-place path (foreach kernels that have rules) takes the step.
-        return None
-    device = values[0].device
-    if device.type not in _DEVICES or (cpu_only and device.type != "cpu"):
-        return None
-    return floats if all(v.device == device for v in values) else None
+    why = refusal(params, *rates, cpu_only=cpu_only)
+    if why is None:
+        return [float(cast(float, r)) for r in rates]
+    if fused:
+        msg = (
+            f"`{type(opt).__name__}(fused=True)` cannot take this step with torch's "
+            f"fused kernel: {why}. Pass `fused=None` to fall back to the foreach "
+            "kernels where a step cannot be fused, or make the step fusable."
+        )
+        raise ValueError(msg)
+    return None
 
 
 def _steps(step: Tensor, count: int) -> list[Tensor]:

@@ -23,6 +23,7 @@ __all__ = [
     "Rate",
     "check_betas",
     "check_fraction",
+    "check_fused",
     "check_non_negative",
     "check_number",
     "check_rate",
@@ -65,6 +66,19 @@ def check_non_negative(instance: object, attribute: Any, value: Any) -> None:
         raise ValueError(msg)
     if not math.isfinite(value):
         msg = f"`{attribute.name}` must be finite, got {value!r}."
+        raise ValueError(msg)
+
+
+def check_fused(instance: object, attribute: Any, value: Any) -> None:
+    """Raise unless `fused` is None or a bool, and True only if not differentiable."""
+    if value is not None and not isinstance(value, bool):
+        msg = f"`{attribute.name}` must be None, True or False, got {value!r}."
+        raise TypeError(msg)
+    if value and getattr(instance, "differentiable", False):
+        msg = (
+            "`fused=True` needs `differentiable=False`: torch's fused kernels "
+            "write in place, outside autograd. Leave `fused` at None."
+        )
         raise ValueError(msg)
 
 

@@ -23,9 +23,10 @@ from torch.utils import _pytree as pytree
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 
-__all__ = ["check_writable", "write_back", "written_state"]
+__all__ = ["check_writable", "fresh_copies", "write_back", "written_state"]
 
 S = TypeVar("S")
+P = TypeVar("P", bound=ParamDict)
 
 _DIFFERENTIABLE = (
     "`step_` writes into the parameters, which cuts the autograd graph, so it "
@@ -64,54 +65,110 @@ def check_writable(
     """
     if differentiable:
         raise ValueError(_DIFFERENTIABLE)
-    named = _named_tensors(params, state)
-    recorded = [name for name, t in named if t.grad_fn is not None]
+    # One pass of cheap checks per tensor; names are built only for an error.
+    tensors = [*params._vals, *_state_tensors(state)]
+    inference_mode = torch.is_inference_mode_enabled()
+    recorded: list[int] = []
+    inference: list[int] = []
+    overlapping: list[int] = []
+    for i, t in enumerate(tensors):
+        if t.grad_fn is not None:
+            recorded.append(i)
+        if not inference_mode and t.is_inference():
+            inference.append(i)
+        if torch._debug_has_internal_overlap(t) == 1:  # 1: overlap is certain
+            overlapping.append(i)
     if recorded:
         _refuse(
-            recorded,
+            _names(params, state, recorded),
             "autograd is recording them (they have a `grad_fn`), and writing "
             "into them would change the graph that produced them",
             "Pass leaves (`params.detach()`), or use `step`, which returns new tensors",
         )
-    if not torch.is_inference_mode_enabled():
-        inference = [name for name, t in named if t.is_inference()]
-        if inference:
-            _refuse(
-                inference,
-                "they are inference tensors, which can only be written inside "
-                "`torch.inference_mode()`",
-                "Clone them outside inference mode first (`params.clone()`)",
-            )
-    overlapping = [
-        name
-        for name, t in named
-        if torch._debug_has_internal_overlap(t) == 1  # 1: overlap is certain
-    ]
+    if inference:
+        _refuse(
+            _names(params, state, inference),
+            "they are inference tensors, which can only be written inside "
+            "`torch.inference_mode()`",
+            "Clone them outside inference mode first (`params.clone()`)",
+        )
     if overlapping:
         _refuse(
-            overlapping,
+            _names(params, state, overlapping),
             "several of their elements share one memory location (an `expand`ed view)",
             "Give each entry its own memory (`.clone()`)",
         )
-    owners: dict[int, str] = {}
-    shared: list[str] = []
-    for name, t in named:
+    storage = _storage if holds_dtensors(tensors) else _plain_storage
+    owners: dict[int, int] = {}
+    shared: list[int] = []
+    for i, t in enumerate(tensors):
         if t.numel() == 0:
             continue
-        storage = _storage(t)
-        other = owners.setdefault(storage, name)
-        if other != name:
-            shared += [other, name]
+        other = owners.setdefault(storage(t), i)
+        if other != i:
+            shared += [other, i]
+    shared_grads: list[str] = []
+    grad_storage = _storage if holds_dtensors(grads._vals) else _plain_storage
     for key, g in grads.items():
-        if g.numel() and _storage(g) in owners:
-            shared += [f"grads[{key!r}]", owners[_storage(g)]]
+        if g.numel() and grad_storage(g) in owners:
+            shared_grads.append(f"grads[{key!r}]")
+            shared.append(owners[grad_storage(g)])
     if shared:
         _refuse(
-            shared,
+            _names(params, state, shared) + shared_grads,
             "they share memory with another entry, a state buffer or a gradient, "
             "so one write would change the others",
             "Give each entry, buffer and gradient its own memory (`.clone()`)",
         )
+
+
+def _state_tensors(leaf: Any) -> list[Tensor]:
+    """The tensors of a state in `pytree.tree_leaves` order (the names' order)."""
+    if isinstance(leaf, ParamDict):
+        return list(leaf._vals)
+    if isinstance(leaf, Tensor):
+        return [leaf]
+    if hasattr(leaf, "_fields") and isinstance(leaf, tuple):  # a NamedTuple state
+        fields = cast("tuple[object, ...]", leaf)
+        return [t for field in fields for t in _state_tensors(field)]
+    return [t for t in pytree.tree_leaves(leaf) if isinstance(t, Tensor)]
+
+
+def _names(params: ParamDict, state: object, indices: list[int]) -> list[str]:
+    """The names of the tensors at `indices` of `params` and then `state`."""
+    named = _named_tensors(params, state)
+    return [named[i][0] for i in indices]
+
+
+def fresh_copies(params: P, state: S) -> tuple[P, S]:
+    """Return copies of `params` and of every tensor of `state`, without history.
+
+    The copies the default `step` hands to a fused kernel, which writes the new
+    values into them: each is a new tensor of its original's values, shape,
+    strides and dtype. Run it under `torch.no_grad()`.
+    """
+    return params._derive(_copies(params._vals)), _copied(state)
+
+
+def _copied(leaf: Any) -> Any:
+    """`leaf` with every tensor in it copied: a state, a field, a ParamDict."""
+    if isinstance(leaf, ParamDict):
+        return leaf._derive(_copies(leaf._vals))
+    if isinstance(leaf, Tensor):
+        return leaf.clone()
+    if hasattr(leaf, "_fields") and isinstance(leaf, tuple):  # a NamedTuple state
+        fields = cast("tuple[object, ...]", leaf)
+        return type(fields)(*[_copied(field) for field in fields])
+    return pytree.tree_map(_copy_tensor, leaf)  # anything else: generically
+
+
+def _copy_tensor(leaf: Any) -> Any:
+    return leaf.clone() if isinstance(leaf, Tensor) else leaf
+
+
+def _copies(tensors: list[Tensor]) -> list[Tensor]:
+    # On the CPU a foreach call runs entry by entry, and `clone` is the cheaper.
+    return [t.clone() for t in tensors]
 
 
 def write_back(params: ParamDict, new: ParamDict) -> None:
@@ -148,6 +205,12 @@ def written_state(state: S, new: S) -> S:
         if old is not value:
             old.copy_(value)
     return state
+
+
+def _plain_storage(t: Tensor) -> int:
+    """The address of the memory `t` reads (no DTensors among the tensors)."""
+    address: int = t.untyped_storage().data_ptr()
+    return address
 
 
 def _storage(t: Tensor) -> int:

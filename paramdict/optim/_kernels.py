@@ -47,6 +47,19 @@ __all__ = ["Kernels", "P"]
 P = TypeVar("P", bound=ParamDict)
 
 
+def _computed_once(value: Tensor) -> Tensor:
+    """Return `value` (0-dim) such that the compiler computes it once per step.
+
+    Inductor inlines a 0-dim expression into every loop that reads it and
+    recomputes it at each vectorized iteration: the bias corrections' `pow` and
+    `sqrt` of the step then cost more than the update itself (a compiled Adam
+    step took 2.9x torch's fused kernel at 20M parameters). A reduction is
+    computed into a buffer before the loops run; the maximum of two copies of
+    `value` is `value` exactly (signed zeros and NaN included).
+    """
+    return value.reshape(1).expand(2).amax()
+
+
 class Kernels:
     """The functional kernel vocabulary: every operation returns new ParamDicts.
 
@@ -117,7 +130,8 @@ class Kernels:
         if self.dtype is None:
             return value  # half precision or mixed dtypes: torch's own promotion
         if isinstance(value, Tensor):
-            return value.to(self.dtype)
+            value = value.to(self.dtype)
+            return _computed_once(value) if torch.compiler.is_compiling() else value
         return torch.full((), value, dtype=self.dtype, device=self.device)
 
     def borrowed(self, x: P, /) -> P:

@@ -31,7 +31,7 @@ from __future__ import annotations
 # (ParamDict's and torch's package-internal helpers)
 import abc
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
 import torch._C._functorch  # typed by torch, but only as a named submodule
@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._inplace import check_writable, write_back, written_state
+from ._inplace import check_writable, fresh_copies, write_back, written_state
 from ._kernels import Kernels
 from ._kernels_inplace import InPlaceKernels
 from ._kernels_recorded import RecordedKernels
@@ -258,6 +258,12 @@ class Optimizer(abc.ABC, Generic[S]):
         either; with `differentiable=True` both stay in the autograd graph. Every
         entry keeps its shape and dtype.
 
+        The optimizers with a fused kernel in torch (`Adam`, `AdamW`, `SGD`,
+        `Adagrad`) run it on fresh copies of the parameters and state when their
+        `fused` flag and the step allow it: one pass over memory instead of the
+        rule's several, bitwise `torch.optim` with `fused=True` (which rounds
+        slightly differently from its foreach path; `fused=False` gives that).
+
         Under `torch.compile(fullgraph=True)`, the default mode compiles when the
         parameters do not require grad (gradients from `torch.func.grad`), and the
         differentiable mode always compiles: a compiled function cannot return new
@@ -307,7 +313,20 @@ class Optimizer(abc.ABC, Generic[S]):
         # Traced, the step stays functional: torch.func's transforms have no rule
         # for the in-place foreach kernels, and the compiler plans the memory of
         # the whole graph itself (the ownership checks would guard on identities).
-        kernels = Kernels if _traced() else InPlaceKernels
+        traced = _traced()
+        if not traced and (self._copies_pay or getattr(self, "fused", None)):
+            rates = self._fused_rates(params, state)
+            if rates is not None:
+                # torch's fused kernel on fresh copies: one pass over memory
+                # instead of the rule's several (what torch.optim's `fused=True`
+                # computes; the copies are the new parameters and state).
+                with torch.no_grad():
+                    copies, copied_state = fresh_copies(params, state)
+                    copied_state = self._step_fused(
+                        copies, aligned, copied_state, rates
+                    )
+                return requires_grad_like(copies, params), copied_state
+        kernels = Kernels if traced else InPlaceKernels
         ops = kernels.for_params(params)
         with torch.no_grad():
             new_params, new_state = self.update(params, aligned, state, ops)
@@ -327,10 +346,10 @@ class Optimizer(abc.ABC, Generic[S]):
         on. The values equal `step`'s, bitwise where the kernels are the same.
 
         `Adam`, `AdamW`, `SGD` without dampening and `Adagrad` (CPU) use torch's
-        fused kernels when every entry shares float32 or float64 and one device
-        and the rates are numbers: bitwise `torch.optim` with `fused=True`, which
-        rounds slightly differently from `step` (the foreach path). Every other
-        optimizer and case runs its rule on `InPlaceKernels`, bitwise `step`.
+        fused kernels when their `fused` flag allows (not `False`), every entry
+        shares float32 or float64 and one device, and the rates are numbers:
+        bitwise `torch.optim` with `fused=True` and `step`. Every other optimizer
+        and case runs its rule on `InPlaceKernels`, bitwise `step`.
 
         Args:
             params: The parameters, written in place.
@@ -371,13 +390,40 @@ class Optimizer(abc.ABC, Generic[S]):
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into checked `params` and `state`; return `state`.
 
-        The generic path: the rule on `InPlaceKernels`, then whatever it made out
-        of place copied into the tensors it replaces. Optimizers with a fused
-        kernel override this and fall back to it. Runs under `torch.no_grad()`.
+        torch's fused kernel where the optimizer has one and the step allows it
+        (`_fused_rates`); else the rule on `InPlaceKernels`, then whatever it made
+        out of place copied into the tensors it replaces. Runs under
+        `torch.no_grad()`.
         """
+        rates = self._fused_rates(params, state)
+        if rates is not None:
+            return self._step_fused(params, grads, state, rates)
         new_params, new_state = self._run_in_place(params, grads, state)
         write_back(params, new_params)
         return written_state(state, new_state)
+
+    _copies_pay: ClassVar[bool] = True
+    """Whether the default `step` runs a fused kernel on copies when it can.
+
+    True where one fused pass over the copies costs less than the rule's passes
+    (Adam's family, Adagrad); SGD's rule makes its two new tensors in as few
+    passes as the copies alone, so it only does with `fused=True`.
+    """
+
+    def _fused_rates(self, params: ParamDict, state: S) -> list[float] | None:
+        """Return the rates of a step by torch's fused kernel, or None (the rule).
+
+        The optimizers that have a fused kernel (`Adam`, `AdamW`, `SGD`,
+        `Adagrad`) return their rates as floats when their `fused` flag and the
+        step (dtypes, device, number rates) allow it; here there is none.
+        """
+        return None
+
+    def _step_fused(
+        self, params: ParamDict, grads: ParamDict, state: S, rates: list[float]
+    ) -> S:
+        """Write one step by torch's fused kernel into `params` and `state`."""
+        raise NotImplementedError  # only called where `_fused_rates` gave rates
 
     def _run_in_place(
         self, params: ParamDict, grads: ParamDict, state: S

@@ -11,7 +11,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from . import _fused
 from ._base import TorchOptimizer
-from ._hyper import Rate, check_non_negative, quotient
+from ._hyper import Rate, check_fused, check_non_negative, quotient
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -64,6 +64,13 @@ class Adagrad(TorchOptimizer[AdagradState]):
         eps: Term added to the denominator for numerical stability.
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step` (see `step`).
+        fused: Which kernels an eager, non-differentiable step uses. `None`
+            (the default): torch's fused kernel wherever the step allows it
+            (every entry float32 or float64 on one device that has the kernel,
+            number rates), bitwise `torch.optim` with `fused=True`, and the
+            foreach rule otherwise. `False`: always the foreach rule, bitwise
+            `torch.optim` with `foreach=True`. `True`: the fused kernel, and a
+            step it cannot take is refused (not with `differentiable=True`).
 
     Raises:
         ValueError: If a hyperparameter is negative; the message names it.
@@ -91,6 +98,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
     eps: float = attrs.field(default=1e-10, validator=check_non_negative)
     maximize: bool = False
     differentiable: bool = False
+    fused: bool | None = attrs.field(default=None, validator=check_fused)
 
     def init_state(self, params: ParamDict, /) -> AdagradState:
         """Return the first state: step 0, sums at `initial_accumulator_value`.
@@ -112,14 +120,25 @@ class Adagrad(TorchOptimizer[AdagradState]):
         )
 
     @override
-    def _step_in_place(
-        self, params: ParamDict, grads: ParamDict, state: AdagradState
+    def _fused_rates(
+        self, params: ParamDict, state: AdagradState
+    ) -> list[float] | None:
+        step = self.next_step(state)
+        lr = self.rate("lr", step, state)
+        weight_decay = self.rate("weight_decay", step, state)
+        return _fused.fused_rates(
+            self, self.fused, params, lr, weight_decay, cpu_only=True
+        )
+
+    @override
+    def _step_fused(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        state: AdagradState,
+        rates: list[float],
     ) -> AdagradState:
         step = self.next_step(state)
-        lr, weight_decay = self.rate("lr", step), self.rate("weight_decay", step)
-        rates = _fused.numbers(params, lr, weight_decay, cpu_only=True)
-        if rates is None:
-            return super()._step_in_place(params, grads, state)
         state.step.copy_(step)
         _fused.adagrad_(
             params,

@@ -20,6 +20,7 @@ from ._base import HasStep, TorchOptimizer
 from ._hyper import (
     Rate,
     check_betas,
+    check_fused,
     check_non_negative,
     product,
     quotient,
@@ -127,6 +128,7 @@ class _AdamFamily(TorchOptimizer[AdamState]):
     betas: tuple[float, float]
     eps: float
     amsgrad: bool
+    fused: bool | None
 
     def _decoupled(self) -> bool:
         """Whether the weight decay is decoupled (applied to the parameters)."""
@@ -155,14 +157,21 @@ class _AdamFamily(TorchOptimizer[AdamState]):
         )
 
     @override
-    def _step_in_place(
-        self, params: ParamDict, grads: ParamDict, state: AdamState
+    def _fused_rates(self, params: ParamDict, state: AdamState) -> list[float] | None:
+        step = self.next_step(state)
+        lr = self.rate("lr", step, state)
+        weight_decay = self.rate("weight_decay", step, state)
+        return _fused.fused_rates(self, self.fused, params, lr, weight_decay)
+
+    @override
+    def _step_fused(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        state: AdamState,
+        rates: list[float],
     ) -> AdamState:
         step = self.next_step(state)
-        lr, weight_decay = self.rate("lr", step), self.rate("weight_decay", step)
-        rates = _fused.numbers(params, lr, weight_decay)
-        if rates is None:
-            return super()._step_in_place(params, grads, state)
         state.step.copy_(step)
         _fused.adam_(
             params,
@@ -240,6 +249,13 @@ class Adam(_AdamFamily):
         decoupled_weight_decay: Decay the parameters directly (then this is
             `AdamW`).
         differentiable: Keep the autograd graph through `step` (see `step`).
+        fused: Which kernels an eager, non-differentiable step uses. `None`
+            (the default): torch's fused kernel wherever the step allows it
+            (every entry float32 or float64 on one device that has the kernel,
+            number rates), bitwise `torch.optim` with `fused=True`, and the
+            foreach rule otherwise. `False`: always the foreach rule, bitwise
+            `torch.optim` with `foreach=True`. `True`: the fused kernel, and a
+            step it cannot take is refused (not with `differentiable=True`).
 
     Raises:
         ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
@@ -267,6 +283,7 @@ class Adam(_AdamFamily):
     maximize: bool = False
     decoupled_weight_decay: bool = False
     differentiable: bool = False
+    fused: bool | None = attrs.field(default=None, validator=check_fused)
 
     def _decoupled(self) -> bool:
         return self.decoupled_weight_decay
@@ -292,6 +309,13 @@ class AdamW(_AdamFamily):
         amsgrad: Use the running maximum of the second moment (AMSGrad).
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step` (see `step`).
+        fused: Which kernels an eager, non-differentiable step uses. `None`
+            (the default): torch's fused kernel wherever the step allows it
+            (every entry float32 or float64 on one device that has the kernel,
+            number rates), bitwise `torch.optim` with `fused=True`, and the
+            foreach rule otherwise. `False`: always the foreach rule, bitwise
+            `torch.optim` with `foreach=True`. `True`: the fused kernel, and a
+            step it cannot take is refused (not with `differentiable=True`).
 
     Raises:
         ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
@@ -318,6 +342,7 @@ class AdamW(_AdamFamily):
     amsgrad: bool = False
     maximize: bool = False
     differentiable: bool = False
+    fused: bool | None = attrs.field(default=None, validator=check_fused)
 
     def _decoupled(self) -> bool:
         return True

@@ -11,7 +11,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from . import _fused
 from ._base import TorchOptimizer
-from ._hyper import Rate, check_non_negative, check_number
+from ._hyper import Rate, check_fused, check_non_negative, check_number
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -67,6 +67,15 @@ class SGD(TorchOptimizer[SGDState]):
         nesterov: Use Nesterov momentum (needs `momentum > 0`, `dampening == 0`).
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step` (see `step`).
+        fused: Which kernels an eager, non-differentiable step uses. `None`
+            (the default): `step_` runs torch's fused kernel wherever the step
+            allows it (every entry float32 or float64 on one device that has
+            the kernel, number rates, no dampening), bitwise `torch.optim` with
+            `fused=True`, and `step` runs the foreach rule (it makes its two
+            new tensors in fewer passes than copies for the kernel would take).
+            `False`: always the foreach rule, bitwise `torch.optim` with
+            `foreach=True`. `True`: the fused kernel in both, and a step it
+            cannot take is refused (not with `differentiable=True`).
 
     Raises:
         ValueError: If a rate or `momentum` is negative, or `nesterov` is set
@@ -93,6 +102,7 @@ class SGD(TorchOptimizer[SGDState]):
     nesterov: bool = False
     maximize: bool = False
     differentiable: bool = False
+    fused: bool | None = attrs.field(default=None, validator=check_fused)
 
     def __attrs_post_init__(self) -> None:
         """Validate the options; `nesterov` needs momentum and no dampening."""
@@ -122,19 +132,33 @@ class SGD(TorchOptimizer[SGDState]):
         buffer = params.zeros_like() if self.momentum != 0 else ParamDict()
         return SGDState(self.counter(params), buffer)
 
+    _copies_pay = False  # the rule makes its two new tensors in three passes
+
     @override
-    def _step_in_place(
-        self, params: ParamDict, grads: ParamDict, state: SGDState
-    ) -> SGDState:
+    def _fused_rates(self, params: ParamDict, state: SGDState) -> list[float] | None:
+        if self.momentum != 0 and self.dampening != 0:
+            # torch's fused SGD starts a damped buffer at the first gradient only
+            # through `is_first_step`, a host-side flag; undamped, the zero buffer
+            # gives the same, so only that case is fused.
+            if self.fused:
+                msg = (
+                    "`SGD(fused=True)` cannot take a step with both `momentum` and "
+                    "`dampening`: torch's fused kernel starts a damped buffer through "
+                    "a host-side flag. Pass `fused=None` (the foreach kernels) or "
+                    "`dampening=0`."
+                )
+                raise ValueError(msg)
+            return None
         step = self.next_step(state)
-        lr, weight_decay = self.rate("lr", step), self.rate("weight_decay", step)
-        # torch's fused SGD copies the gradient into the buffer on the first step
-        # only through `is_first_step`, a host-side flag; without dampening the
-        # zero buffer gives the same, so only that case is fused.
-        rates = _fused.numbers(params, lr, weight_decay)
-        if rates is None or (self.momentum != 0 and self.dampening != 0):
-            return super()._step_in_place(params, grads, state)
-        state.step.copy_(step)
+        lr = self.rate("lr", step, state)
+        weight_decay = self.rate("weight_decay", step, state)
+        return _fused.fused_rates(self, self.fused, params, lr, weight_decay)
+
+    @override
+    def _step_fused(
+        self, params: ParamDict, grads: ParamDict, state: SGDState, rates: list[float]
+    ) -> SGDState:
+        state.step.copy_(self.next_step(state))
         _fused.sgd_(
             params,
             grads,

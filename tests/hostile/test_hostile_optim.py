@@ -787,3 +787,91 @@ def test_bad_muon_hyperparameter_is_refused_by_name(
     """Muon's own options are checked at construction, naming the argument."""
     with pytest.raises(error, match=match):
         optim.Muon(**kwargs)
+
+
+# ------------------------------------------------------------------ fused=True
+
+FUSED_CLASSES = [optim.Adam, optim.AdamW, optim.SGD, optim.Adagrad]
+
+
+@pytest.mark.parametrize("cls", FUSED_CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("value", ["yes", 1, 0.0, torch.tensor(True)])
+def test_fused_flag_of_the_wrong_kind_is_refused(cls: Any, value: object) -> None:
+    """`fused` takes None, True or False, named in the error."""
+    with pytest.raises(TypeError, match=r"`fused` must be None, True or False"):
+        cls(fused=value)
+
+
+@pytest.mark.parametrize("cls", FUSED_CLASSES, ids=lambda c: c.__name__)
+def test_fused_with_differentiable_is_refused(cls: Any) -> None:
+    """Fused kernels write outside autograd: `fused=True` refuses differentiable."""
+    with pytest.raises(ValueError, match=r"`fused=True` needs `differentiable=False`"):
+        cls(fused=True, differentiable=True)
+
+
+UNFUSABLE = [
+    (
+        "float16",
+        lambda: ParamDict(w=torch.ones(3, dtype=torch.float16)),
+        {},
+        r"do not all share float32 or float64",
+    ),
+    (
+        "mixed-dtypes",
+        lambda: ParamDict(w=torch.ones(3), b=torch.ones(2, dtype=torch.float64)),
+        {},
+        r"do not all share float32 or float64",
+    ),
+    (
+        "tensor-lr",
+        lambda: ParamDict(w=torch.ones(3)),
+        {"lr": torch.tensor(0.1)},
+        r"a rate is a tensor",
+    ),
+    (
+        "schedule-lr",
+        lambda: ParamDict(w=torch.ones(3)),
+        {"lr": optim.StepLR(base_lr=0.1, step_size=2)},
+        r"a rate is a tensor, a per-key ParamDict or a schedule",
+    ),
+]
+
+
+@pytest.mark.parametrize("cls", FUSED_CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    ("make_params", "kwargs", "match"),
+    [pytest.param(*case[1:], id=case[0]) for case in UNFUSABLE],
+)
+@pytest.mark.parametrize("in_place", [False, True], ids=["step", "step_"])
+def test_fused_true_refuses_a_step_the_kernel_cannot_take(
+    cls: Any,
+    make_params: Callable[[], ParamDict],
+    kwargs: dict[str, Any],
+    match: str,
+    in_place: bool,
+) -> None:
+    """`fused=True` says why a step cannot be fused and how to fall back; no writes."""
+    params = make_params()
+    opt = cls(fused=True, **kwargs)
+    state = opt.init(params)
+    grads = params.zeros_like().add(0.5)
+    before = _snapshot((params, grads, state))
+    with pytest.raises(
+        ValueError, match=rf"fused=True\)` cannot take.*{match}.*fused=None"
+    ):
+        (opt.step_ if in_place else opt.step)(params, grads, state)
+    _assert_unchanged(before, (params, grads, state))
+    # `fused=None` falls back to the foreach rule for the same step.
+    fallback = cls(**kwargs)
+    fallback.step(params, grads, fallback.init(params))
+
+
+def test_fused_sgd_refuses_dampening() -> None:
+    """A damped buffer cannot start in fused SGD: refused, naming the fix."""
+    params = _params()
+    opt = optim.SGD(lr=0.1, momentum=0.9, dampening=0.5, fused=True)
+    state = opt.init(params)
+    before = _snapshot((params, state))
+    with pytest.raises(ValueError, match=r"`SGD\(fused=True\)`.*`dampening=0`"):
+        opt.step(params, _grads(), state)
+    _assert_unchanged(before, (params, state))

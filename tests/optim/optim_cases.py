@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import attrs
 import pytest
 import torch
 import torch.nn.functional as F
@@ -405,6 +406,31 @@ def trajectory_params(*, foreach_only: bool = False) -> list[Any]:
         for case in TABLE
         for name, kwargs in case.trajectories.items()
         if not foreach_only or name in case.foreach
+    ]
+
+
+def unfused(ours: Callable[..., Any]) -> dict[str, Any]:
+    """Return `{"fused": False}` for the classes with a fused kernel, else `{}`.
+
+    Passed to compare the rule (torch.optim's foreach arithmetic) with torch's
+    default and foreach paths; by default those classes call the fused kernel.
+    """
+    if not (isinstance(ours, type) and attrs.has(ours)):
+        return {}
+    return {"fused": False} if "fused" in attrs.fields_dict(ours) else {}
+
+
+def fused_trajectory_params() -> list[Any]:
+    """Return the trajectory cases that a fused kernel can take (`fused=True`).
+
+    Every case of the classes with a `fused` field, except SGD with both momentum
+    and dampening (refused with `fused=True`; `fused=None` runs the rule).
+    """
+    return [
+        param
+        for param in trajectory_params()
+        if unfused(param.values[0])
+        and not (param.values[2].get("momentum") and param.values[2].get("dampening"))
     ]
 
 

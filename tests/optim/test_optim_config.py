@@ -125,7 +125,7 @@ def test_repr_shows_every_hyperparameter() -> None:
     """The repr reads like the call that built the configuration."""
     assert repr(optim.SGD(lr=0.1, momentum=0.9)) == (
         "SGD(lr=0.1, momentum=0.9, dampening=0.0, weight_decay=0.0, "
-        "nesterov=False, maximize=False, differentiable=False)"
+        "nesterov=False, maximize=False, differentiable=False, fused=None)"
     )
 
 

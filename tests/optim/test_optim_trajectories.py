@@ -9,10 +9,12 @@ import pytest
 import torch
 from optim_cases import (
     assert_matches,
+    fused_trajectory_params,
     run_ours,
     run_torch,
     tensor_lr_params,
     trajectory_params,
+    unfused,
 )
 
 from paramdict import optim
@@ -32,7 +34,7 @@ def test_trajectory_matches_torch(
 ) -> None:
     """100 steps give torch.optim's parameters for the same hyperparameters."""
     expected = run_torch(lambda m: theirs(m.parameters(), **kwargs), dtype)
-    actual = run_ours(ours(**kwargs), dtype)
+    actual = run_ours(ours(**kwargs, **unfused(ours)), dtype)
     assert_matches(actual, expected, dtype)
 
 
@@ -50,8 +52,56 @@ def test_trajectory_matches_torch_foreach(
     expected = run_torch(
         lambda m: theirs(m.parameters(), foreach=True, **kwargs), dtype
     )
-    actual = run_ours(ours(**kwargs), dtype)
+    actual = run_ours(ours(**kwargs, **unfused(ours)), dtype)
     assert_matches(actual, expected, dtype)
+
+
+@DTYPES
+@pytest.mark.parametrize(("ours", "theirs", "kwargs"), fused_trajectory_params())
+def test_fused_trajectory_matches_torch_fused(
+    ours: Callable[..., optim.Optimizer[Any]],
+    theirs: Callable[..., torch.optim.Optimizer],
+    kwargs: dict[str, Any],
+    dtype: torch.dtype,
+) -> None:
+    """With `fused=True`, 100 steps give torch.optim's `fused=True`, bit for bit."""
+    expected = run_torch(lambda m: theirs(m.parameters(), fused=True, **kwargs), dtype)
+    actual = run_ours(ours(**kwargs, fused=True), dtype)
+    torch.testing.assert_close(dict(actual), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("ours", "theirs", "kwargs"), fused_trajectory_params())
+def test_fused_and_foreach_trajectories_agree_in_float64(
+    ours: Callable[..., optim.Optimizer[Any]],
+    theirs: Callable[..., torch.optim.Optimizer],
+    kwargs: dict[str, Any],
+) -> None:
+    """The fused kernel and the foreach rule round alike in float64 (rtol 1e-12)."""
+    del theirs
+    fused = run_ours(ours(**kwargs, fused=True), torch.float64)
+    foreach = run_ours(ours(**kwargs, fused=False), torch.float64)
+    assert_matches(fused, foreach, torch.float64)
+
+
+@pytest.mark.parametrize(
+    ("ours", "default_is"),
+    [
+        (optim.Adam, True),
+        (optim.AdamW, True),
+        (optim.Adagrad, True),
+        (optim.SGD, False),
+    ],
+)
+def test_default_step_is_the_fused_kernel_where_it_pays(
+    ours: Callable[..., optim.Optimizer[Any]], default_is: bool
+) -> None:
+    """By default `step` is the fused kernel for Adam, AdamW, Adagrad; SGD the rule."""
+    kwargs: dict[str, Any] = {"lr": 0.01, "momentum": 0.9} if ours is optim.SGD else {}
+    actual = run_ours(ours(**kwargs))
+    expected = run_ours(ours(**kwargs, fused=default_is))
+    other = run_ours(ours(**kwargs, fused=not default_is))
+    torch.testing.assert_close(dict(actual), dict(expected), rtol=0, atol=0)
+    assert any(not torch.equal(actual[k], other[k]) for k in actual)  # they differ
 
 
 @DTYPES
