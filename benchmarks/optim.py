@@ -89,6 +89,10 @@ MUON: dict[str, Any] = {"lr": 1e-3}
 LBFGS: dict[str, Any] = {"max_iter": 20, "history_size": 10}
 LINE_SEARCHES = (None, "strong_wolfe")
 LBFGS_ROUNDS = 31
+OTHERS = ("Muon", "LBFGS")
+"""The optimizers timed on inputs of their own (see the module's docstring)."""
+OPTIMIZERS = (*(s[0] for s in SETTINGS), *OTHERS)
+"""Every optimizer of this section, the names `--optimizers` takes."""
 
 
 def _candidates(
@@ -198,7 +202,7 @@ def _muon_candidates(keys: list[str], elements: int) -> dict[str, Callable[[], o
     torch_opt = torch.optim.Muon(tensors, **MUON)  # no foreach: it refuses one
 
     def step_torch() -> list[Tensor]:
-        torch_opt.step()
+        torch_opt.step()  # type: ignore[no-untyped-call]  # torch's annotation
         return tensors
 
     return {OURS: step_ours, TORCH_LOOP: step_torch}
@@ -211,7 +215,10 @@ def quadratic(values: list[Tensor], scale: Tensor, center: Tensor) -> Tensor:
 
 
 def _lbfgs_candidates(
-    keys: list[str], elements: int, line_search_fn: str | None
+    keys: list[str],
+    elements: int,
+    line_search_fn: str | None,
+    settings: dict[str, Any] = LBFGS,
 ) -> dict[str, Callable[[], object]]:
     """One LBFGS step from the same start and a fresh state per call, both sides."""
     gen = torch.Generator().manual_seed(0)
@@ -221,7 +228,7 @@ def _lbfgs_candidates(
     center = torch.randn(count, generator=gen)
     values = [torch.randn(elements, generator=gen) for _ in keys]
 
-    opt = optim.LBFGS(line_search_fn=line_search_fn, **LBFGS)
+    opt = optim.LBFGS(line_search_fn=line_search_fn, **settings)
     start = ParamDict(zip(keys, [v.clone().requires_grad_() for v in values]))
 
     def loss(params: ParamDict) -> Tensor:
@@ -232,19 +239,19 @@ def _lbfgs_candidates(
         return new
 
     tensors = [v.clone().requires_grad_() for v in values]
-    torch_opt = torch.optim.LBFGS(tensors, line_search_fn=line_search_fn, **LBFGS)
+    torch_opt = torch.optim.LBFGS(tensors, line_search_fn=line_search_fn, **settings)
 
     def closure() -> Tensor:
         torch_opt.zero_grad()
         value = quadratic(tensors, scale, center)
-        value.backward()
+        value.backward()  # type: ignore[no-untyped-call]  # torch's annotation
         return value
 
     def step_torch() -> list[Tensor]:
         with torch.no_grad():
             torch._foreach_copy_(tensors, values)
         torch_opt.state.clear()
-        torch_opt.step(closure)
+        torch_opt.step(closure)  # type: ignore[no-untyped-call]  # torch's annotation
         return tensors
 
     return {OURS: step_ours, TORCH_CLOSURE: step_torch}
@@ -263,22 +270,26 @@ def _agree_once(
 
 def _extra_rows(config: Config) -> list[Row]:
     """Muon on matrices and LBFGS on a quadratic, at every size."""
-    rows = []
+    rows: list[Row] = []
+    muon, lbfgs = (
+        not config.optimizers or name in config.optimizers for name in OTHERS
+    )
     lbfgs_timing = dataclasses.replace(config, rounds=min(config.rounds, LBFGS_ROUNDS))
     for entries, elements in config.sizes:
         keys = [f"layers.{i}.weight" for i in range(entries)]
         rows_, cols = matrix_shape(elements)
-        with torch.inference_mode(False):
-            candidates = _muon_candidates(keys, elements)
-            _agree_once(candidates, keys, STEPS)
-        rows.append(
-            Row.from_timings(
-                "Muon step",
-                f"{entries} x {rows_} x {cols}",
-                config.time(candidates),
+        if muon:
+            with torch.inference_mode(False):
+                candidates = _muon_candidates(keys, elements)
+                _agree_once(candidates, keys, STEPS)
+            rows.append(
+                Row.from_timings(
+                    "Muon step",
+                    f"{entries} x {rows_} x {cols}",
+                    config.time(candidates),
+                )
             )
-        )
-        for line_search_fn in LINE_SEARCHES:
+        for line_search_fn in LINE_SEARCHES if lbfgs else ():
             with torch.inference_mode(False):
                 candidates = _lbfgs_candidates(keys, elements, line_search_fn)
                 _agree_once(candidates, keys, 1)
@@ -303,6 +314,8 @@ def measure(config: Config) -> Section:
     if _peers.load("torchopt") is None:
         section.notes.append(_peers.skipped("torchopt", what="torchopt"))
     settings = SETTINGS[:1] + SETTINGS[2:3] if config.quick else SETTINGS
+    if config.optimizers:
+        settings = [s for s in settings if s[0] in config.optimizers]
     target_row = None
     for setting in settings:
         for entries, elements in config.sizes:
