@@ -376,7 +376,7 @@ def _measured_rows(name: str, timing: Config) -> list[Row]:
                 theirs: _torch(name, values, grads, theirs),
             }
             _agree(candidates, reference=theirs)
-            label = f"{size}, {len(keys)} matrices" if muon else size
+            label = f"GPT-2 small ({len(keys)} matrices)" if muon else size
             rows.append(
                 Row.from_timings(f"{name} step", label, timing.time(candidates))
             )
