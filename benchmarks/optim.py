@@ -28,8 +28,10 @@ Two optimizers need other inputs:
   fresh state (`max_iter=20`, `history_size=10`, `line_search_fn` None and
   `"strong_wolfe"`) on a fixed quadratic `0.5 * sum(d * (x - c) ** 2)` over all
   entries flattened in key order, with `d` log-uniform in [0.1, 10] and `c` standard
-  normal, drawn from a seed (20 iterations do not reach its minimum, so every call
-  does the same work). `paramdict.optim.LBFGS` steps the keyed params with the loss
+  normal, drawn from a seed. A step stops at `max_iter` iterations (with the line
+  search, at `max_eval`, 25 evaluations) well before the minimum, the same work in
+  every call. Before timing, both steps must give the same parameters (float32
+  rounding allowed). `paramdict.optim.LBFGS` steps the keyed params with the loss
   as its closure; `torch.optim (closure)` first writes the start back into its
   tensors and clears its state, then calls `opt.step(closure)`, where the closure
   zeroes the gradients and runs `loss.backward()`. Both evaluate the same loss
@@ -37,7 +39,7 @@ Two optimizers need other inputs:
   1000 entries).
 
 Part of `python -m benchmarks`; `python -m benchmarks --only optim` runs only this
-section.
+section, and `--optimizers Muon,LBFGS` (any names of `OPTIMIZERS`) only those rows.
 """
 
 from __future__ import annotations
