@@ -28,13 +28,14 @@ fused kernel for them). Muon runs on GPT-2 small's 50 matrices only (the 2-D
 entries: both embeddings and the 48 weights of the blocks, 124M of its parameters;
 the 50 x 400,000 entries are vectors, which Muon refuses), against `torch.optim
 (for-loop)`, since torch.optim.Muon has no foreach path, with 5 rounds after one
-warm-up. LBFGS runs at 50 x 400,000
-only, as in the `optim` section: each call one `step` from the same start with a
-fresh state (`max_iter=5`, `history_size=5`, both line searches) on a fixed
-quadratic, against `torch.optim (closure)`, with 5 rounds after one warm-up. At
-GPT-2 small it is left out: torch's and ours keep the history as flat vectors of
-all 124M parameters (`2 * history_size` of them, 5 GB at `history_size=5`, 99 GB at
-the default 100, for each candidate), beyond this machine's memory.
+warm-up. LBFGS runs at 50 x 400,000 only, as in the `optim` section: each call one
+`step` from the same start with a fresh state (`max_iter=5`, `history_size=5`,
+both line searches) on a fixed quadratic, against `torch.optim (closure)`, with 5
+rounds after one warm-up. At GPT-2 small it is left out: each candidate keeps its
+history as `2 * history_size` flat vectors of all 124M parameters (5 GB at
+`history_size=5`, 99 GB at torch's default of 100) on a machine of 23 GB shared
+with other jobs, and a step would take about a minute; the 50 x 400,000 rows show
+the costs per flat vector already.
 
 On one thread of the 2-core machine of the docs, a full run of this section takes
 about N minutes, most of it GPT-2 small's rows and Muon (about 12 s per Muon step,
