@@ -34,7 +34,7 @@ both line searches) on a fixed quadratic, against `torch.optim (closure)`, with 
 rounds after one warm-up. At GPT-2 small it is left out: each candidate keeps its
 history as `2 * history_size` flat vectors of all 124M parameters (5 GB at
 `history_size=5`, 99 GB at torch's default of 100) on a machine of 23 GB shared
-with other jobs, and a step would take about a minute; the 50 x 400,000 rows show
+with other jobs, and a step would take tens of seconds; the 50 x 400,000 rows show
 the costs per flat vector already.
 
 On one thread of the 2-core machine of the docs, a full run of this section takes
