@@ -37,10 +37,12 @@ history as `2 * history_size` flat vectors of all 124M parameters (5 GB at
 with other jobs, and a step would take tens of seconds; the 50 x 400,000 rows show
 the costs per flat vector already.
 
-On one thread of the 2-core machine of the docs, a full run of this section takes
-about N minutes, most of it GPT-2 small's rows and Muon (about 12 s per Muon step,
-its Newton-Schulz iterations in bfloat16 on 124M parameters). `--optimizers` picks
-some: `python -m benchmarks --only optim-scale --optimizers Muon,LBFGS`.
+On one thread of the 2-core machine of the docs, shared with other jobs, a full run
+of this section took about 37 minutes: 10 for the four optimizers with targets
+(compile and peak memory included), 27 for the others, of which Muon (about 12 s a
+step, its Newton-Schulz iterations in bfloat16 on 124M parameters) and LBFGS take
+half. `--optimizers` picks some:
+`python -m benchmarks --only optim-scale --optimizers Muon,LBFGS`.
 """
 
 from __future__ import annotations
