@@ -94,7 +94,7 @@ SETTINGS = {
 TARGETED = ("Adam", "AdamW", "SGD momentum", "Adagrad")
 """The optimizers with targets; the rest of `SETTINGS` is measured only."""
 FOR_LOOP = "torch.optim (for-loop)"
-CLOSURE = "torch.optim (closure)"
+CLOSURE = small.TORCH_CLOSURE
 LBFGS: dict[str, Any] = {"max_iter": 5, "history_size": 5}
 OPTIMIZERS = (*SETTINGS, "LBFGS")
 """Every optimizer of this section, the names `--optimizers` takes."""
@@ -201,7 +201,7 @@ def _agree(
     reference: str = FUSED,
     steps: int = 3,
 ) -> None:
-    """Three steps of each candidate give the same parameters (float32 rounding)."""
+    """`steps` steps of each candidate give the same parameters (float32 rounding)."""
     results: dict[str, list[Tensor]] = {}
     for mode, step in candidates.items():
         out: object = None
@@ -402,19 +402,15 @@ def _lbfgs_rows(config: Config) -> list[Row]:
     for line_search_fn in (None, "strong_wolfe"):
         with torch.inference_mode(False):
             candidates = small._lbfgs_candidates(keys, elements, line_search_fn, LBFGS)
-            renamed = {
-                OURS: candidates[OURS],
-                CLOSURE: candidates[small.TORCH_CLOSURE],
-            }
-            _agree(renamed, reference=CLOSURE, steps=1)  # each call starts over
+            _agree(candidates, reference=CLOSURE, steps=1)  # each call starts over
             rows.append(
                 Row.from_timings(
                     f"LBFGS step, line_search_fn={line_search_fn!r}",
                     WIDE,
-                    timing.time(renamed),
+                    timing.time(candidates),
                 )
             )
-        del candidates, renamed
+        del candidates
         gc.collect()
     return rows
 
