@@ -294,7 +294,7 @@ def _extra_rows(config: Config) -> list[Row]:
         for line_search_fn in LINE_SEARCHES if lbfgs else ():
             with torch.inference_mode(False):
                 candidates = _lbfgs_candidates(keys, elements, line_search_fn)
-                _agree_once(candidates, keys, 1)
+                _agree_once(candidates, keys, 2)  # a second call starts over too
             rows.append(
                 Row.from_timings(
                     f"LBFGS step, line_search_fn={line_search_fn!r}",
