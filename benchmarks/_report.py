@@ -48,6 +48,8 @@ class Config:
         sizes: `(entries, elements)` pairs for the per-size cases.
         clock: `"wall"` (elapsed time) or `"cpu"` (this process's CPU time, less
             disturbed by other processes on a shared machine).
+        optimizers: The optimizers the optimizer sections measure, by name
+            (`--optimizers`); empty for all.
     """
 
     quick: bool
@@ -58,6 +60,7 @@ class Config:
     processes: int
     sizes: tuple[tuple[int, int], ...]
     clock: Literal["wall", "cpu"] = "wall"
+    optimizers: tuple[str, ...] = ()
 
     def time(self, candidates: Mapping[str, Callable[[], object]]) -> dict[str, Timing]:
         """Time `candidates` side by side with these settings (see `compare`)."""

@@ -4,6 +4,7 @@
     python -m benchmarks --quick          # a smoke run of seconds; numbers are rough
     python -m benchmarks --out results    # also write results.md and results.json
     python -m benchmarks --only update,grad --threads 2
+    python -m benchmarks --only optim-scale --optimizers Muon,LBFGS
 
 Every section times its candidates side by side in this process (interleaved
 rounds after a warm-up, medians; see `_timing`), except peak memory and import
@@ -76,6 +77,7 @@ def _config(args: argparse.Namespace) -> Config:
             processes=args.processes or 1,
             sizes=QUICK_SIZES,
             clock=args.clock,
+            optimizers=args.optimizers,
         )
     return Config(
         quick=False,
@@ -86,6 +88,7 @@ def _config(args: argparse.Namespace) -> Config:
         processes=args.processes or 7,
         sizes=SIZES,
         clock=args.clock,
+        optimizers=args.optimizers,
     )
 
 
@@ -138,6 +141,7 @@ def _machine(config: Config) -> dict[str, Any]:
         "quick": config.quick,
         "rounds": config.rounds,
         "processes": config.processes,
+        "optimizers": list(config.optimizers),
     }
 
 
@@ -151,6 +155,11 @@ def _header(meta: dict[str, Any]) -> list[str]:
         "quick smoke run: few, short samples, rough numbers, verdicts not meaningful"
         if meta["quick"]
         else "full run"
+    )
+    picked = (
+        [f"- optimizers: {', '.join(meta['optimizers'])} only"]
+        if meta["optimizers"]
+        else []
     )
     return [
         "# paramdict benchmarks",
@@ -166,6 +175,7 @@ def _header(meta: dict[str, Any]) -> list[str]:
         f"{meta['processes']} fresh process(es) per memory/import candidate; "
         "ratios: the median over rounds of the candidate's sample over ParamDict's "
         "sample of the same round",
+        *picked,
     ]
 
 
@@ -200,7 +210,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--processes", type=int, help="fresh processes per memory/import candidate"
     )
+    optimizers = sorted({*optim.OPTIMIZERS, *optim_scale.OPTIMIZERS})
+    parser.add_argument(
+        "--optimizers",
+        help="comma-separated optimizers for the sections optim and optim-scale "
+        f"(default: all), of: {', '.join(optimizers)}",
+    )
     args = parser.parse_args(argv)
+    picked = [n.strip() for n in (args.optimizers or "").split(",") if n.strip()]
+    unknown = sorted(set(picked) - set(optimizers))
+    if unknown:
+        parser.error(f"unknown optimizers {unknown}; choose from {optimizers}")
+    args.optimizers = tuple(picked)
     keys = list(SECTIONS)
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]

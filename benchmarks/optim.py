@@ -12,15 +12,40 @@ state from step to step:
   plain dicts of tensors that do not require grad (torchopt's functional style).
 
 Adam, AdamW, SGD with momentum, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta,
-Rprop and ASGD, with the same hyperparameters everywhere (torchopt where it has the
-optimizer). Before timing, three steps of every candidate from the same start must
-give the same parameters; a torchopt transformation that does not is left out, with
-a note. Part of `python -m benchmarks`; `python -m benchmarks --only optim` runs
-only this section.
+Rprop, ASGD and Adafactor, with the same hyperparameters everywhere (torchopt where
+it has the optimizer). Before timing, three steps of every candidate from the same
+start must give the same parameters; a torchopt transformation that does not is left
+out, with a note.
+
+Two optimizers need other inputs:
+
+- Muon updates 2-D entries only (ours and torch's refuse others), so its entries are
+  matrices with each size's element count: the rows are the largest divisor of the
+  count at most its square root (8 x 40 x 40, 160 x 8 x 8, 1000 x 4 x 4).
+  torch.optim.Muon has no foreach path (it refuses `foreach=True`), so its candidate
+  is its default per-tensor loop, `torch.optim (for-loop)`.
+- LBFGS re-evaluates the loss, so each call is one `step` from the same start with a
+  fresh state (`max_iter=20`, `history_size=10`, `line_search_fn` None and
+  `"strong_wolfe"`) on a fixed quadratic `0.5 * sum(d * (x - c) ** 2)` over all
+  entries flattened in key order, with `d` log-uniform in [0.1, 10] and `c` standard
+  normal, drawn from a seed. A step stops at `max_iter` iterations (with the line
+  search, at `max_eval`, 25 evaluations) well before the minimum, the same work in
+  every call. Before timing, both steps must give the same parameters (float32
+  rounding allowed). `paramdict.optim.LBFGS` steps the keyed params with the loss
+  as its closure; `torch.optim (closure)` first writes the start back into its
+  tensors and clears its state, then calls `opt.step(closure)`, where the closure
+  zeroes the gradients and runs `loss.backward()`. Both evaluate the same loss
+  function. LBFGS rows take at most 31 rounds (a step takes up to a second at
+  1000 entries).
+
+Part of `python -m benchmarks`; `python -m benchmarks --only optim` runs only this
+section, and `--optimizers Muon,LBFGS` (any names of `OPTIMIZERS`) only those rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -56,8 +81,20 @@ SETTINGS = [
     ("Adadelta", optim.Adadelta, torch.optim.Adadelta, "adadelta", {"lr": 1.0}),
     ("Rprop", optim.Rprop, torch.optim.Rprop, "", {"lr": 1e-3}),
     ("ASGD", optim.ASGD, torch.optim.ASGD, "", {"lr": 1e-3}),
+    ("Adafactor", optim.Adafactor, torch.optim.Adafactor, "", {"lr": 1e-3}),
 ]
 TARGET = ("Adam", (160, 64), 1.10)
+
+TORCH_LOOP = "torch.optim (for-loop)"
+TORCH_CLOSURE = "torch.optim (closure)"
+MUON: dict[str, Any] = {"lr": 1e-3}
+LBFGS: dict[str, Any] = {"max_iter": 20, "history_size": 10}
+LINE_SEARCHES = (None, "strong_wolfe")
+LBFGS_ROUNDS = 31
+OTHERS = ("Muon", "LBFGS")
+"""The optimizers timed on inputs of their own (see the module's docstring)."""
+OPTIMIZERS = (*(s[0] for s in SETTINGS), *OTHERS)
+"""Every optimizer of this section, the names `--optimizers` takes."""
 
 
 def _candidates(
@@ -138,6 +175,136 @@ def _agreeing(
     return candidates
 
 
+def matrix_shape(elements: int) -> tuple[int, int]:
+    """Return `(rows, cols)` with `rows * cols == elements`, as square as can be."""
+    rows = max(r for r in range(1, math.isqrt(elements) + 1) if elements % r == 0)
+    return rows, elements // rows
+
+
+def _muon_candidates(keys: list[str], elements: int) -> dict[str, Callable[[], object]]:
+    """Muon on matrices of `elements` entries: ours and torch's per-tensor loop."""
+    shape = matrix_shape(elements)
+    gen = torch.Generator().manual_seed(0)
+    values = [torch.randn(shape, generator=gen) for _ in keys]
+    grads = [torch.randn(shape, generator=gen) for _ in keys]
+
+    opt = optim.Muon(**MUON)
+    start = ParamDict(zip(keys, [v.clone().requires_grad_() for v in values]))
+    grad_dict = ParamDict(zip(keys, grads))
+    current: list[Any] = [start, opt.init(start)]
+
+    def step_ours() -> ParamDict:
+        current[0], current[1] = opt.step(current[0], grad_dict, current[1])
+        new: ParamDict = current[0]
+        return new
+
+    tensors = [v.clone().requires_grad_() for v in values]
+    for tensor, grad in zip(tensors, grads):
+        tensor.grad = grad.clone()
+    torch_opt = torch.optim.Muon(tensors, **MUON)  # no foreach: it refuses one
+
+    def step_torch() -> list[Tensor]:
+        torch_opt.step()  # type: ignore[no-untyped-call]  # torch's annotation
+        return tensors
+
+    return {OURS: step_ours, TORCH_LOOP: step_torch}
+
+
+def quadratic(values: list[Tensor], scale: Tensor, center: Tensor) -> Tensor:
+    """Return `0.5 * sum(scale * (x - center) ** 2)`, `x` the entries flattened."""
+    flat = torch.cat([v.reshape(-1) for v in values])
+    return 0.5 * (scale * (flat - center) ** 2).sum()
+
+
+def _lbfgs_candidates(
+    keys: list[str],
+    elements: int,
+    line_search_fn: str | None,
+    settings: dict[str, Any] = LBFGS,
+) -> dict[str, Callable[[], object]]:
+    """One LBFGS step from the same start and a fresh state per call, both sides."""
+    gen = torch.Generator().manual_seed(0)
+    count = len(keys) * elements
+    scale = torch.empty(count).uniform_(math.log(0.1), math.log(10), generator=gen)
+    scale = scale.exp()
+    center = torch.randn(count, generator=gen)
+    values = [torch.randn(elements, generator=gen) for _ in keys]
+
+    opt = optim.LBFGS(line_search_fn=line_search_fn, **settings)
+    start = ParamDict(zip(keys, [v.clone().requires_grad_() for v in values]))
+
+    def loss(params: ParamDict) -> Tensor:
+        return quadratic(list(params.values()), scale, center)
+
+    def step_ours() -> ParamDict:
+        new, _ = opt.step(start, loss, opt.init(start))
+        return new
+
+    tensors = [v.clone().requires_grad_() for v in values]
+    torch_opt = torch.optim.LBFGS(tensors, line_search_fn=line_search_fn, **settings)
+
+    def closure() -> Tensor:
+        torch_opt.zero_grad()
+        value = quadratic(tensors, scale, center)
+        value.backward()  # type: ignore[no-untyped-call]  # torch's annotation
+        return value
+
+    def step_torch() -> list[Tensor]:
+        with torch.no_grad():
+            torch._foreach_copy_(tensors, values)
+        torch_opt.state.clear()
+        torch_opt.step(closure)  # type: ignore[no-untyped-call]  # torch's annotation
+        return tensors
+
+    return {OURS: step_ours, TORCH_CLOSURE: step_torch}
+
+
+def _agree_once(
+    candidates: dict[str, Callable[[], object]], keys: list[str], steps: int
+) -> None:
+    """Take `steps` calls of each candidate; their parameters must agree."""
+    results: dict[str, object] = {}
+    for candidate, step in candidates.items():
+        for _ in range(steps):
+            results[candidate] = step()
+    check_agreement(results, keys, reference=OURS)
+
+
+def _extra_rows(config: Config) -> list[Row]:
+    """Muon on matrices and LBFGS on a quadratic, at every size."""
+    rows: list[Row] = []
+    muon, lbfgs = (
+        not config.optimizers or name in config.optimizers for name in OTHERS
+    )
+    lbfgs_timing = dataclasses.replace(config, rounds=min(config.rounds, LBFGS_ROUNDS))
+    for entries, elements in config.sizes:
+        keys = [f"layers.{i}.weight" for i in range(entries)]
+        rows_, cols = matrix_shape(elements)
+        if muon:
+            with torch.inference_mode(False):
+                candidates = _muon_candidates(keys, elements)
+                _agree_once(candidates, keys, STEPS)
+            rows.append(
+                Row.from_timings(
+                    "Muon step",
+                    f"{entries} x {rows_} x {cols}",
+                    config.time(candidates),
+                )
+            )
+        for line_search_fn in LINE_SEARCHES if lbfgs else ():
+            with torch.inference_mode(False):
+                candidates = _lbfgs_candidates(keys, elements, line_search_fn)
+                _agree_once(candidates, keys, 2)  # a second call starts over too
+            rows.append(
+                Row.from_timings(
+                    f"LBFGS step, line_search_fn={line_search_fn!r}",
+                    f"{entries} x {elements:,}",
+                    lbfgs_timing.time(candidates),
+                )
+            )
+    return rows
+
+
 def measure(config: Config) -> Section:
     """Time every optimizer's step at every size."""
     section = Section(
@@ -149,6 +316,8 @@ def measure(config: Config) -> Section:
     if _peers.load("torchopt") is None:
         section.notes.append(_peers.skipped("torchopt", what="torchopt"))
     settings = SETTINGS[:1] + SETTINGS[2:3] if config.quick else SETTINGS
+    if config.optimizers:
+        settings = [s for s in settings if s[0] in config.optimizers]
     target_row = None
     for setting in settings:
         for entries, elements in config.sizes:
@@ -165,6 +334,7 @@ def measure(config: Config) -> Section:
             if (setting[0], (entries, elements)) == TARGET[:2]:
                 target_row = row
             section.rows.append(row)
+    section.rows += _extra_rows(config)
     section.targets.append(
         ratio_target(
             "`paramdict.optim.Adam` step within 1.10x of `torch.optim.Adam` "

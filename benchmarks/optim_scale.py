@@ -19,11 +19,36 @@ candidate (and its state) is built, less its copy of the parameters: the working
 set over the parameters and gradients. Model-scale sizes are
 measured in full runs only; `--quick` notes that and returns at once. Part of
 `python -m benchmarks`; `python -m benchmarks --only optim-scale` runs it alone.
+
+Adam, AdamW, SGD with momentum and Adagrad carry the targets above. Every other
+optimizer is measured without a target, at both sizes, with the candidates that
+exist for it: `ParamDict step_`, `ParamDict` and `torch.optim (foreach)` for
+RMSprop, NAdam, RAdam, Adamax, Adadelta, Rprop, ASGD and Adafactor (torch has no
+fused kernel for them). Muon runs on GPT-2 small's 50 matrices only (the 2-D
+entries: both embeddings and the 48 weights of the blocks, 124M of its parameters;
+the 50 x 400,000 entries are vectors, which Muon refuses), against `torch.optim
+(for-loop)`, since torch.optim.Muon has no foreach path, with 5 rounds after one
+warm-up. LBFGS runs at 50 x 400,000 only, as in the `optim` section: each call one
+`step` from the same start with a fresh state (`max_iter=5`, `history_size=5`,
+both line searches) on a fixed quadratic, against `torch.optim (closure)`, with 5
+rounds after one warm-up. At GPT-2 small it is left out: each candidate keeps its
+history as `2 * history_size` flat vectors of all 124M parameters (5 GB at
+`history_size=5`, 99 GB at torch's default of 100) on a machine of 23 GB shared
+with other jobs, and a step would take tens of seconds; the 50 x 400,000 rows show
+the costs per flat vector already.
+
+On one thread of the 2-core machine of the docs, shared with other jobs, a full run
+of this section took about 37 minutes: 10 for the four optimizers with targets
+(compile and peak memory included), 27 for the others, of which Muon (about 12 s a
+step, its Newton-Schulz iterations in bfloat16 on 124M parameters) and LBFGS take
+half. `--optimizers` picks some:
+`python -m benchmarks --only optim-scale --optimizers Muon,LBFGS`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -36,6 +61,7 @@ from torch import Tensor
 
 from paramdict import ParamDict, optim
 
+from . import optim as small
 from ._report import OURS, Config, Row, Section, format_bytes, ratio_target
 from ._timing import run_fresh
 from .maml import _peak, _reset_peak
@@ -55,7 +81,23 @@ SETTINGS = {
     "AdamW": (optim.AdamW, torch.optim.AdamW, {"lr": 1e-3, "weight_decay": 0.01}),
     "SGD momentum": (optim.SGD, torch.optim.SGD, {"lr": 1e-3, "momentum": 0.9}),
     "Adagrad": (optim.Adagrad, torch.optim.Adagrad, {"lr": 1e-3}),
+    "RMSprop": (optim.RMSprop, torch.optim.RMSprop, {"lr": 1e-3}),
+    "NAdam": (optim.NAdam, torch.optim.NAdam, {"lr": 1e-3}),
+    "RAdam": (optim.RAdam, torch.optim.RAdam, {"lr": 1e-3}),
+    "Adamax": (optim.Adamax, torch.optim.Adamax, {"lr": 1e-3}),
+    "Adadelta": (optim.Adadelta, torch.optim.Adadelta, {"lr": 1.0}),
+    "Rprop": (optim.Rprop, torch.optim.Rprop, {"lr": 1e-3}),
+    "ASGD": (optim.ASGD, torch.optim.ASGD, {"lr": 1e-3}),
+    "Adafactor": (optim.Adafactor, torch.optim.Adafactor, {"lr": 1e-3}),
+    "Muon": (optim.Muon, torch.optim.Muon, {"lr": 1e-3}),
 }
+TARGETED = ("Adam", "AdamW", "SGD momentum", "Adagrad")
+"""The optimizers with targets; the rest of `SETTINGS` is measured only."""
+FOR_LOOP = "torch.optim (for-loop)"
+CLOSURE = small.TORCH_CLOSURE
+LBFGS: dict[str, Any] = {"max_iter": 5, "history_size": 5}
+OPTIMIZERS = (*SETTINGS, "LBFGS")
+"""Every optimizer of this section, the names `--optimizers` takes."""
 WIDE = "50 x 400,000"
 GPT2 = "GPT-2 small (148 tensors)"
 
@@ -129,6 +171,8 @@ def _torch(
     for tensor, grad in zip(tensors, grads):
         tensor.grad = grad
     flag = {"fused": True} if mode == FUSED else {"foreach": True}
+    if mode == FOR_LOOP:
+        flag = {}  # torch's default path (Muon takes no `foreach`)
     opt = theirs(tensors, **flag, **kwargs)
     step = torch.compile(opt.step) if mode == FOREACH_COMPILED else opt.step
 
@@ -152,21 +196,25 @@ def _candidates(
     return made
 
 
-def _agree(candidates: dict[str, Callable[[], object]]) -> None:
-    """Three steps of each candidate give the same parameters (float32 rounding)."""
+def _agree(
+    candidates: dict[str, Callable[[], object]],
+    reference: str = FUSED,
+    steps: int = 3,
+) -> None:
+    """`steps` steps of each candidate give the same parameters (float32 rounding)."""
     results: dict[str, list[Tensor]] = {}
     for mode, step in candidates.items():
         out: object = None
-        for _ in range(3):
+        for _ in range(steps):
             out = step()
         if isinstance(out, ParamDict):
             results[mode] = list(out.values())
         else:
             assert isinstance(out, list)  # torch's candidates return their tensors
             results[mode] = [t for t in out if isinstance(t, Tensor)]
-    reference = results[FUSED]
+    expected = results[reference]
     for mode, values in results.items():
-        for got, want in zip(values, reference, strict=True):
+        for got, want in zip(values, expected, strict=True):
             torch.testing.assert_close(
                 got.detach(), want.detach(), rtol=1e-5, atol=1e-6, msg=mode
             )
@@ -242,7 +290,7 @@ def measure(config: Config) -> Section:
         sizes=config.sizes,
         clock=config.clock,
     )
-    for name in SETTINGS:
+    for name in _chosen(TARGETED, config):
         for size in (WIDE, GPT2):
             names = [OURS, IN_PLACE, FOREACH, FUSED]
             if size == WIDE:
@@ -293,7 +341,78 @@ def measure(config: Config) -> Section:
         )
         shown = ", ".join(f"{m} {format_bytes(v)}" for m, v in mem.medians.items())
         section.notes.append(f"{name} peak memory over the data: {shown}.")
+    measured = [n for n in SETTINGS if n not in TARGETED]
+    for name in _chosen(measured, config):
+        section.rows += _measured_rows(name, timing)
+    if "LBFGS" in _chosen(["LBFGS"], config):
+        section.rows += _lbfgs_rows(config)
     return section
+
+
+def _chosen(names: Sequence[str], config: Config) -> list[str]:
+    """The optimizers of `names` that `--optimizers` picked (all by default)."""
+    return [n for n in names if not config.optimizers or n in config.optimizers]
+
+
+def _matrices(
+    data: tuple[list[str], list[Tensor], list[Tensor]],
+) -> tuple[list[str], list[Tensor], list[Tensor]]:
+    """Keep the 2-D entries of `(keys, values, grads)` (Muon's)."""
+    kept = [i for i, v in enumerate(data[1]) if v.dim() == 2]
+    keys, values, grads = data
+    return [keys[i] for i in kept], [values[i] for i in kept], [grads[i] for i in kept]
+
+
+def _measured_rows(name: str, timing: Config) -> list[Row]:
+    """Time an optimizer without targets at each size it applies to."""
+    rows = []
+    muon = name == "Muon"
+    if muon:  # about 12 s a step on one thread
+        timing = dataclasses.replace(timing, rounds=min(timing.rounds, 5), warmup=1)
+    for size in (GPT2,) if muon else (WIDE, GPT2):
+        data = _data(size)
+        if muon:
+            data = _matrices(data)
+        keys, values, grads = data
+        theirs = FOR_LOOP if muon else FOREACH
+        with torch.inference_mode(False):
+            candidates = {
+                OURS: _ours(name, keys, values, grads, OURS),
+                IN_PLACE: _ours(name, keys, values, grads, IN_PLACE),
+                theirs: _torch(name, values, grads, theirs),
+            }
+            _agree(candidates, reference=theirs)
+            label = f"GPT-2 small ({len(keys)} matrices)" if muon else size
+            rows.append(
+                Row.from_timings(f"{name} step", label, timing.time(candidates))
+            )
+        del candidates
+        gc.collect()
+    return rows
+
+
+def _lbfgs_rows(config: Config) -> list[Row]:
+    """Time one LBFGS step from a fixed start at 50 x 400,000, both line searches."""
+    keys = [key for key, _ in shapes(WIDE)]
+    elements = shapes(WIDE)[0][1][0]
+    timing = dataclasses.replace(
+        config, rounds=min(config.rounds, 5), warmup=1, target=0.05
+    )
+    rows = []
+    for line_search_fn in (None, "strong_wolfe"):
+        with torch.inference_mode(False):
+            candidates = small._lbfgs_candidates(keys, elements, line_search_fn, LBFGS)
+            _agree(candidates, reference=CLOSURE, steps=2)  # each starts over
+            rows.append(
+                Row.from_timings(
+                    f"LBFGS step, line_search_fn={line_search_fn!r}",
+                    WIDE,
+                    timing.time(candidates),
+                )
+            )
+        del candidates
+        gc.collect()
+    return rows
 
 
 def _main(argv: Sequence[str] | None = None) -> None:

@@ -71,6 +71,9 @@ def test_quick_run_writes_the_report(tmp_path: Path) -> None:
         assert section["rows"] or section["notes"], section["key"]
         for row in section["rows"]:
             assert row["median"]["ParamDict"] > 0, (section["key"], row["case"])
+    (optim,) = [s for s in payload["sections"] if s["key"] == "optim"]
+    cases = {row["case"] for row in optim["rows"]}
+    assert {"Muon step", "LBFGS step, line_search_fn='strong_wolfe'"} <= cases
     goals = [t["goal"] for s in payload["sections"] for t in s["targets"]]
     for goal in GOALS:
         assert any(g.startswith(goal) for g in goals), goal

@@ -90,7 +90,10 @@ class InPlaceKernels(Kernels):
                 self._owned[id(value)] = value
 
     def _mine(self, x: ParamDict) -> bool:
-        return id(x) in self._owned
+        # An empty operand (Adafactor's factored buffers when no entry is a
+        # matrix) takes the functional path: torch's foreach kernels refuse
+        # empty lists.
+        return bool(x) and id(x) in self._owned
 
     def _made(self, x: P) -> P:
         self._owned[id(x)] = x

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from optim_cases import batches, forward, make_model
@@ -35,3 +36,25 @@ def test_differentiable_steps_equal_default_and_reach_the_learning_rate() -> Non
     )
     assert meta.isfinite()
     assert meta != 0
+
+
+@pytest.mark.parametrize(
+    "shapes", [[(3,), (4,)], [(2, 3), (3, 2)]], ids=["vectors", "matrices"]
+)
+def test_in_place_step_with_one_kind_of_entry_equals_step(
+    shapes: list[tuple[int, ...]],
+) -> None:
+    """`step_` works when no entry is a matrix, or every one is (one buffer empty)."""
+    gen = torch.Generator().manual_seed(0)
+    start = ParamDict(
+        {f"w{i}": torch.randn(s, generator=gen) for i, s in enumerate(shapes)}
+    )
+    grads = start.map(lambda v: torch.randn(v.shape, generator=gen))
+    opt = optim.Adafactor(lr=0.1)
+    want, want_state = start, opt.init(start)
+    got, got_state = start.map(torch.clone), opt.init(start)
+    for _ in range(3):
+        want, want_state = opt.step(want, grads, want_state)
+        got, got_state = opt.step_(got, grads, got_state)
+    torch.testing.assert_close(dict(got), dict(want), rtol=0, atol=0)
+    torch.testing.assert_close(int(got_state.step), 3)

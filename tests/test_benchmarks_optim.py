@@ -1,0 +1,121 @@
+"""The optimizer sections build, check and time every optimizer (at tiny sizes here).
+
+Nothing here is about speed: model-scale shapes are swapped for tiny ones, and the
+tests check that each optimizer's candidates agree and come back as a row.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import _runner, optim_scale
+from benchmarks import optim as small
+from benchmarks._report import OURS, Config
+
+TINY_GPT2 = [
+    ("wte.weight", (40, 8)),
+    ("h.0.ln_1.weight", (8,)),
+    ("h.0.attn.c_attn.weight", (8, 24)),
+    ("h.0.attn.c_attn.bias", (24,)),
+]
+MEASURED = [n for n in optim_scale.SETTINGS if n not in optim_scale.TARGETED]
+
+
+def _tiny(size: str) -> list[tuple[str, tuple[int, ...]]]:
+    if size == optim_scale.GPT2:
+        return TINY_GPT2
+    return [(f"layers.{i}.weight", (50,)) for i in range(3)]
+
+
+def _config() -> Config:
+    return Config(
+        quick=False,
+        rounds=1,
+        target=1e-4,
+        warmup=0,
+        threads=1,
+        processes=1,
+        sizes=((3, 50),),
+        clock="cpu",
+    )
+
+
+def test_every_optimizer_is_in_a_section() -> None:
+    """Both sections name every optimizer of `paramdict.optim` with a step."""
+    everything = {
+        "Adam", "AdamW", "SGD momentum", "RMSprop", "Adagrad", "NAdam", "RAdam",
+        "Adamax", "Adadelta", "Rprop", "ASGD", "Adafactor", "Muon", "LBFGS",
+    }  # fmt: skip
+    assert set(small.OPTIMIZERS) == everything
+    assert set(optim_scale.OPTIMIZERS) == everything
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_model_scale_rows_agree_and_are_timed(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each optimizer without a target gets its candidates timed at its sizes."""
+    monkeypatch.setattr(optim_scale, "shapes", _tiny)
+    rows = optim_scale._measured_rows(name, _config())
+    if name == "Muon":
+        assert [r.size for r in rows] == ["GPT-2 small (2 matrices)"]
+        theirs = optim_scale.FOR_LOOP
+    else:
+        assert [r.size for r in rows] == [optim_scale.WIDE, optim_scale.GPT2]
+        theirs = optim_scale.FOREACH
+    for row in rows:
+        assert row.case == f"{name} step"
+        assert list(row.medians) == [OURS, optim_scale.IN_PLACE, theirs]
+        assert all(m > 0 for m in row.medians.values())
+
+
+def test_model_scale_lbfgs_rows_agree_and_are_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LBFGS gets one row per line search, against torch's closure-based step."""
+    monkeypatch.setattr(optim_scale, "shapes", _tiny)
+    rows = optim_scale._lbfgs_rows(_config())
+    assert [r.case for r in rows] == [
+        "LBFGS step, line_search_fn=None",
+        "LBFGS step, line_search_fn='strong_wolfe'",
+    ]
+    for row in rows:
+        assert list(row.medians) == [OURS, optim_scale.CLOSURE]
+
+
+def test_muon_matrices_keep_each_size_s_element_count() -> None:
+    """Muon's matrices are as square as each element count allows."""
+    assert [small.matrix_shape(n) for n in (1600, 64, 16, 12, 7)] == [
+        (40, 40),
+        (8, 8),
+        (4, 4),
+        (3, 4),
+        (1, 7),
+    ]
+
+
+def test_optimizers_option_picks_rows(tmp_path: Path) -> None:
+    """`--optimizers Muon,LBFGS` times only those two in the optim section."""
+    picked = ["--optimizers", "Muon,LBFGS"]
+    _runner.main(["--quick", "--only", "optim", *picked, "--out", str(tmp_path)])
+    payload = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert payload["meta"]["optimizers"] == ["Muon", "LBFGS"]
+    (section,) = payload["sections"]
+    assert [r["case"] for r in section["rows"]] == [
+        "Muon step",
+        "LBFGS step, line_search_fn=None",
+        "LBFGS step, line_search_fn='strong_wolfe'",
+    ]
+    assert list(section["rows"][0]["median"]) == [OURS, small.TORCH_LOOP]
+    assert list(section["rows"][1]["median"]) == [OURS, small.TORCH_CLOSURE]
+    assert section["targets"][0]["met"] is None  # Adam, the target's row, not run
+
+
+def test_unknown_optimizers_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """An optimizer name neither section knows stops the command, named."""
+    with pytest.raises(SystemExit, match="2"):
+        _runner.main(["--quick", "--only", "optim", "--optimizers", "Adam,Lion"])
+    assert "unknown optimizers ['Lion']" in capsys.readouterr().err
