@@ -22,6 +22,7 @@ import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -60,31 +61,87 @@ def task_losses(params: ParamDict, model: nn.Module, x: Tensor, y: Tensor) -> Te
     return torch.func.vmap(mse, in_dims=(0, None, 0, 0))(params, model, x, y)
 
 
-def proximal_step(
-    fast: ParamDict,
+def proximal_objectives(
+    fast: ParamDict, params: ParamDict, model: nn.Module, tasks: Tasks, /, *, lam: float
+) -> Tensor:
+    """Return every task's inner objective, `L(phi) + lam/2 |phi - params|^2`."""
+    distances = torch.stack(
+        [d.flatten(1).pow(2).sum(1) for d in (fast - params).values()]
+    ).sum(0)
+    support = task_losses(fast, model, tasks.x_support, tasks.y_support)
+    return support + lam / 2 * distances
+
+
+@dataclass(frozen=True)
+class Descent:
+    """Where the inner loop stands: every task's weights, step size and objective."""
+
+    fast: ParamDict
+    step_size: Tensor
+    objective: Tensor
+
+
+def _per_task(values: Tensor, like: Tensor) -> Tensor:
+    """Return `values` (one per task) shaped to broadcast against `like`."""
+    return values.view(-1, *([1] * (like.dim() - 1)))
+
+
+def start_descent(
     params: ParamDict,
     model: nn.Module,
     tasks: Tasks,
     /,
     *,
-    per_task: bool = True,
     inner_lr: float = INNER_LR,
     lam: float = LAM,
-) -> ParamDict:
-    """Return every task's weights after one step on `L(phi) + lam/2 |phi - params|^2`.
-
-    The tasks run at once under `torch.func.vmap` (see the MAML demo's
-    `inner_step`); `fast` are shared by the tasks for the first step
-    (`per_task=False`) and per task after it. Nothing is recorded for autograd:
-    the meta-gradient does not go through these steps.
-    """
-    task_grads = torch.func.vmap(
-        torch.func.grad(mse), in_dims=(0 if per_task else None, None, 0, 0)
-    )
+) -> Descent:
+    """Return the inner loop's start: every task at `params`, step size `inner_lr`."""
+    anchor = params.detach()
+    fast = anchor.map(lambda t: t.expand(len(tasks), *t.shape))
     with torch.no_grad():
+        objective = proximal_objectives(fast, anchor, model, tasks, lam=lam)
+    step_size = torch.full_like(objective, inner_lr)
+    return Descent(fast, step_size, objective)
+
+
+def proximal_step(
+    state: Descent,
+    params: ParamDict,
+    model: nn.Module,
+    tasks: Tasks,
+    /,
+    *,
+    inner_lr: float = INNER_LR,
+    lam: float = LAM,
+) -> Descent:
+    """Return the inner loop after one gradient step with backtracking, per task.
+
+    Each task tries `phi - s g`, `g` the gradient of its proximal objective and
+    `s` its step size, and keeps it if the objective drops by at least
+    `s/2 |g|^2` (Armijo's condition, met by every `s <= 1/L` where the objective
+    is `L`-smooth); then `s` doubles, up to `inner_lr`. Otherwise the task stays
+    where it is and `s` halves. So no task's objective ever increases, however
+    sharp the meta-learned start; a fixed step diverges once the curvature
+    exceeds `2/inner_lr - lam`. The tasks run at once under `torch.func.vmap`;
+    nothing is recorded for autograd: the meta-gradient does not go through
+    these steps.
+    """
+    anchor = params.detach()
+    task_grads = torch.func.vmap(torch.func.grad(mse), in_dims=(0, None, 0, 0))
+    with torch.no_grad():
+        fast, size = state.fast, state.step_size
         grads = task_grads(fast, model, tasks.x_support, tasks.y_support)
-        # Broadcasts: shared weights (the first step) give one set per task.
-        return fast.sub(grads + lam * (fast - params), alpha=inner_lr)
+        grads = grads + lam * (fast - anchor)
+        trial = fast.map(lambda f, g: f - _per_task(size, g) * g, grads)
+        objective = proximal_objectives(trial, anchor, model, tasks, lam=lam)
+        squares = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()])
+        accept = objective <= state.objective - size / 2 * squares.sum(0)
+        fast = trial.map(lambda t, f: torch.where(_per_task(accept, t), t, f), fast)
+        return Descent(
+            fast,
+            torch.where(accept, (2 * size).clamp(max=inner_lr), size / 2),
+            torch.where(accept, objective, state.objective),
+        )
 
 
 def adapt(
@@ -98,13 +155,10 @@ def adapt(
     lam: float = LAM,
 ) -> ParamDict:
     """Return every task's adapted weights: `steps` proximal steps from `params`."""
-    anchor = params.detach()
-    fast = anchor
-    for step in range(steps):
-        fast = proximal_step(
-            fast, anchor, model, tasks, per_task=step > 0, inner_lr=inner_lr, lam=lam
-        )
-    return fast
+    state = start_descent(params, model, tasks, inner_lr=inner_lr, lam=lam)
+    for _ in range(steps):
+        state = proximal_step(state, params, model, tasks, inner_lr=inner_lr, lam=lam)
+    return state.fast
 
 
 def meta_loss(
@@ -208,25 +262,18 @@ def evaluate(
 
     Row `k` of the `(steps + 1, tasks)` result is after `k` steps.
     """
-    anchor = params.detach()
     with torch.no_grad():
         errors = [
             torch.func.vmap(mse, in_dims=(None, None, 0, 0))(
-                anchor, model, tasks.x_query, tasks.y_query
+                params.detach(), model, tasks.x_query, tasks.y_query
             )
         ]
-        fast = anchor
-        for step in range(steps):
-            fast = proximal_step(
-                fast,
-                anchor,
-                model,
-                tasks,
-                per_task=step > 0,
-                inner_lr=inner_lr,
-                lam=lam,
+        state = start_descent(params, model, tasks, inner_lr=inner_lr, lam=lam)
+        for _ in range(steps):
+            state = proximal_step(
+                state, params, model, tasks, inner_lr=inner_lr, lam=lam
             )
-            errors.append(task_losses(fast, model, tasks.x_query, tasks.y_query))
+            errors.append(task_losses(state.fast, model, tasks.x_query, tasks.y_query))
     return torch.stack(errors)
 
 
@@ -411,17 +458,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"adapting to new sinusoids from K = {SHOTS} points"
         )
         anchor = params.detach()
+        states: list[Descent] = []
 
         def step(fast: ParamDict, some: Tasks, per_task: bool) -> ParamDict:
-            return proximal_step(
-                fast,
+            # `save_plot` calls this once per step, `per_task=False` first.
+            if not per_task:
+                states[:] = [
+                    start_descent(
+                        anchor, model, some, inner_lr=args.inner_lr, lam=args.lam
+                    )
+                ]
+            states[0] = proximal_step(
+                states[0],
                 anchor,
                 model,
                 some,
-                per_task=per_task,
                 inner_lr=args.inner_lr,
                 lam=args.lam,
             )
+            return states[0].fast
 
         if save_plot(
             args.plot,
