@@ -1,13 +1,13 @@
 """iMAML on sinusoid regression (Rajeswaran et al., 2019), keyed end to end.
 
 The tasks, network and evaluation are those of `examples/maml_sinusoid.py`
-(imported from it). Each task's adapted weights are many steps of gradient descent
-on the support loss plus a proximal term `lam/2 |phi - theta|^2`; the meta-gradient
-is the implicit one, `lam (H + lam I)^-1 grad L_query`, from `implicit_proximal`
-(keyed Hessian-vector products and conjugate gradients), so no inner step is kept
-in memory. Run it with
+(imported from it). Each task's adapted weights are steps of gradient descent with
+backtracking on the support loss plus a proximal term `lam/2 |phi - theta|^2`; the
+meta-gradient is the implicit one, `lam (H + lam I)^-1 grad L_query`, from
+`implicit_proximal` (keyed Hessian-vector products and conjugate gradients), so no
+inner step is kept in memory. Run it with
 
-    python examples/imaml_sinusoid.py                 # the full run: a few minutes
+    python examples/imaml_sinusoid.py                 # the full run: 10-20 minutes
     python examples/imaml_sinusoid.py --quick         # seconds: a smoke test
 
 It prints the query MSE on 600 new tasks before and after adaptation, the time per
@@ -113,6 +113,7 @@ def proximal_step(
     *,
     inner_lr: float = INNER_LR,
     lam: float = LAM,
+    backtrack: bool = True,
 ) -> Descent:
     """Return the inner loop after one gradient step with backtracking, per task.
 
@@ -122,9 +123,10 @@ def proximal_step(
     is `L`-smooth); then `s` doubles, up to `inner_lr`. Otherwise the task stays
     where it is and `s` halves. So no task's objective ever increases, however
     sharp the meta-learned start; a fixed step diverges once the curvature
-    exceeds `2/inner_lr - lam`. The tasks run at once under `torch.func.vmap`;
-    nothing is recorded for autograd: the meta-gradient does not go through
-    these steps.
+    exceeds `2/inner_lr - lam`. `backtrack=False` takes that fixed step
+    `inner_lr` every time, accepted or not. The tasks run at once under
+    `torch.func.vmap`; nothing is recorded for autograd: the meta-gradient does
+    not go through these steps.
     """
     anchor = params.detach()
     task_grads = torch.func.vmap(torch.func.grad(mse), in_dims=(0, None, 0, 0))
@@ -136,6 +138,8 @@ def proximal_step(
         objective = proximal_objectives(trial, anchor, model, tasks, lam=lam)
         squares = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()])
         accept = objective <= state.objective - size / 2 * squares.sum(0)
+        if not backtrack:
+            return Descent(trial, size, objective)
         fast = trial.map(lambda t, f: torch.where(_per_task(accept, t), t, f), fast)
         return Descent(
             fast,
@@ -153,11 +157,20 @@ def adapt(
     steps: int = INNER_STEPS,
     inner_lr: float = INNER_LR,
     lam: float = LAM,
+    backtrack: bool = True,
 ) -> ParamDict:
     """Return every task's adapted weights: `steps` proximal steps from `params`."""
     state = start_descent(params, model, tasks, inner_lr=inner_lr, lam=lam)
     for _ in range(steps):
-        state = proximal_step(state, params, model, tasks, inner_lr=inner_lr, lam=lam)
+        state = proximal_step(
+            state,
+            params,
+            model,
+            tasks,
+            inner_lr=inner_lr,
+            lam=lam,
+            backtrack=backtrack,
+        )
     return state.fast
 
 
@@ -172,6 +185,7 @@ def meta_loss(
     lam: float = LAM,
     cg_steps: int = CG_STEPS,
     on_solve: Callable[[CGInfo], object] | None = None,
+    backtrack: bool = True,
 ) -> Tensor:
     """Return iMAML's objective: the mean query loss at the adapted weights.
 
@@ -180,7 +194,15 @@ def meta_loss(
     loss is the sum of the tasks' support losses (one block of the Hessian per
     task).
     """
-    fast = adapt(params, model, tasks, steps=steps, inner_lr=inner_lr, lam=lam)
+    fast = adapt(
+        params,
+        model,
+        tasks,
+        steps=steps,
+        inner_lr=inner_lr,
+        lam=lam,
+        backtrack=backtrack,
+    )
 
     def support_loss(phi: ParamDict) -> Tensor:
         return task_losses(phi, model, tasks.x_support, tasks.y_support).sum()
@@ -218,6 +240,7 @@ def train(
     lam: float = LAM,
     cg_steps: int = CG_STEPS,
     meta_batch: int = META_BATCH,
+    backtrack: bool = True,
 ) -> tuple[float, list[CGInfo]]:
     """Meta-train `model` in place; return the final running meta-loss and CG infos."""
     params = ParamDict.from_module(model)
@@ -236,6 +259,7 @@ def train(
             lam=lam,
             cg_steps=cg_steps,
             on_solve=solves.append,
+            backtrack=backtrack,
         )
         meta_grads = params.grad(loss)  # the implicit meta-gradient, keyed
         params, state = meta_optimizer.step(params, meta_grads, state)
@@ -257,6 +281,7 @@ def evaluate(
     steps: int,
     inner_lr: float = INNER_LR,
     lam: float = LAM,
+    backtrack: bool = True,
 ) -> Tensor:
     """Return every task's query MSE after 0, 1, ..., `steps` proximal inner steps.
 
@@ -271,7 +296,13 @@ def evaluate(
         state = start_descent(params, model, tasks, inner_lr=inner_lr, lam=lam)
         for _ in range(steps):
             state = proximal_step(
-                state, params, model, tasks, inner_lr=inner_lr, lam=lam
+                state,
+                params,
+                model,
+                tasks,
+                inner_lr=inner_lr,
+                lam=lam,
+                backtrack=backtrack,
             )
             errors.append(task_losses(state.fast, model, tasks.x_query, tasks.y_query))
     return torch.stack(errors)
@@ -352,6 +383,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"conjugate-gradient iterations per meta-gradient (default {CG_STEPS})",
     )
     parser.add_argument(
+        "--fixed-step",
+        action="store_true",
+        help="take the fixed step --inner-lr in the inner loop, without "
+        "backtracking (diverges once the meta-learned start is too sharp)",
+    )
+    parser.add_argument(
         "--threads", type=_positive, default=1, metavar="N", help="CPU threads"
     )
     parser.add_argument(
@@ -393,11 +430,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = make_model()
 
     steps = args.inner_steps
+    how = (
+        f"fixed step {args.inner_lr}"
+        if args.fixed_step
+        else f"step <= {args.inner_lr}, backtracking"
+    )
     print(f"iMAML on sinusoid regression: MLP 1-40-40-1 (ReLU), K = {SHOTS}")
     print(
         f"  {iterations:,} meta-iterations, meta-batch of {META_BATCH} tasks; "
-        f"{steps} inner steps (lr {args.inner_lr}) on the support loss + "
-        f"{args.lam}/2 "
+        f"{steps} inner steps ({how}) on the support loss + {args.lam}/2 "
         "|phi - theta|^2"
     )
     print(
@@ -414,6 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         inner_lr=args.inner_lr,
         lam=args.lam,
         cg_steps=args.cg_steps,
+        backtrack=not args.fixed_step,
     )
     elapsed = time.perf_counter() - start
     print(
@@ -423,8 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     last = solves[-100:]
     shrink = statistics.median(s.residual_norms[-1] / s.residual_norms[0] for s in last)
     print(
-        f"CG over the last {len(last)} meta-iterations: residual reduced "
-        f"{1 / shrink:.0f}-fold (median) in {args.cg_steps} iterations"
+        f"CG over the last {len(last)} meta-iterations: final / initial residual "
+        f"norm {shrink:.3g} (median) after {args.cg_steps} iterations"
     )
 
     tasks = sample_tasks(
@@ -434,7 +476,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     params = ParamDict.from_module(model)
     errors = evaluate(
-        params, model, tasks, steps=steps, inner_lr=args.inner_lr, lam=args.lam
+        params,
+        model,
+        tasks,
+        steps=steps,
+        inner_lr=args.inner_lr,
+        lam=args.lam,
+        backtrack=not args.fixed_step,
     )
     print(
         f"\nQuery MSE on {len(tasks)} new tasks ({SHOTS} support and {EVAL_QUERIES} "
@@ -475,6 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 some,
                 inner_lr=args.inner_lr,
                 lam=args.lam,
+                backtrack=not args.fixed_step,
             )
             return states[0].fast
 
