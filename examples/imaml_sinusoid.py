@@ -46,10 +46,10 @@ from examples.maml_sinusoid import (
 from paramdict import CGInfo, ParamDict, implicit_proximal, optim
 
 INNER_STEPS = 25  # gradient steps on the proximal inner objective, per task
-INNER_LR = 0.01  # their step size: the MAML demo's
+INNER_LR = 0.01  # their largest step size (the MAML demo's); backtracking halves it
 LAM = 1.0  # the proximal strength: the inner problem is L(phi) + LAM/2 |phi - theta|^2
 CG_STEPS = 5  # conjugate-gradient iterations per meta-gradient (as in the paper)
-ITERATIONS = 1_500
+ITERATIONS = 10_000  # the MAML demo's
 QUICK_ITERATIONS = 20
 
 
@@ -366,7 +366,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=INNER_LR,
         metavar="LR",
-        help=f"the inner step size (default {INNER_LR})",
+        help=f"the largest inner step size; backtracking halves it per task "
+        f"where needed (default {INNER_LR})",
     )
     parser.add_argument(
         "--lam",
