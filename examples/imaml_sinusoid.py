@@ -136,10 +136,10 @@ def proximal_step(
         grads = grads + lam * (fast - anchor)
         trial = fast.map(lambda f, g: f - _per_task(size, g) * g, grads)
         objective = proximal_objectives(trial, anchor, model, tasks, lam=lam)
-        squares = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()])
-        accept = objective <= state.objective - size / 2 * squares.sum(0)
         if not backtrack:
             return Descent(trial, size, objective)
+        squares = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()])
+        accept = objective <= state.objective - size / 2 * squares.sum(0)
         fast = trial.map(lambda t, f: torch.where(_per_task(accept, t), t, f), fast)
         return Descent(
             fast,

@@ -54,16 +54,13 @@ def _float64_problem() -> tuple[nn.Module, ParamDict, maml.Tasks]:
     return model, params, tasks
 
 
-def test_small_steps_are_plain_proximal_gradient_descent() -> None:
-    """Below `1/L` every step is accepted: plain gradient descent, task by task."""
-    model, params, tasks = _float64_problem()
-    lr, lam = 1e-3, 2.0
-    state = demo.start_descent(params, model, tasks, inner_lr=lr, lam=lam)
-    for _ in range(5):
-        state = demo.proximal_step(state, params, model, tasks, inner_lr=lr, lam=lam)
-    torch.testing.assert_close(state.step_size, torch.full((3,), lr).double())
+def _plain_descent(
+    model: nn.Module, params: ParamDict, tasks: maml.Tasks, lr: float, lam: float
+) -> list[dict[str, torch.Tensor]]:
+    """Five fixed steps of proximal gradient descent, task by task, in plain torch."""
     names = list(params)
-    for i in range(3):
+    adapted = []
+    for i in range(len(tasks)):
         phi = [params[k].clone() for k in names]
         for _ in range(5):
             leaves = [p.requires_grad_() for p in phi]
@@ -76,8 +73,35 @@ def test_small_steps_are_plain_proximal_gradient_descent() -> None:
                 (p - lr * (g + lam * (p - params[k]))).detach()
                 for p, g, k in zip(leaves, grads, names)
             ]
-        for k, p in zip(names, phi):
+        adapted.append(dict(zip(names, phi)))
+    return adapted
+
+
+def test_small_steps_are_plain_proximal_gradient_descent() -> None:
+    """Below `1/L` every step is accepted: plain gradient descent, task by task."""
+    model, params, tasks = _float64_problem()
+    lr, lam = 1e-3, 2.0
+    state = demo.start_descent(params, model, tasks, inner_lr=lr, lam=lam)
+    for _ in range(5):
+        state = demo.proximal_step(state, params, model, tasks, inner_lr=lr, lam=lam)
+    torch.testing.assert_close(state.step_size, torch.full((3,), lr).double())
+    for i, expected in enumerate(_plain_descent(model, params, tasks, lr, lam)):
+        for k, p in expected.items():
             torch.testing.assert_close(state.fast[k][i], p, rtol=1e-12, atol=1e-12)
+
+
+def test_fixed_step_takes_every_step() -> None:
+    """`backtrack=False` is plain gradient descent even where a step overshoots."""
+    model, params, tasks = _float64_problem()
+    lr, lam = 0.2, 1.0
+    fast = demo.adapt(
+        params, model, tasks, steps=5, inner_lr=lr, lam=lam, backtrack=False
+    )
+    backtracked = demo.adapt(params, model, tasks, steps=5, inner_lr=lr, lam=lam)
+    assert not torch.allclose(fast.to_vector(), backtracked.to_vector())
+    for i, expected in enumerate(_plain_descent(model, params, tasks, lr, lam)):
+        for k, p in expected.items():
+            torch.testing.assert_close(fast[k][i], p, rtol=1e-10, atol=1e-10)
 
 
 def test_backtracking_never_increases_the_objective() -> None:
