@@ -7,7 +7,7 @@ meta-gradient is the implicit one, `lam (H + lam I)^-1 grad L_query`, from
 `implicit_proximal` (keyed Hessian-vector products and conjugate gradients), so no
 inner step is kept in memory. Run it with
 
-    python examples/imaml_sinusoid.py                 # the full run: 10-20 minutes
+    python examples/imaml_sinusoid.py                 # the full run: 15-25 minutes
     python examples/imaml_sinusoid.py --quick         # seconds: a smoke test
 
 It prints the query MSE on 600 new tasks before and after adaptation, the time per
