@@ -1,13 +1,13 @@
 """iMAML on sinusoid regression (Rajeswaran et al., 2019), keyed end to end.
 
 The tasks, network and evaluation are those of `examples/maml_sinusoid.py`
-(imported from it). Each task's adapted weights are many steps of gradient descent
-on the support loss plus a proximal term `lam/2 |phi - theta|^2`; the meta-gradient
-is the implicit one, `lam (H + lam I)^-1 grad L_query`, from `implicit_proximal`
-(keyed Hessian-vector products and conjugate gradients), so no inner step is kept
-in memory. Run it with
+(imported from it). Each task's adapted weights are steps of gradient descent with
+backtracking on the support loss plus a proximal term `lam/2 |phi - theta|^2`; the
+meta-gradient is the implicit one, `lam (H + lam I)^-1 grad L_query`, from
+`implicit_proximal` (keyed Hessian-vector products and conjugate gradients), so no
+inner step is kept in memory. Run it with
 
-    python examples/imaml_sinusoid.py                 # the full run: a few minutes
+    python examples/imaml_sinusoid.py                 # the full run: 15-25 minutes
     python examples/imaml_sinusoid.py --quick         # seconds: a smoke test
 
 It prints the query MSE on 600 new tasks before and after adaptation, the time per
@@ -22,6 +22,7 @@ import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -45,10 +46,10 @@ from examples.maml_sinusoid import (
 from paramdict import CGInfo, ParamDict, implicit_proximal, optim
 
 INNER_STEPS = 25  # gradient steps on the proximal inner objective, per task
-INNER_LR = 0.01  # their step size: the MAML demo's
+INNER_LR = 0.01  # their largest step size (the MAML demo's); backtracking halves it
 LAM = 1.0  # the proximal strength: the inner problem is L(phi) + LAM/2 |phi - theta|^2
 CG_STEPS = 5  # conjugate-gradient iterations per meta-gradient (as in the paper)
-ITERATIONS = 1_500
+ITERATIONS = 10_000  # the MAML demo's
 QUICK_ITERATIONS = 20
 
 
@@ -60,31 +61,91 @@ def task_losses(params: ParamDict, model: nn.Module, x: Tensor, y: Tensor) -> Te
     return torch.func.vmap(mse, in_dims=(0, None, 0, 0))(params, model, x, y)
 
 
-def proximal_step(
-    fast: ParamDict,
+def proximal_objectives(
+    fast: ParamDict, params: ParamDict, model: nn.Module, tasks: Tasks, /, *, lam: float
+) -> Tensor:
+    """Return every task's inner objective, `L(phi) + lam/2 |phi - params|^2`."""
+    distances = torch.stack(
+        [d.flatten(1).pow(2).sum(1) for d in (fast - params).values()]
+    ).sum(0)
+    support = task_losses(fast, model, tasks.x_support, tasks.y_support)
+    return support + lam / 2 * distances
+
+
+@dataclass(frozen=True)
+class Descent:
+    """Where the inner loop stands: every task's weights, step size and objective."""
+
+    fast: ParamDict
+    step_size: Tensor
+    objective: Tensor
+
+
+def _per_task(values: Tensor, like: Tensor) -> Tensor:
+    """Return `values` (one per task) shaped to broadcast against `like`."""
+    return values.view(-1, *([1] * (like.dim() - 1)))
+
+
+def start_descent(
     params: ParamDict,
     model: nn.Module,
     tasks: Tasks,
     /,
     *,
-    per_task: bool = True,
     inner_lr: float = INNER_LR,
     lam: float = LAM,
-) -> ParamDict:
-    """Return every task's weights after one step on `L(phi) + lam/2 |phi - params|^2`.
-
-    The tasks run at once under `torch.func.vmap` (see the MAML demo's
-    `inner_step`); `fast` are shared by the tasks for the first step
-    (`per_task=False`) and per task after it. Nothing is recorded for autograd:
-    the meta-gradient does not go through these steps.
-    """
-    task_grads = torch.func.vmap(
-        torch.func.grad(mse), in_dims=(0 if per_task else None, None, 0, 0)
-    )
+) -> Descent:
+    """Return the inner loop's start: every task at `params`, step size `inner_lr`."""
+    anchor = params.detach()
+    fast = anchor.map(lambda t: t.expand(len(tasks), *t.shape))
     with torch.no_grad():
+        objective = proximal_objectives(fast, anchor, model, tasks, lam=lam)
+    step_size = torch.full_like(objective, inner_lr)
+    return Descent(fast, step_size, objective)
+
+
+def proximal_step(
+    state: Descent,
+    params: ParamDict,
+    model: nn.Module,
+    tasks: Tasks,
+    /,
+    *,
+    inner_lr: float = INNER_LR,
+    lam: float = LAM,
+    backtrack: bool = True,
+) -> Descent:
+    """Return the inner loop after one gradient step with backtracking, per task.
+
+    Each task tries `phi - s g`, `g` the gradient of its proximal objective and
+    `s` its step size, and keeps it if the objective drops by at least
+    `s/2 |g|^2` (Armijo's condition, met by every `s <= 1/L` where the objective
+    is `L`-smooth); then `s` doubles, up to `inner_lr`. Otherwise the task stays
+    where it is and `s` halves. So no task's objective ever increases, however
+    sharp the meta-learned start; a fixed step diverges once the curvature
+    exceeds `2/inner_lr - lam`. `backtrack=False` takes that fixed step
+    `inner_lr` every time, accepted or not. The tasks run at once under
+    `torch.func.vmap`; nothing is recorded for autograd: the meta-gradient does
+    not go through these steps.
+    """
+    anchor = params.detach()
+    task_grads = torch.func.vmap(torch.func.grad(mse), in_dims=(0, None, 0, 0))
+    with torch.no_grad():
+        fast, size = state.fast, state.step_size
         grads = task_grads(fast, model, tasks.x_support, tasks.y_support)
-        # Broadcasts: shared weights (the first step) give one set per task.
-        return fast.sub(grads + lam * (fast - params), alpha=inner_lr)
+        grads = grads + lam * (fast - anchor)
+        trial = fast.map(lambda f, g: f - _per_task(size, g) * g, grads)
+        objective = proximal_objectives(trial, anchor, model, tasks, lam=lam)
+        if not backtrack:
+            return Descent(trial, size, objective)
+        squares = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()])
+        accept = objective <= state.objective - size / 2 * squares.sum(0)
+        fast = trial.map(lambda t, f: torch.where(_per_task(accept, t), t, f), fast)
+        return Descent(
+            fast,
+            torch.where(accept, (2 * size).clamp(max=inner_lr), size / 2),
+            torch.where(accept, objective, state.objective),
+        )
 
 
 def adapt(
@@ -96,15 +157,21 @@ def adapt(
     steps: int = INNER_STEPS,
     inner_lr: float = INNER_LR,
     lam: float = LAM,
+    backtrack: bool = True,
 ) -> ParamDict:
     """Return every task's adapted weights: `steps` proximal steps from `params`."""
-    anchor = params.detach()
-    fast = anchor
-    for step in range(steps):
-        fast = proximal_step(
-            fast, anchor, model, tasks, per_task=step > 0, inner_lr=inner_lr, lam=lam
+    state = start_descent(params, model, tasks, inner_lr=inner_lr, lam=lam)
+    for _ in range(steps):
+        state = proximal_step(
+            state,
+            params,
+            model,
+            tasks,
+            inner_lr=inner_lr,
+            lam=lam,
+            backtrack=backtrack,
         )
-    return fast
+    return state.fast
 
 
 def meta_loss(
@@ -118,6 +185,7 @@ def meta_loss(
     lam: float = LAM,
     cg_steps: int = CG_STEPS,
     on_solve: Callable[[CGInfo], object] | None = None,
+    backtrack: bool = True,
 ) -> Tensor:
     """Return iMAML's objective: the mean query loss at the adapted weights.
 
@@ -126,7 +194,15 @@ def meta_loss(
     loss is the sum of the tasks' support losses (one block of the Hessian per
     task).
     """
-    fast = adapt(params, model, tasks, steps=steps, inner_lr=inner_lr, lam=lam)
+    fast = adapt(
+        params,
+        model,
+        tasks,
+        steps=steps,
+        inner_lr=inner_lr,
+        lam=lam,
+        backtrack=backtrack,
+    )
 
     def support_loss(phi: ParamDict) -> Tensor:
         return task_losses(phi, model, tasks.x_support, tasks.y_support).sum()
@@ -164,6 +240,7 @@ def train(
     lam: float = LAM,
     cg_steps: int = CG_STEPS,
     meta_batch: int = META_BATCH,
+    backtrack: bool = True,
 ) -> tuple[float, list[CGInfo]]:
     """Meta-train `model` in place; return the final running meta-loss and CG infos."""
     params = ParamDict.from_module(model)
@@ -182,6 +259,7 @@ def train(
             lam=lam,
             cg_steps=cg_steps,
             on_solve=solves.append,
+            backtrack=backtrack,
         )
         meta_grads = params.grad(loss)  # the implicit meta-gradient, keyed
         params, state = meta_optimizer.step(params, meta_grads, state)
@@ -203,30 +281,30 @@ def evaluate(
     steps: int,
     inner_lr: float = INNER_LR,
     lam: float = LAM,
+    backtrack: bool = True,
 ) -> Tensor:
     """Return every task's query MSE after 0, 1, ..., `steps` proximal inner steps.
 
     Row `k` of the `(steps + 1, tasks)` result is after `k` steps.
     """
-    anchor = params.detach()
     with torch.no_grad():
         errors = [
             torch.func.vmap(mse, in_dims=(None, None, 0, 0))(
-                anchor, model, tasks.x_query, tasks.y_query
+                params.detach(), model, tasks.x_query, tasks.y_query
             )
         ]
-        fast = anchor
-        for step in range(steps):
-            fast = proximal_step(
-                fast,
-                anchor,
+        state = start_descent(params, model, tasks, inner_lr=inner_lr, lam=lam)
+        for _ in range(steps):
+            state = proximal_step(
+                state,
+                params,
                 model,
                 tasks,
-                per_task=step > 0,
                 inner_lr=inner_lr,
                 lam=lam,
+                backtrack=backtrack,
             )
-            errors.append(task_losses(fast, model, tasks.x_query, tasks.y_query))
+            errors.append(task_losses(state.fast, model, tasks.x_query, tasks.y_query))
     return torch.stack(errors)
 
 
@@ -288,7 +366,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=INNER_LR,
         metavar="LR",
-        help=f"the inner step size (default {INNER_LR})",
+        help=f"the largest inner step size; backtracking halves it per task "
+        f"where needed (default {INNER_LR})",
     )
     parser.add_argument(
         "--lam",
@@ -303,6 +382,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=CG_STEPS,
         metavar="N",
         help=f"conjugate-gradient iterations per meta-gradient (default {CG_STEPS})",
+    )
+    parser.add_argument(
+        "--fixed-step",
+        action="store_true",
+        help="take the fixed step --inner-lr in the inner loop, without "
+        "backtracking (diverges once the meta-learned start is too sharp)",
     )
     parser.add_argument(
         "--threads", type=_positive, default=1, metavar="N", help="CPU threads"
@@ -346,11 +431,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = make_model()
 
     steps = args.inner_steps
+    how = (
+        f"fixed step {args.inner_lr}"
+        if args.fixed_step
+        else f"step <= {args.inner_lr}, backtracking"
+    )
     print(f"iMAML on sinusoid regression: MLP 1-40-40-1 (ReLU), K = {SHOTS}")
     print(
         f"  {iterations:,} meta-iterations, meta-batch of {META_BATCH} tasks; "
-        f"{steps} inner steps (lr {args.inner_lr}) on the support loss + "
-        f"{args.lam}/2 "
+        f"{steps} inner steps ({how}) on the support loss + {args.lam}/2 "
         "|phi - theta|^2"
     )
     print(
@@ -367,6 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         inner_lr=args.inner_lr,
         lam=args.lam,
         cg_steps=args.cg_steps,
+        backtrack=not args.fixed_step,
     )
     elapsed = time.perf_counter() - start
     print(
@@ -376,8 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     last = solves[-100:]
     shrink = statistics.median(s.residual_norms[-1] / s.residual_norms[0] for s in last)
     print(
-        f"CG over the last {len(last)} meta-iterations: residual reduced "
-        f"{1 / shrink:.0f}-fold (median) in {args.cg_steps} iterations"
+        f"CG over the last {len(last)} meta-iterations: final / initial residual "
+        f"norm {shrink:.3g} (median) after {args.cg_steps} iterations"
     )
 
     tasks = sample_tasks(
@@ -387,7 +477,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     params = ParamDict.from_module(model)
     errors = evaluate(
-        params, model, tasks, steps=steps, inner_lr=args.inner_lr, lam=args.lam
+        params,
+        model,
+        tasks,
+        steps=steps,
+        inner_lr=args.inner_lr,
+        lam=args.lam,
+        backtrack=not args.fixed_step,
     )
     print(
         f"\nQuery MSE on {len(tasks)} new tasks ({SHOTS} support and {EVAL_QUERIES} "
@@ -411,17 +507,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"adapting to new sinusoids from K = {SHOTS} points"
         )
         anchor = params.detach()
+        states: list[Descent] = []
 
         def step(fast: ParamDict, some: Tasks, per_task: bool) -> ParamDict:
-            return proximal_step(
-                fast,
+            # `save_plot` calls this once per step, `per_task=False` first.
+            if not per_task:
+                states[:] = [
+                    start_descent(
+                        anchor, model, some, inner_lr=args.inner_lr, lam=args.lam
+                    )
+                ]
+            states[0] = proximal_step(
+                states[0],
                 anchor,
                 model,
                 some,
-                per_task=per_task,
                 inner_lr=args.inner_lr,
                 lam=args.lam,
+                backtrack=not args.fixed_step,
             )
+            return states[0].fast
 
         if save_plot(
             args.plot,
