@@ -1,11 +1,12 @@
-"""torch's fused optimizer kernels, called on ParamDicts by the in-place step.
+"""torch's fused optimizer kernels, called on ParamDicts by `step_` and `step`.
 
 `torch._fused_adam_`, `_fused_adamw_`, `_fused_sgd_` and `_fused_adagrad_` update
 every parameter and buffer of a step in one pass over memory, writing into them.
-`Optimizer.step_` of `Adam`, `AdamW`, `SGD` and `Adagrad` calls them here when a
-step allows it (`numbers`): every entry of one dtype (float32 or float64) on one
-device that has the kernel, and the rates plain numbers. Any other step takes
-the generic in-place path (the rule on `InPlaceKernels`).
+`Adam`, `AdamW`, `SGD` and `Adagrad` call them here when their `fused` flag and
+the step allow it (`fused_rates`, `refusal`): every entry of one dtype (float32 or
+float64) on one device that has the kernel, and the rates plain numbers. `step_`
+runs them on the caller's tensors, the default `step` on fresh copies. Any other
+step runs the rule.
 
 The arguments are those `torch.optim` passes with `fused=True`: per-parameter step
 tensors in single precision, already incremented (here one counter shared by every
@@ -28,7 +29,7 @@ from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
 
-__all__ = ["adagrad_", "adam_", "fused_rates", "numbers", "refusal", "sgd_"]
+__all__ = ["adagrad_", "adam_", "fused_rates", "refusal", "sgd_"]
 
 _DEVICES = frozenset(
     _optimizer._get_fused_kernels_supported_devices()  # type: ignore[attr-defined]  # private, not re-exported
@@ -59,18 +60,6 @@ def refusal(params: ParamDict, *rates: Rate, cpu_only: bool = False) -> str | No
     if device.type not in _DEVICES or (cpu_only and device.type != "cpu"):
         return f"torch has no fused kernel for this optimizer on {device.type!r}"
     return None
-
-
-def numbers(
-    params: ParamDict, *rates: Rate, cpu_only: bool = False
-) -> list[float] | None:
-    """Return the rates as floats when a fused kernel can take this step, else None.
-
-    The conditions are `refusal`'s.
-    """
-    if refusal(params, *rates, cpu_only=cpu_only) is not None:
-        return None
-    return [float(cast(float, r)) for r in rates]
 
 
 def fused_rates(

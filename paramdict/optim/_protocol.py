@@ -258,8 +258,8 @@ class Optimizer(abc.ABC, Generic[S]):
         either; with `differentiable=True` both stay in the autograd graph. Every
         entry keeps its shape and dtype.
 
-        The optimizers with a fused kernel in torch (`Adam`, `AdamW`, `SGD`,
-        `Adagrad`) run it on fresh copies of the parameters and state when their
+        `Adam`, `AdamW` and `Adagrad` (and `SGD` with `fused=True`) run torch's
+        fused kernel on fresh copies of the parameters and state when their
         `fused` flag and the step allow it: one pass over memory instead of the
         rule's several, bitwise `torch.optim` with `fused=True` (which rounds
         slightly differently from its foreach path; `fused=False` gives that).
@@ -306,13 +306,6 @@ class Optimizer(abc.ABC, Generic[S]):
             ops: Kernels = RecordedKernels.for_params(params)
             new_params, new_state = self.update(params, aligned, state, ops)
             return finished(new_params, params, ops.dtype), new_state
-        # The in-place kernels owning nothing yet: each first operation on the
-        # inputs runs out of place, and everything after it writes into the
-        # tensors the step itself just made. Only the new parameters and state
-        # (and a rule's scratch) are allocated, bitwise the functional results.
-        # Traced, the step stays functional: torch.func's transforms have no rule
-        # for the in-place foreach kernels, and the compiler plans the memory of
-        # the whole graph itself (the ownership checks would guard on identities).
         traced = _traced()
         if not traced and (self._copies_pay or getattr(self, "fused", None)):
             rates = self._fused_rates(params, state)
@@ -326,6 +319,13 @@ class Optimizer(abc.ABC, Generic[S]):
                         copies, aligned, copied_state, rates
                     )
                 return requires_grad_like(copies, params), copied_state
+        # The in-place kernels owning nothing yet: each first operation on the
+        # inputs runs out of place, and everything after it writes into the
+        # tensors the step itself just made. Only the new parameters and state
+        # (and a rule's scratch) are allocated, bitwise the functional results.
+        # Traced, the step stays functional: torch.func's transforms have no rule
+        # for the in-place foreach kernels, and the compiler plans the memory of
+        # the whole graph itself (the ownership checks would guard on identities).
         kernels = Kernels if traced else InPlaceKernels
         ops = kernels.for_params(params)
         with torch.no_grad():
