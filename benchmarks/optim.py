@@ -97,17 +97,26 @@ OPTIMIZERS = (*(s[0] for s in SETTINGS), *OTHERS)
 """Every optimizer of this section, the names `--optimizers` takes."""
 
 
-def _candidates(
-    setting: tuple[str, Callable[..., optim.Optimizer[Any]], Any, str, dict[str, Any]],
-    keys: list[str],
-    elements: int,
-) -> dict[str, Callable[[], object]]:
-    _, ours, theirs, torchopt_name, kwargs = setting
+def _data(keys: list[str], shape: tuple[int, ...]) -> tuple[list[Tensor], list[Tensor]]:
+    """Values and gradients of `shape` for each key, from the seed 0."""
     gen = torch.Generator().manual_seed(0)
-    values = [torch.randn(elements, generator=gen) for _ in keys]
-    grads = [torch.randn(elements, generator=gen) for _ in keys]
+    values = [torch.randn(shape, generator=gen) for _ in keys]
+    grads = [torch.randn(shape, generator=gen) for _ in keys]
+    return values, grads
 
-    opt = ours(**kwargs)
+
+def _pair(
+    opt: optim.Optimizer[Any],
+    make_torch: Callable[[list[Tensor]], torch.optim.Optimizer],
+    keys: list[str],
+    values: list[Tensor],
+    grads: list[Tensor],
+) -> tuple[Callable[[], ParamDict], Callable[[], list[Tensor]]]:
+    """One step of `opt` and of torch's optimizer, each on its own copy of `values`.
+
+    Each carries its state from call to call; torch's steps parameters whose
+    `.grad` is set.
+    """
     start = ParamDict(zip(keys, [v.clone().requires_grad_() for v in values]))
     grad_dict = ParamDict(zip(keys, grads))
     current: list[Any] = [start, opt.init(start)]
@@ -120,12 +129,25 @@ def _candidates(
     tensors = [v.clone().requires_grad_() for v in values]
     for tensor, grad in zip(tensors, grads):
         tensor.grad = grad.clone()
-    torch_opt = theirs(tensors, foreach=True, **kwargs)
+    torch_opt = make_torch(tensors)
 
     def step_torch() -> list[Tensor]:
         torch_opt.step()
         return tensors
 
+    return step_ours, step_torch
+
+
+def _candidates(
+    setting: tuple[str, Callable[..., optim.Optimizer[Any]], Any, str, dict[str, Any]],
+    keys: list[str],
+    elements: int,
+) -> dict[str, Callable[[], object]]:
+    _, ours, theirs, torchopt_name, kwargs = setting
+    values, grads = _data(keys, (elements,))
+    step_ours, step_torch = _pair(
+        ours(**kwargs), lambda t: theirs(t, foreach=True, **kwargs), keys, values, grads
+    )
     candidates: dict[str, Callable[[], object]] = {OURS: step_ours, TORCH: step_torch}
     torchopt = _peers.load("torchopt")
     if torchopt is not None and torchopt_name:  # "": torchopt has no such optimizer
@@ -183,30 +205,14 @@ def matrix_shape(elements: int) -> tuple[int, int]:
 
 def _muon_candidates(keys: list[str], elements: int) -> dict[str, Callable[[], object]]:
     """Muon on matrices of `elements` entries: ours and torch's per-tensor loop."""
-    shape = matrix_shape(elements)
-    gen = torch.Generator().manual_seed(0)
-    values = [torch.randn(shape, generator=gen) for _ in keys]
-    grads = [torch.randn(shape, generator=gen) for _ in keys]
-
-    opt = optim.Muon(**MUON)
-    start = ParamDict(zip(keys, [v.clone().requires_grad_() for v in values]))
-    grad_dict = ParamDict(zip(keys, grads))
-    current: list[Any] = [start, opt.init(start)]
-
-    def step_ours() -> ParamDict:
-        current[0], current[1] = opt.step(current[0], grad_dict, current[1])
-        new: ParamDict = current[0]
-        return new
-
-    tensors = [v.clone().requires_grad_() for v in values]
-    for tensor, grad in zip(tensors, grads):
-        tensor.grad = grad.clone()
-    torch_opt = torch.optim.Muon(tensors, **MUON)  # no foreach: it refuses one
-
-    def step_torch() -> list[Tensor]:
-        torch_opt.step()  # type: ignore[no-untyped-call]  # torch's annotation
-        return tensors
-
+    values, grads = _data(keys, matrix_shape(elements))
+    step_ours, step_torch = _pair(
+        optim.Muon(**MUON),
+        lambda t: torch.optim.Muon(t, **MUON),  # no foreach: it refuses one
+        keys,
+        values,
+        grads,
+    )
     return {OURS: step_ours, TORCH_LOOP: step_torch}
 
 

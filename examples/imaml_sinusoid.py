@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -160,7 +162,35 @@ def adapt(
     backtrack: bool = True,
 ) -> ParamDict:
     """Return every task's adapted weights: `steps` proximal steps from `params`."""
+    last = deque(
+        descent(
+            params,
+            model,
+            tasks,
+            steps=steps,
+            inner_lr=inner_lr,
+            lam=lam,
+            backtrack=backtrack,
+        ),
+        maxlen=1,  # only the final weights are kept: iMAML's memory does not grow
+    )
+    return last.pop().fast
+
+
+def descent(
+    params: ParamDict,
+    model: nn.Module,
+    tasks: Tasks,
+    /,
+    *,
+    steps: int,
+    inner_lr: float,
+    lam: float,
+    backtrack: bool,
+) -> Iterator[Descent]:
+    """Yield the inner loop's start and its state after each of `steps` steps."""
     state = start_descent(params, model, tasks, inner_lr=inner_lr, lam=lam)
+    yield state
     for _ in range(steps):
         state = proximal_step(
             state,
@@ -171,7 +201,7 @@ def adapt(
             lam=lam,
             backtrack=backtrack,
         )
-    return state.fast
+        yield state
 
 
 def meta_loss(
@@ -293,17 +323,16 @@ def evaluate(
                 params.detach(), model, tasks.x_query, tasks.y_query
             )
         ]
-        state = start_descent(params, model, tasks, inner_lr=inner_lr, lam=lam)
-        for _ in range(steps):
-            state = proximal_step(
-                state,
-                params,
-                model,
-                tasks,
-                inner_lr=inner_lr,
-                lam=lam,
-                backtrack=backtrack,
-            )
+        states = descent(
+            params,
+            model,
+            tasks,
+            steps=steps,
+            inner_lr=inner_lr,
+            lam=lam,
+            backtrack=backtrack,
+        )
+        for state in itertools.islice(states, 1, None):  # the start is row 0 above
             errors.append(task_losses(state.fast, model, tasks.x_query, tasks.y_query))
     return torch.stack(errors)
 

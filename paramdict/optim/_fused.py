@@ -19,7 +19,7 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's fused kernels and its list of devices that have them are private)
-from typing import cast
+from typing import Any, Protocol, cast
 
 import torch
 import torch.optim.optimizer as _optimizer
@@ -62,28 +62,38 @@ def refusal(params: ParamDict, *rates: Rate, cpu_only: bool = False) -> str | No
     return None
 
 
-def fused_rates(
-    opt: object,
-    fused: bool | None,
-    params: ParamDict,
-    *rates: Rate,
-    cpu_only: bool = False,
-) -> list[float] | None:
-    """Return the rates of a fused step under the optimizer's `fused` flag.
+class _Fusable(Protocol):
+    """What `fused_rates` reads of an optimizer with a fused kernel."""
 
-    `fused=False`: None (the rule runs). `None`: the rates when a fused kernel can
-    take the step. `True`: the same, and a step that cannot be fused is refused.
+    @property
+    def fused(self) -> bool | None: ...
+
+    def next_step(self, state: Any, /) -> Tensor: ...
+
+    def rate(self, name: str, step: Tensor, state: object = None, /) -> Rate: ...
+
+
+def fused_rates(
+    opt: _Fusable, params: ParamDict, state: object, *, cpu_only: bool = False
+) -> list[float] | None:
+    """Return `[lr, weight_decay]` for a fused step under the optimizer's `fused` flag.
+
+    `fused=False`: None (the rule runs). `None`: the rates of the step `state`
+    leads to, as floats, when a fused kernel can take it. `True`: the same, and
+    a step that cannot be fused is refused.
 
     Raises:
         ValueError: With `fused=True`, if a fused kernel cannot take the step;
             the message says why and names the fix.
     """
-    if fused is False:
+    if opt.fused is False:
         return None
+    step = opt.next_step(state)
+    rates = (opt.rate("lr", step, state), opt.rate("weight_decay", step, state))
     why = refusal(params, *rates, cpu_only=cpu_only)
     if why is None:
         return [float(cast(float, r)) for r in rates]
-    if fused:
+    if opt.fused:
         msg = (
             f"`{type(opt).__name__}(fused=True)` cannot take this step with torch's "
             f"fused kernel: {why}. Pass `fused=None` to fall back to the foreach "

@@ -123,12 +123,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
     def _fused_rates(
         self, params: ParamDict, state: AdagradState
     ) -> list[float] | None:
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        weight_decay = self.rate("weight_decay", step, state)
-        return _fused.fused_rates(
-            self, self.fused, params, lr, weight_decay, cpu_only=True
-        )
+        return _fused.fused_rates(self, params, state, cpu_only=True)
 
     @override
     def _step_fused(

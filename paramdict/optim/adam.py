@@ -158,10 +158,7 @@ class _AdamFamily(TorchOptimizer[AdamState]):
 
     @override
     def _fused_rates(self, params: ParamDict, state: AdamState) -> list[float] | None:
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        weight_decay = self.rate("weight_decay", step, state)
-        return _fused.fused_rates(self, self.fused, params, lr, weight_decay)
+        return _fused.fused_rates(self, params, state)
 
     @override
     def _step_fused(

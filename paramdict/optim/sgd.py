@@ -149,10 +149,7 @@ class SGD(TorchOptimizer[SGDState]):
                 )
                 raise ValueError(msg)
             return None
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        weight_decay = self.rate("weight_decay", step, state)
-        return _fused.fused_rates(self, self.fused, params, lr, weight_decay)
+        return _fused.fused_rates(self, params, state)
 
     @override
     def _step_fused(
