@@ -23,10 +23,9 @@ from torch.utils import _pytree as pytree
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 
-__all__ = ["check_writable", "fresh_copies", "write_back", "written_state"]
+__all__ = ["check_writable", "write_back", "written_state"]
 
 S = TypeVar("S")
-P = TypeVar("P", bound=ParamDict)
 
 _DIFFERENTIABLE = (
     "`step_` writes into the parameters, which cuts the autograd graph, so it "
@@ -138,37 +137,6 @@ def _names(params: ParamDict, state: object, indices: list[int]) -> list[str]:
     """The names of the tensors at `indices` of `params` and then `state`."""
     named = _named_tensors(params, state)
     return [named[i][0] for i in indices]
-
-
-def fresh_copies(params: P, state: S) -> tuple[P, S]:
-    """Return copies of `params` and of every tensor of `state`, without history.
-
-    The copies the default `step` hands to a fused kernel, which writes the new
-    values into them: each is a new tensor of its original's values, shape,
-    strides and dtype. Run it under `torch.no_grad()`.
-    """
-    return params._derive(_copies(params._vals)), _copied(state)
-
-
-def _copied(leaf: Any) -> Any:
-    """`leaf` with every tensor in it copied: a state, a field, a ParamDict."""
-    if isinstance(leaf, ParamDict):
-        return leaf._derive(_copies(leaf._vals))
-    if isinstance(leaf, Tensor):
-        return leaf.clone()
-    if hasattr(leaf, "_fields") and isinstance(leaf, tuple):  # a NamedTuple state
-        fields = cast("tuple[object, ...]", leaf)
-        return type(fields)(*[_copied(field) for field in fields])
-    return pytree.tree_map(_copy_tensor, leaf)  # anything else: generically
-
-
-def _copy_tensor(leaf: Any) -> Any:
-    return leaf.clone() if isinstance(leaf, Tensor) else leaf
-
-
-def _copies(tensors: list[Tensor]) -> list[Tensor]:
-    # On the CPU a foreach call runs entry by entry, and `clone` is the cheaper.
-    return [t.clone() for t in tensors]
 
 
 def write_back(params: ParamDict, new: ParamDict) -> None:

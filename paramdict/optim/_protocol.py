@@ -39,11 +39,12 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._inplace import check_writable, fresh_copies, write_back, written_state
+from ._inplace import check_writable, write_back, written_state
 from ._kernels import Kernels
 from ._kernels_inplace import InPlaceKernels
 from ._kernels_recorded import RecordedKernels
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
+from ._layout import fused_copies, in_place_grads, not_writable_by_kernel
 
 __all__ = ["Optimizer", "register_state"]
 
@@ -313,10 +314,14 @@ class Optimizer(abc.ABC, Generic[S]):
                 # torch's fused kernel on fresh copies: one pass over memory
                 # instead of the rule's several (what torch.optim's `fused=True`
                 # computes; the copies are the new parameters and state).
+                # The copies are made in the layout the kernel needs
+                # (`_layout.py`), so every layout takes this path.
                 with torch.no_grad():
-                    copies, copied_state = fresh_copies(params, state)
+                    copies, kernel_grads, copied_state = fused_copies(
+                        params, aligned, state
+                    )
                     copied_state = self._step_fused(
-                        copies, aligned, copied_state, rates
+                        copies, kernel_grads, copied_state, rates
                     )
                 return requires_grad_like(copies, params), copied_state
         # The in-place kernels owning nothing yet: each first operation on the
@@ -397,7 +402,22 @@ class Optimizer(abc.ABC, Generic[S]):
         """
         rates = self._fused_rates(params, state)
         if rates is not None:
-            return self._step_fused(params, grads, state, rates)
+            # The kernel walks each entry's memory in order: it writes only
+            # dense entries laid out like their buffers (`_layout.py`).
+            blocked = not_writable_by_kernel(params, state)
+            if not blocked:
+                kernel_grads = in_place_grads(params, grads)
+                return self._step_fused(params, kernel_grads, state, rates)
+            if getattr(self, "fused", None):
+                msg = (
+                    f"`{type(self).__name__}(fused=True)` cannot write the step into "
+                    f"{blocked!r} with torch's fused kernel: their parameters are not "
+                    "dense (a slice with a step, an `expand`) or their state buffers "
+                    "are laid out otherwise (other strides). Pass `fused=None` to "
+                    "take the foreach kernels for such steps, or give each entry "
+                    "and its buffers one dense layout (`.contiguous()`)."
+                )
+                raise ValueError(msg)
         new_params, new_state = self._run_in_place(params, grads, state)
         write_back(params, new_params)
         return written_state(state, new_state)

@@ -134,7 +134,6 @@ class Adagrad(TorchOptimizer[AdagradState]):
         rates: list[float],
     ) -> AdagradState:
         step = self.next_step(state)
-        state.step.copy_(step)
         _fused.adagrad_(
             params,
             grads,
@@ -146,6 +145,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
             eps=self.eps,
             maximize=self.maximize,
         )
+        state.step.copy_(step)  # last: a kernel that raises leaves it as it was
         return state
 
     @override

@@ -169,7 +169,6 @@ class _AdamFamily(TorchOptimizer[AdamState]):
         rates: list[float],
     ) -> AdamState:
         step = self.next_step(state)
-        state.step.copy_(step)
         _fused.adam_(
             params,
             grads,
@@ -185,6 +184,7 @@ class _AdamFamily(TorchOptimizer[AdamState]):
             maximize=self.maximize,
             decoupled=self._decoupled(),
         )
+        state.step.copy_(step)  # last: a kernel that raises leaves it as it was
         return state
 
     @override

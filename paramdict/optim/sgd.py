@@ -155,7 +155,7 @@ class SGD(TorchOptimizer[SGDState]):
     def _step_fused(
         self, params: ParamDict, grads: ParamDict, state: SGDState, rates: list[float]
     ) -> SGDState:
-        state.step.copy_(self.next_step(state))
+        step = self.next_step(state)
         _fused.sgd_(
             params,
             grads,
@@ -166,6 +166,7 @@ class SGD(TorchOptimizer[SGDState]):
             nesterov=self.nesterov,
             maximize=self.maximize,
         )
+        state.step.copy_(step)  # last: a kernel that raises leaves it as it was
         return state
 
     @override
