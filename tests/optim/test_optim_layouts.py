@@ -260,3 +260,194 @@ def _module_run(
 def test_layouts_match_torch(case: Case, mode: str) -> None:
     """Three steps on random layouts equal torch.optim; no byte outside changes."""
     _check(case, mode)
+
+
+# ---------------------------------------------------------------- an einsum layer
+
+
+def _einsum_loss(weight: Tensor, x: Tensor) -> Tensor:
+    return torch.einsum("bi,oi->bo", x, weight).pow(2).sum()
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["step", "step_"])
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, id=c.name, marks=NEWER_TORCH.get(c.name, ())) for c in TABLE],
+)
+def test_einsum_layer_matches_torch(case: Case, in_place: bool) -> None:
+    """An `einsum` layer (transposed gradients) trains as with torch.optim (float32)."""
+    generator = torch.Generator().manual_seed(0)
+    start = torch.randn(3, 4, generator=generator)
+    x = torch.randn(5, 4, generator=generator)
+    kwargs = dict(case.rich)
+    weight = start.clone().requires_grad_()
+    theirs = case.theirs([weight], **kwargs)
+    for _ in range(5):
+        theirs.zero_grad()
+        _einsum_loss(weight, x).backward()
+        theirs.step()
+    opt = case.ours(**kwargs)
+    params = ParamDict(weight=start.clone().requires_grad_())
+    state = opt.init(params)
+    for _ in range(5):
+        grads = params.grad(_einsum_loss(params["weight"], x))
+        assert grads["weight"].stride() == (1, 3)  # what torch's einsum gives
+        if in_place:
+            params, state = opt.step_(params, grads, state)
+        else:
+            params, state = opt.step(params, grads, state)
+    torch.testing.assert_close(
+        params["weight"].detach(), weight.detach(), rtol=1e-6, atol=1e-6
+    )
+
+
+# ---------------------------------------------------------------- wrappers
+
+
+def _torch_wrapped(
+    name: str, tensors: dict[str, Tensor], grads: list[dict[str, Tensor]]
+) -> dict[str, Tensor]:
+    """The reference of each wrapper, written with torch.optim."""
+    if name == "groups":
+        lin = [t for k, t in tensors.items() if k.startswith("lin")]
+        rest = [t for k, t in tensors.items() if not k.startswith("lin")]
+        opts = [
+            torch.optim.Adam(lin, lr=0.01),
+            torch.optim.SGD(rest, lr=0.1, momentum=0.9),
+        ]
+    else:
+        opts = [torch.optim.Adam(list(tensors.values()), lr=0.01)]
+    every = 2 if name == "multisteps" else 1
+    for i, step_grads in enumerate(grads):
+        for k, t in tensors.items():
+            g = step_grads[k] / every
+            t.grad = g if t.grad is None else t.grad + g
+        if (i + 1) % every:
+            continue
+        if name == "clip":
+            torch.nn.utils.clip_grad_norm_(list(tensors.values()), 0.5)
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
+    return {k: t.detach().clone() for k, t in tensors.items()}
+
+
+def _ours_wrapped(name: str) -> optim.Optimizer[Any]:
+    if name == "groups":
+        return optim.ParamGroups(
+            {"lin.*": optim.Adam(lr=0.01)},
+            default=optim.SGD(lr=0.1, momentum=0.9),
+        )
+    if name == "clip":
+        return optim.ClipGradNorm(optim.Adam(lr=0.01), max_norm=0.5)
+    return optim.MultiSteps(optim.Adam(lr=0.01), every_k=2)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["step", "step_"])
+@pytest.mark.parametrize("name", ["groups", "clip", "multisteps"])
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_wrappers_on_layouts_match_torch(
+    name: str, in_place: bool, data: st.DataObject
+) -> None:
+    """ParamGroups, ClipGradNorm and MultiSteps on random layouts equal torch."""
+    layout = st.sampled_from(LAYOUTS)
+    param_layouts = {k: data.draw(layout) for k in SHAPES}
+    start = _values(SHAPES, 0)
+    grads = [
+        {
+            k: Placed(v, data.draw(st.sampled_from(GRAD_LAYOUTS))).tensor
+            for k, v in _values(SHAPES, 1 + i).items()
+        }
+        for i in range(4)
+    ]
+    theirs = {k: Placed(v, param_layouts[k]).tensor for k, v in start.items()}
+    expected = _torch_wrapped(name, theirs, grads)
+    mine = {k: Placed(v, param_layouts[k]) for k, v in start.items()}
+    guards = {k: p.guard() for k, p in mine.items()}
+    opt = _ours_wrapped(name)
+    params = ParamDict({k: p.tensor for k, p in mine.items()})
+    state = opt.init(params)
+    for step_grads in grads:
+        step = opt.step_ if in_place else opt.step
+        params, state = step(params, ParamDict(step_grads), state)
+    torch.testing.assert_close(dict(params), expected, rtol=1e-12, atol=1e-13)
+    for key, placed in mine.items():
+        torch.testing.assert_close(placed.guard(), guards[key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["ema", "swa"])
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_averages_on_layouts_match_torch(kind: str, data: st.DataObject) -> None:
+    """Weight averages of values of any layout equal the plain torch formula."""
+    average = (
+        optim.WeightAverage.ema(0.9) if kind == "ema" else optim.WeightAverage.swa()
+    )
+    layout = st.sampled_from(GRAD_LAYOUTS)
+    steps = [_values(SHAPES, i) for i in range(3)]
+    state = average.init(ParamDict(steps[0]))
+    expected = dict(steps[0])
+    for n, values in enumerate(steps):
+        placed = {k: Placed(v, data.draw(layout)).tensor for k, v in values.items()}
+        state = average.update(state, placed)
+        for k, v in placed.items():
+            if n == 0:
+                expected[k] = v.clone()
+            elif kind == "ema":
+                expected[k] = torch.lerp(expected[k], v, 1 - 0.9)
+            else:
+                expected[k] = expected[k] + (v - expected[k]) / (n + 1)
+    torch.testing.assert_close(dict(state.averaged), expected, rtol=1e-12, atol=1e-13)
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_collectives_keep_each_element_in_place(data: st.DataObject) -> None:
+    """Coalesced collectives read and place strided entries element by element."""
+    import torch.distributed as dist
+    from torch.distributed import HashStore
+
+    from paramdict import distributed
+
+    values = _values(SHAPES, 3)
+    layout = st.sampled_from(GRAD_LAYOUTS)
+    placed = ParamDict(
+        {k: Placed(v, data.draw(layout)).tensor for k, v in values.items()}
+    )
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    try:
+        reduced = distributed.all_reduce(placed, bucket_cap_mb=1e-4)
+        sent = distributed.broadcast(placed)
+        (gathered,) = distributed.all_gather(placed)
+    finally:
+        dist.destroy_process_group()
+    expected = {k: v.clone() for k, v in placed.items()}
+    for result in (reduced, sent, gathered):
+        torch.testing.assert_close(dict(result), expected, rtol=0, atol=0)
+
+
+def test_compiled_step_on_layouts_matches_torch() -> None:
+    """`torch.compile(opt.step)` on transposed gradients and a sliced parameter."""
+    start = _values({"w": (3, 4), "v": (4, 3)}, 5)
+    grads = [_values({"w": (3, 4), "v": (4, 3)}, 6 + i) for i in range(3)]
+    grads_t = [
+        {
+            k: Placed(v, "transposed" if k == "w" else "stepped").tensor
+            for k, v in g.items()
+        }
+        for g in grads
+    ]
+    theirs = {k: Placed(v, "stepped").tensor for k, v in start.items()}
+    opt_t = torch.optim.Adam(list(theirs.values()), lr=0.01)
+    for g in grads_t:
+        for k, t in theirs.items():
+            t.grad = g[k]
+        opt_t.step()
+    opt = optim.Adam(lr=0.01)
+    params = ParamDict({k: Placed(v, "stepped").tensor for k, v in start.items()})
+    state = opt.init(params)
+    step = torch.compile(opt.step, fullgraph=True)
+    for g in grads_t:
+        params, state = step(params, ParamDict(g), state)
+    torch.testing.assert_close(dict(params), dict(theirs), rtol=1e-12, atol=1e-13)
