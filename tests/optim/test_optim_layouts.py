@@ -284,7 +284,7 @@ def test_einsum_layer_matches_torch(case: Case, in_place: bool) -> None:
     theirs = case.theirs([weight], **kwargs)
     for _ in range(5):
         theirs.zero_grad()
-        _einsum_loss(weight, x).backward()
+        torch.autograd.backward(_einsum_loss(weight, x))
         theirs.step()
     opt = case.ours(**kwargs)
     params = ParamDict(weight=start.clone().requires_grad_())
@@ -406,7 +406,7 @@ def test_averages_on_layouts_match_torch(kind: str, data: st.DataObject) -> None
 def test_collectives_keep_each_element_in_place(data: st.DataObject) -> None:
     """Coalesced collectives read and place strided entries element by element."""
     import torch.distributed as dist
-    from torch.distributed import HashStore
+    from torch._C._distributed_c10d import HashStore  # typed; `dist.HashStore` is not
 
     from paramdict import distributed
 
