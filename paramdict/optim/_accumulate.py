@@ -171,6 +171,12 @@ class MultiSteps(Optimizer[MultiStepsState]):
         return state._replace(inner_state=inner)
 
     @override
+    def _prepare(
+        self, params: ParamDict, grads: ParamDict, state: MultiStepsState
+    ) -> None:
+        self.optimizer._prepare(params, grads, state.inner_state)
+
+    @override
     def update(
         self,
         params: ParamDict,

@@ -20,7 +20,7 @@ from .._paramdict import ParamDict
 from ._hyper import Rate, check_rate, check_rate_keys, is_zero, new_counter
 from ._kernels import Kernels
 from ._keyed import check_keyed, check_real
-from ._protocol import Optimizer
+from ._protocol import Optimizer, recall, remember
 from ._schedule import ScheduleState
 from ._schedule_cyclic import PlateauState, ReduceLROnPlateau
 from ._scheduled import (
@@ -317,7 +317,17 @@ class TorchOptimizer(Optimizer[S]):
         slot: SlotState = getattr(state, "schedule", ())
         if not is_schedule(self.lr):
             return slot
+        known, value = recall(slot)  # advanced by `_prepare` before `step_` wrote
+        if known:
+            return cast(SlotState, value)
         return advanced(cast("Any", self.lr), slot)
+
+    def _prepare(self, params: ParamDict, grads: ParamDict, state: S) -> None:
+        """Choose the kernels, and advance the schedule, before `step_` writes."""
+        super()._prepare(params, grads, state)
+        slot: SlotState = getattr(state, "schedule", ())
+        if is_schedule(self.lr) and slot != ():
+            remember(slot, advanced(cast("Any", self.lr), slot))
 
     @property
     def takes_metric(self) -> bool:

@@ -105,6 +105,10 @@ class ClipGradNorm(Optimizer[S]):
         return self.optimizer.init(params)
 
     @override
+    def _prepare(self, params: ParamDict, grads: ParamDict, state: S) -> None:
+        self.optimizer._prepare(params, grads, state)
+
+    @override
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
         return self.optimizer._step_in_place(params, clipped, state)

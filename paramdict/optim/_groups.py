@@ -252,6 +252,15 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         )
 
     @override
+    def _prepare(
+        self, params: ParamDict, grads: ParamDict, state: tuple[S, ...]
+    ) -> None:
+        routes = self._routes_for(params)
+        for opt, keys, sub_state in zip(self._members(), routes, state):
+            if keys:  # every group prepared before any group writes
+                opt._prepare(subset(params, keys), subset(grads, keys), sub_state)
+
+    @override
     def _step_in_place(
         self, params: ParamDict, grads: ParamDict, state: tuple[S, ...]
     ) -> tuple[S, ...]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 # pyright: reportPrivateUsage=false
 # (ParamDict's and torch's package-internal helpers)
 import abc
+import contextvars
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
@@ -46,7 +47,7 @@ from ._kernels_recorded import RecordedKernels
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 from ._layout import fused_copies, in_place_grads, not_writable_by_kernel
 
-__all__ = ["Optimizer", "register_state"]
+__all__ = ["Optimizer", "recall", "register_state", "remember"]
 
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
@@ -79,6 +80,35 @@ def register_state(cls: T) -> T:
         cls, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}"
     )
     return cls
+
+
+_AHEAD: contextvars.ContextVar[dict[int, tuple[object, object]] | None] = (
+    contextvars.ContextVar("paramdict_optim_ahead", default=None)
+)
+
+
+def remember(key: object, value: object) -> None:
+    """Keep `value`, computed for `key` before an in-place step writes anything.
+
+    `step_` first evaluates everything that can fail (schedule callbacks, the
+    choice of kernels and its refusals; `Optimizer._prepare`), then writes. What
+    the preparation computed is kept here, by the identity of the object it was
+    computed from, for the step to `recall` instead of computing it again. Outside
+    a `step_` nothing is kept.
+    """
+    ahead = _AHEAD.get()
+    if ahead is not None:
+        ahead[id(key)] = (key, value)
+
+
+def recall(key: object) -> tuple[bool, object]:
+    """Return `(True, value)` if `remember(key, value)` ran in this `step_`."""
+    ahead = _AHEAD.get()
+    if ahead is not None:
+        found = ahead.get(id(key))
+        if found is not None and found[0] is key:
+            return True, found[1]
+    return False, None
 
 
 def _traced() -> bool:
@@ -389,8 +419,15 @@ class Optimizer(abc.ABC, Generic[S]):
         check_writable(False, params, aligned, state)
         if not params:
             return params, state
-        with torch.no_grad():
-            return params, self._step_in_place(params, aligned, state)
+        # Check, then commit: everything that can fail runs before the first
+        # write, so an error leaves every tensor and counter as it was.
+        token = _AHEAD.set({})
+        try:
+            self._prepare(params, aligned, state)
+            with torch.no_grad():
+                return params, self._step_in_place(params, aligned, state)
+        finally:
+            _AHEAD.reset(token)
 
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into checked `params` and `state`; return `state`.
@@ -400,27 +437,53 @@ class Optimizer(abc.ABC, Generic[S]):
         out of place copied into the tensors it replaces. Runs under
         `torch.no_grad()`.
         """
-        rates = self._fused_rates(params, state)
+        known, planned = recall(state)
+        rates = (
+            cast("list[float] | None", planned)
+            if known
+            else self._in_place_rates(params, state)
+        )
         if rates is not None:
-            # The kernel walks each entry's memory in order: it writes only
-            # dense entries laid out like their buffers (`_layout.py`).
-            blocked = not_writable_by_kernel(params, state)
-            if not blocked:
-                kernel_grads = in_place_grads(params, grads)
-                return self._step_fused(params, kernel_grads, state, rates)
-            if getattr(self, "fused", None):
-                msg = (
-                    f"`{type(self).__name__}(fused=True)` cannot write the step into "
-                    f"{blocked!r} with torch's fused kernel: their parameters are not "
-                    "dense (a slice with a step, an `expand`) or their state buffers "
-                    "are laid out otherwise (other strides). Pass `fused=None` to "
-                    "take the foreach kernels for such steps, or give each entry "
-                    "and its buffers one dense layout (`.contiguous()`)."
-                )
-                raise ValueError(msg)
+            kernel_grads = in_place_grads(params, grads)
+            return self._step_fused(params, kernel_grads, state, rates)
         new_params, new_state = self._run_in_place(params, grads, state)
         write_back(params, new_params)
         return written_state(state, new_state)
+
+    def _prepare(self, params: ParamDict, grads: ParamDict, state: S) -> None:
+        """Run, before `step_` writes anything, every part of it that can fail.
+
+        Here: the choice between torch's fused kernel and the rule, with its
+        refusals (`remember`ed for `_step_in_place`). `TorchOptimizer` also
+        advances its schedule (whose callbacks may raise); the wrappers prepare
+        the optimizers they hold. An override calls this one.
+        """
+        remember(state, self._in_place_rates(params, state))
+
+    def _in_place_rates(self, params: ParamDict, state: S) -> list[float] | None:
+        """Return the rates of an in-place fused step, or None (the rule).
+
+        The kernel walks each entry's memory in order: it writes only dense
+        entries laid out like their buffers (`_layout.py`); any other layout
+        takes the rule, or is refused under `fused=True`.
+        """
+        rates = self._fused_rates(params, state)
+        if rates is None:
+            return None
+        blocked = not_writable_by_kernel(params, state)
+        if not blocked:
+            return rates
+        if getattr(self, "fused", None):
+            msg = (
+                f"`{type(self).__name__}(fused=True)` cannot write the step into "
+                f"{blocked!r} with torch's fused kernel: their parameters are not "
+                "dense (a slice with a step, an `expand`) or their state buffers "
+                "are laid out otherwise (other strides). Pass `fused=None` to "
+                "take the foreach kernels for such steps, or give each entry "
+                "and its buffers one dense layout (`.contiguous()`)."
+            )
+            raise ValueError(msg)
+        return None
 
     _copies_pay: ClassVar[bool] = True
     """Whether the default `step` runs a fused kernel on copies when it can.

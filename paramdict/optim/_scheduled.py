@@ -110,18 +110,21 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
 
 
 def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | PlateauState:
-    """Return the schedule's first state, on the device of `params`."""
-    state = schedule.init()
+    """Return the schedule's first state, on the device of `params`.
+
+    Every tensor of it is a new one: a composed schedule's children start from
+    their parent's base rate, and a state whose leaves shared one tensor (or held
+    the caller's `base_lr` tensor) could not be written in place by `step_`.
+    """
     first = next(iter(params.values()), None)
-    if first is None or first.device == state.lr.device:
-        return state
-    device = first.device
+    state = schedule.init()
+    device = state.lr.device if first is None else first.device
 
-    def to_device(x: object) -> object:
-        return x.to(device) if isinstance(x, Tensor) else x
+    def own(x: object) -> object:
+        return x.to(device, copy=True) if isinstance(x, Tensor) else x
 
-    moved: ScheduleState | PlateauState = pytree.tree_map(to_device, state)
-    return moved
+    owned: ScheduleState | PlateauState = pytree.tree_map(own, state)
+    return owned
 
 
 def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
