@@ -40,7 +40,7 @@ class _Trip:
             self.armed = False
             msg = "a schedule callback failed"
             raise self.error(msg)
-        return 0.9 ** float(epoch)
+        return float(0.9 ** float(epoch))
 
 
 def _params(case: Case) -> ParamDict:
