@@ -96,6 +96,8 @@ def remember(key: object, value: object) -> None:
     computed from, for the step to `recall` instead of computing it again. Outside
     a `step_` nothing is kept.
     """
+    if torch.compiler.is_compiling():
+        return  # a compiled `step_` is traced as one graph: nothing is kept
     ahead = _AHEAD.get()
     if ahead is not None:
         ahead[id(key)] = (key, value)
@@ -103,6 +105,8 @@ def remember(key: object, value: object) -> None:
 
 def recall(key: object) -> tuple[bool, object]:
     """Return `(True, value)` if `remember(key, value)` ran in this `step_`."""
+    if torch.compiler.is_compiling():
+        return False, None
     ahead = _AHEAD.get()
     if ahead is not None:
         found = ahead.get(id(key))
@@ -421,6 +425,9 @@ class Optimizer(abc.ABC, Generic[S]):
             return params, state
         # Check, then commit: everything that can fail runs before the first
         # write, so an error leaves every tensor and counter as it was.
+        if torch.compiler.is_compiling():  # one traced graph: no host-side plan
+            with torch.no_grad():
+                return params, self._step_in_place(params, aligned, state)
         token = _AHEAD.set({})
         try:
             self._prepare(params, aligned, state)
