@@ -19,6 +19,22 @@ mode, chosen once by the configuration's `differentiable` flag:
   state depend differentiably on the old ones, on the gradients and on tensor
   hyperparameters: a meta-loss can be differentiated through inner steps.
 
+The paths a step takes, and what each needs (checked where it is chosen):
+
+| call | path | taken when |
+|---|---|---|
+| `step` | recorded kernels | `differentiable=True` |
+| `step` | functional kernels | traced (`torch.compile`, `torch.func`) |
+| `step` | fused kernel on copies | `_fused_rates` gives rates (`_fused.refusal`: one float dtype and device with the kernel, number rates, no DTensors); the copies are laid out for the kernel (`_layout.fused_copies`) |
+| `step` | rule, results written into what it made | otherwise |
+| `step_` | fused kernel in place | as above, and `_layout.not_writable_by_kernel` finds every parameter dense and every buffer of its strides; gradients of other strides are copied |
+| `step_` | rule on `InPlaceKernels` | otherwise (refused under `fused=True` when only the layout stands in the way) |
+
+`step_` checks, then commits: `_prepare` chooses the path and advances every
+schedule (running its callbacks) before anything is written, and the step then
+`recall`s what was prepared, so an error at any point leaves every tensor and
+counter as it was.
+
 States are `typing.NamedTuple`s: immutable, typed, registered pytrees (so
 `torch.func` and `torch.compile` see their tensors), constructible inside a
 compiled function without a graph break (a frozen attrs class is not), and
