@@ -21,14 +21,18 @@ mode, chosen once by the configuration's `differentiable` flag:
 
 The paths a step takes, and what each needs (checked where it is chosen):
 
-| call | path | taken when |
-|---|---|---|
-| `step` | recorded kernels | `differentiable=True` |
-| `step` | functional kernels | traced (`torch.compile`, `torch.func`) |
-| `step` | fused kernel on copies | `_fused_rates` gives rates (`_fused.refusal`: one float dtype and device with the kernel, number rates, no DTensors); the copies are laid out for the kernel (`_layout.fused_copies`) |
-| `step` | rule, results written into what it made | otherwise |
-| `step_` | fused kernel in place | as above, and `_layout.not_writable_by_kernel` finds every parameter dense and every buffer of its strides; gradients of other strides are copied |
-| `step_` | rule on `InPlaceKernels` | otherwise (refused under `fused=True` when only the layout stands in the way) |
+- `step`, recorded kernels: `differentiable=True`.
+- `step`, functional kernels: traced (`torch.compile`, `torch.func`).
+- `step`, torch's fused kernel on copies: `_fused_rates` gives rates
+  (`_fused.refusal`: one float dtype and one device with the kernel, number
+  rates, no DTensors); the copies are laid out for the kernel
+  (`_layout.fused_copies`), so any layout qualifies.
+- `step`, the rule writing into what it made: otherwise.
+- `step_`, the fused kernel in place: as above, and
+  `_layout.not_writable_by_kernel` finds every parameter dense and every buffer
+  of its parameter's strides (gradients of other strides are copied).
+- `step_`, the rule on `InPlaceKernels`: otherwise (under `fused=True`, a step
+  that only the layout keeps from the kernel is refused).
 
 `step_` checks, then commits: `_prepare` chooses the path and advances every
 schedule (running its callbacks) before anything is written, and the step then
