@@ -4,7 +4,9 @@
 every parameter and buffer of a step in one pass over memory, writing into them.
 `Adam`, `AdamW`, `SGD` and `Adagrad` call them here when their `fused` flag and
 the step allow it (`fused_rates`, `refusal`): every entry of one dtype (float32 or
-float64) on one device that has the kernel, and the rates plain numbers. `step_`
+float64) on one device that has the kernel, and the rates plain numbers or a
+schedule's current value on the CPU (read as the float torch's scheduler writes;
+a schedule that cycles the momentum is not fused). `step_`
 runs them on the caller's tensors, the default `step` on fresh copies. Any other
 step runs the rule.
 
@@ -28,6 +30,7 @@ from torch import Tensor
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
+from ._scheduled import cycles_momentum, is_schedule
 
 __all__ = ["adagrad_", "adam_", "fused_rates", "refusal", "sgd_"]
 
@@ -68,6 +71,9 @@ class _Fusable(Protocol):
     @property
     def fused(self) -> bool | None: ...
 
+    @property
+    def lr(self) -> object: ...
+
     def next_step(self, state: Any, /) -> Tensor: ...
 
     def rate(self, name: str, step: Tensor, state: object = None, /) -> Rate: ...
@@ -90,7 +96,12 @@ def fused_rates(
         return None
     step = opt.next_step(state)
     rates = (opt.rate("lr", step, state), opt.rate("weight_decay", step, state))
-    why = refusal(params, *rates, cpu_only=cpu_only)
+    why = _scheduled_refusal(opt, params)
+    if why is None and is_schedule(opt.lr):
+        # The rate torch's scheduler would have written into the group, as the
+        # float it is (a host read, free on the CPU).
+        rates = (float(cast(Tensor, rates[0])), rates[1])
+    why = why or refusal(params, *rates, cpu_only=cpu_only)
     if why is None:
         return [float(cast(float, r)) for r in rates]
     if opt.fused:
@@ -100,6 +111,23 @@ def fused_rates(
             "kernels where a step cannot be fused, or make the step fusable."
         )
         raise ValueError(msg)
+    return None
+
+
+def _scheduled_refusal(opt: _Fusable, params: ParamDict) -> str | None:
+    """Why a scheduled `lr` keeps the step from the kernel, or None."""
+    if not is_schedule(opt.lr):
+        return None
+    if cycles_momentum(cast("Any", opt.lr)):
+        return (
+            "the schedule cycles the momentum, which the kernel takes as a number "
+            "fixed at construction"
+        )
+    if any(v.device.type != "cpu" for v in params._vals):
+        return (
+            "the rate is scheduled and the entries are not on the CPU (reading "
+            "the rate would wait for the device)"
+        )
     return None
 
 

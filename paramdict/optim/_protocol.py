@@ -374,7 +374,7 @@ class Optimizer(abc.ABC, Generic[S]):
                     copies, kernel_grads, copied_state = fused_copies(
                         params, aligned, state
                     )
-                    copied_state = self._step_fused(
+                    copied_state = self._fused_step(
                         copies, kernel_grads, copied_state, rates
                     )
                 return requires_grad_like(copies, params), copied_state
@@ -472,7 +472,7 @@ class Optimizer(abc.ABC, Generic[S]):
         )
         if rates is not None:
             kernel_grads = in_place_grads(params, grads)
-            return self._step_fused(params, kernel_grads, state, rates)
+            return self._fused_step(params, kernel_grads, state, rates)
         new_params, new_state = self._run_in_place(params, grads, state)
         write_back(params, new_params)
         return written_state(state, new_state)
@@ -528,6 +528,26 @@ class Optimizer(abc.ABC, Generic[S]):
         step (dtypes, device, number rates) allow it; here there is none.
         """
         return None
+
+    def _fused_step(
+        self, params: ParamDict, grads: ParamDict, state: S, rates: list[float]
+    ) -> S:
+        """`_step_fused`, then the schedule of the state advanced, in place.
+
+        The next schedule is computed first (in `step_` it was, by `_prepare`),
+        and written last, into the tensors of the state's `schedule` field.
+        """
+        advance = getattr(self, "next_schedule", None)
+        slot: object = getattr(state, "schedule", ())
+        new_slot = advance(state) if advance is not None and slot != () else slot
+        new_state = self._step_fused(params, grads, state, rates)
+        if new_slot is not slot:
+            for old, value in zip(
+                pytree.tree_leaves(slot), pytree.tree_leaves(new_slot), strict=True
+            ):
+                if isinstance(old, Tensor) and old is not value:
+                    old.copy_(value)
+        return new_state
 
     def _step_fused(
         self, params: ParamDict, grads: ParamDict, state: S, rates: list[float]

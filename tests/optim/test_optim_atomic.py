@@ -177,7 +177,8 @@ def test_init_of_every_composition_is_accepted_in_place(
     in_place, state = start.clone(), opt.init(start)
     for g in grads:
         in_place, state = opt.step_(in_place, g, state)
-    torch.testing.assert_close(dict(in_place), dict(expected), rtol=0, atol=0)
+    # SGD's `step` runs its rule, its `step_` torch's fused kernel: equal to rounding.
+    torch.testing.assert_close(dict(in_place), dict(expected), rtol=1e-12, atol=1e-13)
 
     module = nn.Linear(4, 3).to(F64)
     with torch.no_grad():
@@ -191,5 +192,5 @@ def test_init_of_every_composition_is_accepted_in_place(
 
         _, state = opt.step_module(module, loss_fn, state)
     torch.testing.assert_close(
-        dict(ParamDict.from_module(module).detach()), dict(expected), rtol=0, atol=0
+        dict(ParamDict.from_module(module).detach()), dict(in_place), rtol=0, atol=0
     )
