@@ -51,6 +51,7 @@ import argparse
 import dataclasses
 import gc
 import json
+import math
 import os
 import statistics
 from collections.abc import Callable, Sequence
@@ -96,7 +97,9 @@ TARGETED = ("Adam", "AdamW", "SGD momentum", "Adagrad")
 FOR_LOOP = "torch.optim (for-loop)"
 CLOSURE = small.TORCH_CLOSURE
 LBFGS: dict[str, Any] = {"max_iter": 5, "history_size": 5}
-OPTIMIZERS = (*SETTINGS, "LBFGS")
+SCHEDULED = "AdamW warm-up + cosine"
+"""AdamW whose rate follows a warm-up + cosine `LambdaLR`, stepped every call."""
+OPTIMIZERS = (*SETTINGS, "LBFGS", SCHEDULED)
 """Every optimizer of this section, the names `--optimizers` takes."""
 WIDE = "50 x 400,000"
 GPT2 = "GPT-2 small (148 tensors)"
@@ -341,12 +344,84 @@ def measure(config: Config) -> Section:
         )
         shown = ", ".join(f"{m} {format_bytes(v)}" for m, v in mem.medians.items())
         section.notes.append(f"{name} peak memory over the data: {shown}.")
+    if SCHEDULED in _chosen([SCHEDULED], config):
+        row = _scheduled_row(timing)
+        section.rows.append(row)
+        section.targets.append(
+            ratio_target(
+                f"{SCHEDULED}: `step_` within 1.10x of torch.optim fused with the "
+                f"same LambdaLR, {WIDE}",
+                row,
+                IN_PLACE,
+                FUSED,
+                1.10,
+            )
+        )
     measured = [n for n in SETTINGS if n not in TARGETED]
     for name in _chosen(measured, config):
         section.rows += _measured_rows(name, timing)
     if "LBFGS" in _chosen(["LBFGS"], config):
         section.rows += _lbfgs_rows(config)
     return section
+
+
+def _warmup_cosine(epoch: Any, warmup: int = 100, total: int = 10_000) -> float:
+    """The usual schedule's factor: linear warm-up, then a half cosine to zero."""
+    e = float(epoch)
+    if e < warmup:
+        return (e + 1) / warmup
+    return 0.5 * (1 + math.cos(math.pi * min(e - warmup, total) / total))
+
+
+def _scheduled_row(timing: Config) -> Row:
+    """AdamW with warm-up + cosine: ours against torch.optim + `LambdaLR`."""
+    keys, values, grads = _data(WIDE)
+    kwargs: dict[str, Any] = {"weight_decay": 0.01}
+    candidates: dict[str, Callable[[], object]] = {}
+    with torch.inference_mode(False):
+        for mode in (OURS, IN_PLACE):
+            schedule = optim.LambdaLR(base_lr=1e-3, lr_lambda=_warmup_cosine)
+            opt = optim.AdamW(lr=schedule, **kwargs)
+            params = ParamDict(zip(keys, [v.clone() for v in values]))
+            candidates[mode] = _scheduled_ours(
+                opt, params, ParamDict(zip(keys, grads)), mode
+            )
+        for mode in (FOREACH, FUSED):
+            tensors = [v.clone().requires_grad_() for v in values]
+            for tensor, grad in zip(tensors, grads):
+                tensor.grad = grad
+            flag: dict[str, Any] = (
+                {"fused": True} if mode == FUSED else {"foreach": True}
+            )
+            theirs = torch.optim.AdamW(tensors, lr=1e-3, **flag, **kwargs)
+            sched = torch.optim.lr_scheduler.LambdaLR(theirs, _warmup_cosine)
+            candidates[mode] = _scheduled_torch(theirs, sched, tensors)
+        _agree(candidates)
+        return Row.from_timings(f"{SCHEDULED} step", WIDE, timing.time(candidates))
+
+
+def _scheduled_ours(
+    opt: optim.Optimizer[Any], params: ParamDict, grads: ParamDict, mode: str
+) -> Callable[[], object]:
+    carried: list[Any] = [params, opt.init(params)]
+    step = opt.step_ if mode == IN_PLACE else opt.step
+
+    def run() -> object:
+        carried[0], carried[1] = step(carried[0], grads, carried[1])
+        return carried[0]
+
+    return run
+
+
+def _scheduled_torch(
+    opt: torch.optim.Optimizer, sched: Any, tensors: list[Tensor]
+) -> Callable[[], object]:
+    def run() -> object:
+        opt.step()
+        sched.step()
+        return tensors
+
+    return run
 
 
 def _chosen(names: Sequence[str], config: Config) -> list[str]:

@@ -122,7 +122,15 @@ def _torch_run(
     return {k: t.detach().clone() for k, t in tensors.items()}
 
 
-MODES = ("step", "step-unfused", "step_", "step_-fused", "differentiable", "module")
+MODES = (
+    "step",
+    "step-unfused",
+    "step_",
+    "step_-unfused",
+    "step_-fused",
+    "differentiable",
+    "module",
+)
 
 
 def _configs() -> list[Any]:
@@ -130,7 +138,7 @@ def _configs() -> list[Any]:
     for case in TABLE:
         for mode in MODES:
             fusable = bool(unfused(case.ours))
-            if mode in ("step-unfused", "step_-fused") and not fusable:
+            if mode in ("step-unfused", "step_-unfused", "step_-fused") and not fusable:
                 continue
             name = case.name
             out.append(
@@ -145,7 +153,7 @@ def _options(case: Case, mode: str) -> dict[str, Any]:
     kwargs = dict(case.rich)
     if case.name == "sgd" and mode == "step_-fused":
         kwargs.pop("dampening")  # fused SGD refuses dampening with momentum
-    if mode == "step-unfused":
+    if mode in ("step-unfused", "step_-unfused"):
         kwargs |= unfused(case.ours)
     elif mode == "step_-fused":
         kwargs["fused"] = True
