@@ -67,7 +67,8 @@ class Adagrad(TorchOptimizer[AdagradState]):
         fused: Which kernels an eager, non-differentiable step uses. `None`
             (the default): torch's fused kernel wherever the step allows it
             (every entry float32 or float64 on one device that has the kernel,
-            number or CPU-scheduled rates), bitwise `torch.optim` with `fused=True`, and the
+            number or CPU-scheduled rates), bitwise `torch.optim` with
+            `fused=True`, and the
             foreach rule otherwise. `False`: always the foreach rule, bitwise
             `torch.optim` with `foreach=True`. `True`: the fused kernel, and a
             step it cannot take is refused (not with `differentiable=True`).

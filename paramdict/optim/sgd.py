@@ -70,7 +70,8 @@ class SGD(TorchOptimizer[SGDState]):
         fused: Which kernels an eager, non-differentiable step uses. `None`
             (the default): `step_` runs torch's fused kernel wherever the step
             allows it (every entry float32 or float64 on one device that has
-            the kernel, number or CPU-scheduled rates, no dampening), bitwise `torch.optim` with
+            the kernel, number or CPU-scheduled rates, no dampening), bitwise
+            `torch.optim` with
             `fused=True`, and `step` runs the foreach rule (it makes its two
             new tensors in fewer passes than copies for the kernel would take).
             `False`: always the foreach rule, bitwise `torch.optim` with
