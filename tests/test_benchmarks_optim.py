@@ -50,7 +50,7 @@ def test_every_optimizer_is_in_a_section() -> None:
         "Adamax", "Adadelta", "Rprop", "ASGD", "Adafactor", "Muon", "LBFGS",
     }  # fmt: skip
     assert set(small.OPTIMIZERS) == everything
-    assert set(optim_scale.OPTIMIZERS) == everything
+    assert set(optim_scale.OPTIMIZERS) == everything | {optim_scale.SCHEDULED}
 
 
 @pytest.mark.parametrize("name", MEASURED)
@@ -84,6 +84,22 @@ def test_model_scale_lbfgs_rows_agree_and_are_timed(
     ]
     for row in rows:
         assert list(row.medians) == [OURS, optim_scale.CLOSURE]
+
+
+def test_model_scale_scheduled_row_agrees_and_is_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AdamW with warm-up + cosine is timed against torch's foreach and fused."""
+    monkeypatch.setattr(optim_scale, "shapes", _tiny)
+    row = optim_scale._scheduled_row(_config())
+    assert row.case == f"{optim_scale.SCHEDULED} step"
+    assert list(row.medians) == [
+        OURS,
+        optim_scale.IN_PLACE,
+        optim_scale.FOREACH,
+        optim_scale.FUSED,
+    ]
+    assert all(m > 0 for m in row.medians.values())
 
 
 def test_muon_matrices_keep_each_size_s_element_count() -> None:

@@ -828,12 +828,6 @@ UNFUSABLE = [
         {"lr": torch.tensor(0.1)},
         r"a rate is a tensor",
     ),
-    (
-        "schedule-lr",
-        lambda: ParamDict(w=torch.ones(3)),
-        {"lr": optim.StepLR(base_lr=0.1, step_size=2)},
-        r"a rate is a tensor, a per-key ParamDict or a schedule",
-    ),
 ]
 
 
@@ -864,6 +858,22 @@ def test_fused_true_refuses_a_step_the_kernel_cannot_take(
     # `fused=None` falls back to the foreach rule for the same step.
     fallback = cls(**kwargs)
     fallback.step(params, grads, fallback.init(params))
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["step", "step_"])
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW], ids=["Adam", "AdamW"])
+def test_fused_true_refuses_a_schedule_that_cycles_the_momentum(
+    cls: Any, in_place: bool
+) -> None:
+    """The kernel takes its betas as numbers: a cycled first beta is refused."""
+    params = ParamDict(w=torch.ones(3))
+    opt = cls(fused=True, lr=optim.OneCycleLR(max_lr=0.1, total_steps=10))
+    state = opt.init(params)
+    grads = params.zeros_like().add(0.5)
+    before = _snapshot((params, grads, state))
+    with pytest.raises(ValueError, match=r"fused=True\)` cannot take.*cycles the"):
+        (opt.step_ if in_place else opt.step)(params, grads, state)
+    _assert_unchanged(before, (params, grads, state))
 
 
 def test_fused_sgd_refuses_dampening() -> None:
