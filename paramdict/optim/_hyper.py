@@ -14,6 +14,7 @@ from numbers import Real
 from typing import Any, TypeAlias, TypeVar, cast
 
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 
 from .._container import key_mismatch_message
@@ -247,7 +248,7 @@ def _is_traced(tensor: Tensor) -> bool:
     return (
         torch.compiler.is_compiling()
         or tensor.is_meta
-        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)  # pyright: ignore[reportPrivateUsage]
+        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
         or (type(tensor) is not Tensor and not isinstance(tensor, torch.nn.Parameter))
     )
 
