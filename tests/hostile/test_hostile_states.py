@@ -124,3 +124,18 @@ def test_multisteps_resumed_with_smaller_every_k_steps() -> None:
     expected = params["w"] - 6 * _grads()["w"] / 4
     torch.testing.assert_close(new["w"], expected)
     assert int(state.mini_step) == 0
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (0, 0)])
+def test_muon_refuses_empty_matrices(shape: tuple[int, int]) -> None:
+    """Muon's `init` refuses an empty matrix by key; nothing changes."""
+    params = ParamDict(w=torch.ones(2, 2), e=torch.ones(shape))
+    check(
+        Case(
+            str(shape),
+            lambda: (params,),
+            optim.Muon().init,
+            ValueError,
+            r"empty matrices; \['e'\]",
+        )
+    )
