@@ -26,7 +26,21 @@ end = time.perf_counter()
 print(json.dumps([middle - start, end - middle]))
 """
 
-LIMIT = 0.050
+LIMIT = 0.030
+
+# Subpackages that `import paramdict` leaves for their first use.
+_LAZY = ("paramdict.distributed", "paramdict.optim")
+
+_EAGER = """
+import json, sys
+import torch
+before = set(sys.modules)
+import paramdict
+print(json.dumps(sorted(
+    name for name in set(sys.modules) - before
+    if name in {lazy!r} or name.startswith("torch.distributed")
+)))
+"""
 
 
 def _sample(module: str, threads: int) -> tuple[float, float]:
@@ -86,6 +100,26 @@ def measure(config: Config) -> Section:
                 else ""
             ),
             ours < LIMIT,
+        )
+    )
+    eager = run_fresh(
+        ["-c", _EAGER.format(lazy=_LAZY)], threads=config.threads, what="Import"
+    )
+    section.targets.append(
+        Target(
+            "`import paramdict` leaves `distributed` and `optim` for their first use",
+            "eager: " + (", ".join(eager) if eager else "none"),
+            not eager,
+        )
+    )
+    eager = run_fresh(
+        ["-c", _EAGER.format(lazy=_LAZY)], threads=config.threads, what="Import"
+    )
+    section.targets.append(
+        Target(
+            "`import paramdict` leaves `distributed` and `optim` for their first use",
+            "eager: " + (", ".join(eager) if eager else "none"),
+            not eager,
         )
     )
     return section

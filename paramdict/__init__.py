@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import distributed
 from ._autograd import Outputs
 from ._implicit import implicit_proximal, implicit_root
 from ._operators import Operand
@@ -19,7 +18,7 @@ from ._solve import CGInfo, cg
 from ._tensors import Device
 
 if TYPE_CHECKING:
-    from . import optim
+    from . import distributed, optim
 
     __version__: str
 
@@ -44,10 +43,12 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # `optim` is imported on first use: it brings in attrs and builds its classes,
     # which costs about as much as the rest of the package.
-    if name == "optim":
+    # So is `distributed`: it builds the collectives' helpers and is only needed by
+    # programs that run on several processes.
+    if name in {"distributed", "optim"}:
         import importlib
 
-        return importlib.import_module(".optim", __name__)
+        return importlib.import_module(f".{name}", __name__)
     # Read lazily: importing importlib.metadata costs more than the rest of the
     # package together.
     if name == "__version__":

@@ -11,7 +11,7 @@ from torch.utils import _pytree as pytree
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._hyper import new_counter
+from ._hyper import check_counter, new_counter
 from ._kernels import Kernels
 from ._keyed import check_keyed
 from ._protocol import Optimizer, register_state
@@ -155,6 +155,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
                 f"{type(state).__name__}. Use the state from this optimizer's `init`."
             )
             raise TypeError(msg)
+        check_counter(state.mini_step, params, "mini_step")
         check_keyed(params, state.acc_grads, what="The state's `acc_grads`")
         self.optimizer.check_state(params, state.inner_state)
 
@@ -187,7 +188,9 @@ class MultiSteps(Optimizer[MultiStepsState]):
     ) -> tuple[ParamDict, MultiStepsState]:
         acc = state.acc_grads.add(grads)
         mini_step = state.mini_step + 1
-        apply = mini_step == self.every_k
+        # At least, not equal: a state saved with a larger `every_k` steps on its
+        # next call instead of never.
+        apply = mini_step >= self.every_k
         update = acc.div(self.every_k) if self.reduction == "mean" else acc
         # Borrowed: the inner rule must not write into the parameters, which are
         # kept as they are on the calls that only accumulate.

@@ -17,7 +17,14 @@ import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
-from ._hyper import Rate, check_rate, check_rate_keys, is_zero, new_counter
+from ._hyper import (
+    Rate,
+    check_counter,
+    check_rate,
+    check_rate_keys,
+    is_zero,
+    new_counter,
+)
 from ._kernels import Kernels
 from ._keyed import check_keyed, check_real
 from ._protocol import Optimizer, recall, remember
@@ -173,8 +180,9 @@ class TorchOptimizer(Optimizer[S]):
 
         Raises:
             TypeError: If `state` is not an instance of `state_type`, or its step
-                is not a 0-dim tensor.
-            ValueError: If a buffer's keys, shapes or dtypes are not `params`'.
+                is not a 0-dim tensor of the counters' dtype.
+            ValueError: If a buffer's keys, shapes or dtypes are not `params`', or
+                the step is on another device or not a whole number >= 0.
 
         Example:
             >>> from paramdict import optim
@@ -194,13 +202,7 @@ class TorchOptimizer(Optimizer[S]):
                 "optimizer's `init`."
             )
             raise TypeError(msg)
-        step = given.step
-        if not (isinstance(step, Tensor) and step.dim() == 0):
-            msg = (
-                f"The state's `step` must be a 0-dim tensor, got {step!r}. Use the "
-                "state from this optimizer's `init`."
-            )
-            raise TypeError(msg)
+        check_counter(given.step, params, "step")
         if "schedule" in given._fields:
             check_slot(self, self.lr, given.schedule)
         for field, buffer in zip(given._fields, given):

@@ -14,6 +14,7 @@ from numbers import Real
 from typing import Any, TypeAlias, TypeVar, cast
 
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 
 from .._container import key_mismatch_message
@@ -240,3 +241,57 @@ def state_scalar_dtype(device: torch.device) -> torch.dtype:
     if device.type == "mps" or torch.get_default_dtype() != torch.float64:
         return torch.float32
     return torch.float64
+
+
+def _is_traced(tensor: Tensor) -> bool:
+    """Return whether `tensor`'s value cannot be read: compiled, transformed, meta."""
+    return (
+        torch.compiler.is_compiling()
+        or tensor.is_meta
+        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+        or (type(tensor) is not Tensor and not isinstance(tensor, torch.nn.Parameter))
+    )
+
+
+def check_counter(
+    counter: object,
+    params: ParamDict,
+    field: str,
+    *,
+    dtype: torch.dtype | None = None,
+) -> None:
+    """Raise unless `counter` is a state's count: 0-dim, its dtype, a whole number >= 0.
+
+    `dtype` is the counter's dtype (by default `scalar_dtype` of the parameters'
+    device); the counter must be on the device of the first parameter. The value is
+    read only on the CPU, where `torch.optim` reads its step counts anyway; elsewhere
+    (and under `torch.compile` or `torch.func`) only the kind is checked.
+
+    Raises:
+        TypeError: If `counter` is not a 0-dim tensor of that dtype.
+        ValueError: If it is on another device, or not a finite whole number >= 0.
+    """
+    what = f"The state's `{field}`"
+    fix = "Use the state from this optimizer's `init` (or a checkpoint of it)."
+    if not (isinstance(counter, Tensor) and counter.dim() == 0):
+        msg = f"{what} must be a 0-dim tensor, got {counter!r}. {fix}"
+        raise TypeError(msg)
+    first = next(iter(params.values()), None)
+    device = first.device if first is not None else counter.device
+    expected = scalar_dtype(device) if dtype is None else dtype
+    if counter.dtype != expected:
+        msg = f"{what} must be a {expected} tensor, got {counter.dtype}. {fix}"
+        raise TypeError(msg)
+    if counter.device != device:
+        msg = (
+            f"{what} is on {counter.device}, the parameters on {device}. Move the "
+            "state to the parameters' device (`state.to(...)`) or use a state from "
+            "this optimizer's `init`."
+        )
+        raise ValueError(msg)
+    if counter.device.type != "cpu" or _is_traced(counter):
+        return
+    value = counter.item()
+    if not (math.isfinite(value) and value >= 0 and value == int(value)):
+        msg = f"{what} must be a whole number >= 0, got {value}. {fix}"
+        raise ValueError(msg)

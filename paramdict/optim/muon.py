@@ -170,7 +170,7 @@ class Muon(TorchOptimizer[MuonState]):
             A `MuonState`.
 
         Raises:
-            ValueError: If an entry is not 2-D; the message names them.
+            ValueError: If an entry is not 2-D or is empty; the message names them.
 
         Example:
             >>> from paramdict import optim
@@ -182,6 +182,15 @@ class Muon(TorchOptimizer[MuonState]):
         if bad:
             shapes = ", ".join(f"{k!r}: {tuple(params[k].shape)}" for k in bad)
             raise ValueError(NOT_A_MATRIX.format(keys=bad, shapes=shapes))
+        empty = sorted(k for k, v in params.items() if v.numel() == 0)
+        if empty:
+            shapes = ", ".join(f"{k!r}: {tuple(params[k].shape)}" for k in empty)
+            msg = (
+                f"Muon cannot orthogonalize empty matrices; {empty!r} have no "
+                f"elements ({shapes}). Leave them out of the parameters, or give them "
+                "to another optimizer by key pattern with `optim.ParamGroups`."
+            )
+            raise ValueError(msg)
         return MuonState(self.counter(params), params.zeros_like())
 
     def _adjusted(self, params: ParamDict, lr: Rate) -> dict[str, float | Tensor]:

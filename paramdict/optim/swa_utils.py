@@ -142,7 +142,7 @@ class WeightAverage:
             An `AveragedState` with `n_averaged == 0`.
 
         Raises:
-            TypeError: If `values` is not a ParamDict.
+            TypeError: If `values` is not a ParamDict or holds booleans.
 
         Example:
             >>> from paramdict import optim
@@ -155,6 +155,7 @@ class WeightAverage:
                 "`ParamDict.from_module(model, buffers=True)`."
             )
             raise TypeError(msg)
+        _check_dtypes(values, None)
         first = next(iter(values.values()), None)
         device = first.device if first is not None else None
         n = torch.zeros((), dtype=torch.long, device=device)
@@ -173,7 +174,11 @@ class WeightAverage:
             The next state, `n_averaged` one higher.
 
         Raises:
-            ValueError: If the keys of `values` differ from the average's.
+            TypeError: If `state` is not an `AveragedState` whose `n_averaged` is a
+                0-dim `int64` tensor, or a value is boolean, or complex where the
+                average is real.
+            ValueError: If the keys or shapes of `values` differ from the
+                average's, or `n_averaged` is negative.
 
         Example:
             >>> from paramdict import optim
@@ -184,9 +189,12 @@ class WeightAverage:
             >>> state.averaged["w"]
             tensor([3.])
         """
+        _check_state(state)
         averaged = state.averaged
         current = averaged._aligned(values, what="`update` (average and values)")
         n = state.n_averaged
+        _check_shapes(averaged, current)
+        _check_dtypes(averaged, current)
         new: dict[str, Tensor] = {}
         with torch.no_grad():
             for (key, avg), value in zip(averaged.items(), current, strict=True):
@@ -201,11 +209,96 @@ class WeightAverage:
         floating = avg.is_floating_point() or avg.is_complex()
         if self.kind == "ema":
             if floating:
-                return torch.lerp(avg, value, 1 - self.decay)
+                # In the wider of the two dtypes, then back to the average's, as
+                # `swa`'s arithmetic promotes and casts (`lerp` takes one dtype).
+                work = torch.promote_types(avg.dtype, value.dtype)
+                mixed = torch.lerp(avg.to(work), value.to(work), 1 - self.decay)
+                return mixed.to(avg.dtype)
             mixed = avg * self.decay + value * (1 - self.decay)
         else:
             mixed = avg + (value - avg) / (n + 1)
         return mixed.to(avg.dtype)
+
+
+def _check_state(state: object) -> None:
+    """Raise unless `state` is an `AveragedState` with a count that can be used."""
+    fix = "Use the state from `init` or `update` (or a checkpoint of it)."
+    if not (
+        isinstance(state, AveragedState)
+        and isinstance(cast(object, state.averaged), ParamDict)
+    ):
+        msg = f"`state` must be an AveragedState, got {type(state).__name__}. {fix}"
+        raise TypeError(msg)
+    n: object = state.n_averaged
+    if not (isinstance(n, Tensor) and n.dim() == 0 and n.dtype == torch.long):
+        got = (
+            f"{n.dtype} tensor of shape {tuple(n.shape)}"
+            if isinstance(n, Tensor)
+            else type(n).__name__
+        )
+        msg = (
+            "The state's `n_averaged` must be a 0-dim torch.int64 tensor, got "
+            f"{got}. {fix}"
+        )
+        raise TypeError(msg)
+    # One host read, on the CPU only: elsewhere it would wait for the device.
+    count = int(n.item()) if _readable(n) else 0
+    if count < 0:
+        msg = f"The state's `n_averaged` must be >= 0, got {count}. {fix}"
+        raise ValueError(msg)
+
+
+def _readable(n: Tensor) -> bool:
+    """Whether reading `n` is cheap and possible: on the CPU, not traced."""
+    return (
+        n.device.type == "cpu"
+        and type(n) is Tensor
+        and not torch.compiler.is_compiling()
+        and not torch._C._functorch.is_functorch_wrapped_tensor(n)  # pyright: ignore[reportPrivateUsage]
+    )
+
+
+def _check_shapes(averaged: ParamDict, values: list[Tensor]) -> None:
+    """Raise unless each value has its average's shape (no broadcasting)."""
+    differ = sorted(
+        (key, tuple(avg.shape), tuple(value.shape))
+        for (key, avg), value in zip(averaged.items(), values, strict=True)
+        if value.shape != avg.shape
+    )
+    if differ:
+        keys = [key for key, _, _ in differ]
+        shapes = ", ".join(f"{key!r}: {got} for {want}" for key, want, got in differ)
+        msg = (
+            f"Shapes differ from the average's at {keys} ({shapes}). Pass values "
+            "shaped like the ones `init` was given."
+        )
+        raise ValueError(msg)
+
+
+def _check_dtypes(averaged: ParamDict, values: list[Tensor] | None) -> None:
+    """Raise for boolean entries, or complex values averaged into real entries."""
+    pairs = [
+        (key, avg, avg if values is None else values[i])
+        for i, (key, avg) in enumerate(averaged.items())
+    ]
+    booleans = sorted(
+        key for key, avg, value in pairs if torch.bool in (avg.dtype, value.dtype)
+    )
+    if booleans:
+        msg = (
+            f"Boolean entries cannot be averaged: {booleans}. Leave them out (e.g. "
+            "`values.exclude(...)`) or convert them to a floating dtype."
+        )
+        raise TypeError(msg)
+    complex_ = sorted(
+        key for key, avg, value in pairs if value.is_complex() and not avg.is_complex()
+    )
+    if complex_:
+        msg = (
+            f"Complex values cannot be averaged into real entries: {complex_}. Pass "
+            "real values, or `init` with complex ones."
+        )
+        raise TypeError(msg)
 
 
 def update_bn(
