@@ -16,6 +16,9 @@ from typing import Any
 import attrs
 import griffe
 
+_KEYWORD = griffe.ParameterKind("keyword-only")
+_EITHER = griffe.ParameterKind("positional or keyword")
+
 
 def _default(field: attrs.Attribute[Any]) -> str | None:
     """Return the default of `field` as code, or None if it has none."""
@@ -43,19 +46,11 @@ def _annotation(
 
 def _constructor(cls: griffe.Class, runtime: type) -> griffe.Function:
     """Return an `__init__` with the parameters attrs gives `runtime`."""
-    parameters = [
-        griffe.Parameter(
-            "self", kind=griffe.ParameterKind.positional_or_keyword
-        )
-    ]
+    parameters = [griffe.Parameter("self", kind=_EITHER)]
     for field in attrs.fields(runtime):
         if not field.init:
             continue
-        kind = (
-            griffe.ParameterKind.keyword_only
-            if field.kw_only
-            else griffe.ParameterKind.positional_or_keyword
-        )
+        kind = _KEYWORD if field.kw_only else _EITHER
         parameters.append(
             griffe.Parameter(
                 field.alias or field.name,

@@ -1,11 +1,12 @@
-"""Parameter groups: different optimizer settings for keys matched by pattern."""
+"""Parameter groups: different optimizer settings for keys chosen by pattern or test."""
 
 from __future__ import annotations
 
 # pyright: reportPrivateUsage=false
 # (ParamDict's and torch's package-internal helpers)
-from collections.abc import Mapping
-from typing import TypeVar, cast
+import fnmatch
+from collections.abc import Callable, Mapping
+from typing import TypeAlias, TypeVar, cast
 
 import attrs
 from torch import Tensor
@@ -22,9 +23,14 @@ S = TypeVar("S")
 
 _Patterns = tuple[str, ...]
 _Routes = tuple[tuple[str, ...], ...]
+Predicate: TypeAlias = Callable[[str, Tensor], bool]
+"""A group's test of one entry: its name and tensor in, whether it belongs out."""
+_Selector = _Patterns | Predicate
 
 
-def _as_patterns(key: object) -> _Patterns:
+def _as_selector(key: object) -> _Selector:
+    if callable(key):
+        return cast(Predicate, key)
     given: object = (key,) if isinstance(key, str) else key
     patterns: tuple[object, ...] = (
         cast("tuple[object, ...]", given) if isinstance(given, tuple) else ()
@@ -32,7 +38,7 @@ def _as_patterns(key: object) -> _Patterns:
     if not (patterns and all(isinstance(p, str) for p in patterns)):
         msg = (
             "Each group is keyed by a pattern or a non-empty tuple of patterns "
-            f"(str), got {key!r}."
+            f"(str), or a predicate on (name, tensor), got {key!r}."
         )
         raise TypeError(msg)
     return cast(_Patterns, patterns)
