@@ -1,11 +1,12 @@
-"""Parameter groups: different optimizer settings for keys matched by pattern."""
+"""Parameter groups: different optimizer settings for keys chosen by pattern or test."""
 
 from __future__ import annotations
 
 # pyright: reportPrivateUsage=false
 # (ParamDict's and torch's package-internal helpers)
-from collections.abc import Mapping
-from typing import TypeVar, cast
+import fnmatch
+from collections.abc import Callable, Mapping
+from typing import TypeAlias, TypeVar, cast
 
 import attrs
 from torch import Tensor
@@ -22,9 +23,14 @@ S = TypeVar("S")
 
 _Patterns = tuple[str, ...]
 _Routes = tuple[tuple[str, ...], ...]
+Predicate: TypeAlias = Callable[[str, Tensor], bool]
+"""A group's test of one entry: its name and tensor in, whether it belongs out."""
+_Selector = _Patterns | Predicate
 
 
-def _as_patterns(key: object) -> _Patterns:
+def _as_selector(key: object) -> _Selector:
+    if callable(key):
+        return cast(Predicate, key)
     given: object = (key,) if isinstance(key, str) else key
     patterns: tuple[object, ...] = (
         cast("tuple[object, ...]", given) if isinstance(given, tuple) else ()
@@ -32,37 +38,63 @@ def _as_patterns(key: object) -> _Patterns:
     if not (patterns and all(isinstance(p, str) for p in patterns)):
         msg = (
             "Each group is keyed by a pattern or a non-empty tuple of patterns "
-            f"(str), got {key!r}."
+            f"(str), or a predicate on (name, tensor), got {key!r}."
         )
         raise TypeError(msg)
     return cast(_Patterns, patterns)
 
 
+def _name(predicate: Predicate) -> str:
+    return str(getattr(predicate, "__qualname__", repr(predicate)))
+
+
+def _chosen(selector: _Selector, params: ParamDict) -> list[str]:
+    """Return the keys `selector` chooses, in key order.
+
+    A string equal to a key chooses that key alone, so a name holding `[` or
+    `*` is never read as a pattern; any other string is an `fnmatchcase`
+    pattern.
+    """
+    if callable(selector):
+        return [k for k, v in params.items() if selector(k, v)]
+    exact = {p for p in selector if p in params}
+    globs = [p for p in selector if p not in exact]
+    return [
+        k for k in params if k in exact or any(fnmatch.fnmatchcase(k, g) for g in globs)
+    ]
+
+
 @attrs.frozen(eq=False, init=False)
 class ParamGroups(Optimizer[tuple[S, ...]]):
-    """Give different optimizer settings to the parameters matched by patterns.
+    """Give different optimizer settings to the parameters chosen by pattern or test.
 
     The keyed counterpart of `torch.optim` parameter groups: each group is a
     shell-style pattern, as for `ParamDict.select` (`"*.bias"`, `"encoder.*"`),
-    or a tuple of them, mapped to its own optimizer. Each key goes to the first
-    group with a matching pattern, else to `default`. Each group steps on its
+    a tuple of them, or a predicate called with each entry's name and tensor
+    (`lambda name, t: t.dim() >= 2`), mapped to its own optimizer. A string
+    equal to a parameter name chooses that entry only: names are never read as
+    patterns. Each key goes to the first group that chooses it, else to
+    `default`. Each group steps on its
     subset of the entries with its own state; the results are merged back in the
     parameters' key order. The state is the tuple of the groups' states (then the
     default's), so it is a pytree and a `torch.save` value like any other.
 
     All the optimizers share one state type (`ParamGroups[AdamState]` for any mix
     of `Adam` and `AdamW`) and one `differentiable` setting. The routing of a key
-    set is computed once and kept, so steps (also compiled ones) do no matching.
+    set is computed once and kept, so steps (also compiled ones) do no matching;
+    a predicate is therefore asked once per key set, and must not depend on the
+    tensors' values.
 
     Args:
-        groups: An ordered mapping from a pattern, or a tuple of patterns, to the
-            optimizer for the keys it matches.
+        groups: An ordered mapping from a pattern, a tuple of patterns or a
+            predicate on (name, tensor) to the optimizer for the keys it
+            chooses.
         default: The optimizer for every key no group matches; without it every
             key must match a group.
 
     Raises:
-        TypeError: If a group key is not a pattern or tuple of patterns, or a
-            value is not an `Optimizer`.
+        TypeError: If a group key is not a pattern, tuple of patterns or
+            callable, or a value is not an `Optimizer`.
         ValueError: If the optimizers disagree on `differentiable`.
 
     Example:
@@ -76,9 +108,15 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         >>> state = opt.init(params)
         >>> len(state), list(state[0].exp_avg), list(state[1].exp_avg)
         (2, ['bias'], ['weight'])
+        >>> decay = optim.ParamGroups(
+        ...     {lambda name, t: t.dim() >= 2: optim.AdamW(weight_decay=0.1)},
+        ...     default=optim.AdamW(weight_decay=0.0),
+        ... )
+        >>> [list(s.exp_avg) for s in decay.init(params)]
+        [['weight'], ['bias']]
     """
 
-    groups: tuple[tuple[_Patterns, Optimizer[S]], ...]
+    groups: tuple[tuple[_Patterns | Predicate, Optimizer[S]], ...]
     default: Optimizer[S] | None
     differentiable: bool
     _routes: dict[tuple[str, ...], _Routes] = attrs.field(
@@ -87,12 +125,12 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
 
     def __init__(
         self,
-        groups: Mapping[str | _Patterns, Optimizer[S]],
+        groups: Mapping[str | _Patterns | Predicate, Optimizer[S]],
         /,
         *,
         default: Optimizer[S] | None = None,
     ) -> None:
-        pairs = tuple((_as_patterns(k), opt) for k, opt in groups.items())
+        pairs = tuple((_as_selector(k), opt) for k, opt in groups.items())
         members: list[object] = [opt for _, opt in pairs]
         if default is not None:
             members.append(default)
@@ -125,28 +163,40 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
 
     def _route(self, params: ParamDict) -> _Routes:
         """Split the keys among the groups (then the default), first match wins."""
-        unmatched = sorted(
+        patterns = sorted(
             pattern
-            for patterns, _ in self.groups
-            for pattern in patterns
-            if not params.select(pattern, missing_ok=True)
+            for selector, _ in self.groups
+            if not callable(selector)
+            for pattern in selector
+            if not _chosen((pattern,), params)
         )
-        if unmatched:
+        tests = sorted(
+            _name(selector)
+            for selector, _ in self.groups
+            if callable(selector) and not _chosen(selector, params)
+        )
+        if patterns or tests:
+            what = " and ".join(
+                [f"the group patterns {patterns!r}"] * bool(patterns)
+                + [f"the group predicates {tests!r}"] * bool(tests)
+            )
             msg = (
-                f"The group patterns {unmatched!r} match no key. Check them against "
+                f"{what[0].upper()}{what[1:]} match no key. Check them against "
                 f"the parameter names, e.g. {list(params)[:4]!r}."
             )
             raise ValueError(msg)
         routes: list[tuple[str, ...]] = []
-        rest = params
-        for patterns, _ in self.groups:
-            routes.append(tuple(rest.select(*patterns, missing_ok=True)))
-            rest = rest.exclude(*patterns, missing_ok=True)
+        taken: set[str] = set()
+        for selector, _ in self.groups:
+            route = tuple(k for k in _chosen(selector, params) if k not in taken)
+            routes.append(route)
+            taken.update(route)
+        rest = [k for k in params if k not in taken]
         if self.default is not None:
             routes.append(tuple(rest))
         elif rest:
             msg = (
-                f"The keys {sorted(rest)!r} match no group. Add a pattern for them "
+                f"The keys {sorted(rest)!r} match no group. Add a group for them "
                 "or pass `default=` an optimizer for the rest."
             )
             raise ValueError(msg)

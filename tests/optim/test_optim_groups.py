@@ -42,6 +42,54 @@ def test_no_weight_decay_for_biases_matches_torch_groups(dtype: torch.dtype) -> 
 
 
 @DTYPES
+def test_decay_chosen_by_predicate_matches_torch_groups(dtype: torch.dtype) -> None:
+    """Decay for tensors of 2 or more dims, chosen by a predicate, equals torch's."""
+
+    def make(model: nn.Module) -> torch.optim.Optimizer:
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        groups: list[dict[str, Any]] = [
+            {"params": decay, "weight_decay": 0.1},
+            {"params": rest, "weight_decay": 0.0},
+        ]
+        return torch.optim.AdamW(groups, lr=0.01)
+
+    def matrix(name: str, tensor: torch.Tensor) -> bool:
+        return tensor.dim() >= 2
+
+    opt = optim.ParamGroups(
+        {matrix: optim.AdamW(lr=0.01, weight_decay=0.1)},
+        default=optim.AdamW(lr=0.01, weight_decay=0.0),
+    )
+    assert_matches(run_ours(opt, dtype), run_torch(make, dtype), dtype)
+
+
+def test_an_exact_name_is_never_read_as_a_pattern() -> None:
+    """A group named "a[0]" takes the key "a[0]", not "a0" as fnmatch would."""
+    params = ParamDict({"a[0]": torch.ones(2), "a0": torch.ones(2), "b": torch.ones(2)})
+    opt = optim.ParamGroups(
+        {"a[0]": optim.SGD(lr=0.5), "a*": optim.SGD(lr=0.25)}, default=optim.SGD()
+    )
+    grads = ParamDict({k: torch.ones(2) for k in params})
+    new, _ = opt.step(params, grads, opt.init(params))
+    torch.testing.assert_close(new["a[0]"], torch.full((2,), 0.5))
+    torch.testing.assert_close(new["a0"], torch.full((2,), 0.75))
+    torch.testing.assert_close(new["b"], torch.full((2,), 0.999))
+
+
+def test_predicate_that_chooses_nothing_is_refused() -> None:
+    """A predicate true for no key is an error naming it."""
+    params = ParamDict.from_module(make_model())
+
+    def cube(name: str, tensor: torch.Tensor) -> bool:
+        return tensor.dim() == 3
+
+    opt = optim.ParamGroups({cube: optim.SGD()}, default=optim.SGD())
+    with pytest.raises(ValueError, match=r"predicates \['.*cube'\] match no key"):
+        opt.init(params)
+
+
+@DTYPES
 def test_sgd_groups_with_their_own_settings_match_torch(dtype: torch.dtype) -> None:
     """Groups may differ in every hyperparameter, as torch's groups may."""
 
@@ -172,6 +220,7 @@ def test_groups_must_agree_on_differentiable() -> None:
     ("groups", "match"),
     [
         ({3: optim.SGD()}, r"pattern or a non-empty tuple of patterns"),
+        ({("*", 3): optim.SGD()}, r"or a predicate on \(name, tensor\), got"),
         ({(): optim.SGD()}, r"pattern or a non-empty tuple of patterns"),
         ({"*": torch.optim.SGD}, r"needs a paramdict optimizer .* got type"),
     ],
