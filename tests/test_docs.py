@@ -128,7 +128,7 @@ def _referenced() -> tuple[set[str], set[str]]:
             names.add(target)
             members = re.findall(r"^\s+- (\w+)\s*$", match.group(2), re.M)
             names.update(f"{target}.{m}" for m in members)
-            if "members:" not in match.group(2):
+            if not re.search(r"^\s+members:", match.group(2), re.M):
                 whole.add(target)
     return names, whole
 

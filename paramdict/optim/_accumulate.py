@@ -172,6 +172,14 @@ class MultiSteps(Optimizer[MultiStepsState]):
         return state._replace(inner_state=inner)
 
     @override
+    def last_lr(self, state: MultiStepsState, /) -> list[float]:
+        return self.optimizer.last_lr(state.inner_state)
+
+    @override
+    def step_count(self, state: MultiStepsState, /) -> int:
+        return self.optimizer.step_count(state.inner_state)
+
+    @override
     def _prepare(
         self, params: ParamDict, grads: ParamDict, state: MultiStepsState
     ) -> None:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._hyper import (
@@ -335,6 +336,17 @@ class TorchOptimizer(Optimizer[S]):
     def takes_metric(self) -> bool:
         """Whether the `lr` is a `ReduceLROnPlateau`, moved by `step_schedule`."""
         return isinstance(self.lr, ReduceLROnPlateau)
+
+    @override
+    def last_lr(self, state: S, /) -> list[float]:
+        lr = self.rate("lr", self.next_step(state), state)
+        if isinstance(lr, ParamDict):
+            return [float(v) for v in lr.values()]
+        return [float(lr)]
+
+    @override
+    def step_count(self, state: S, /) -> int:
+        return int(state.step)
 
     def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
         """Return `state` after `ReduceLROnPlateau` saw `metrics`; `state` is unchanged.

@@ -87,6 +87,14 @@ class ClipGradNorm(Optimizer[S]):
     def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
         return self.optimizer.step_schedule(state, metrics)
 
+    @override
+    def last_lr(self, state: S, /) -> list[float]:
+        return self.optimizer.last_lr(state)
+
+    @override
+    def step_count(self, state: S, /) -> int:
+        return self.optimizer.step_count(state)
+
     def init(self, params: ParamDict, /) -> S:
         """Return the wrapped optimizer's first state for `params`.
 

@@ -302,6 +302,16 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         )
 
     @override
+    def last_lr(self, state: tuple[S, ...], /) -> list[float]:
+        return [
+            lr for opt, sub in zip(self._members(), state) for lr in opt.last_lr(sub)
+        ]
+
+    @override
+    def step_count(self, state: tuple[S, ...], /) -> int:
+        return max(opt.step_count(sub) for opt, sub in zip(self._members(), state))
+
+    @override
     def _prepare(
         self, params: ParamDict, grads: ParamDict, state: tuple[S, ...]
     ) -> None:

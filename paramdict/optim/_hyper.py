@@ -243,7 +243,7 @@ def state_scalar_dtype(device: torch.device) -> torch.dtype:
     return torch.float64
 
 
-def _is_traced(tensor: Tensor) -> bool:
+def is_traced(tensor: Tensor) -> bool:
     """Return whether `tensor`'s value cannot be read: compiled, transformed, meta."""
     return (
         torch.compiler.is_compiling()
@@ -289,7 +289,7 @@ def check_counter(
             "this optimizer's `init`."
         )
         raise ValueError(msg)
-    if counter.device.type != "cpu" or _is_traced(counter):
+    if counter.device.type != "cpu" or is_traced(counter):
         return
     value = counter.item()
     if not (math.isfinite(value) and value >= 0 and value == int(value)):

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .._paramdict import ParamDict
+from ._hyper import is_traced
 from ._protocol import register_state
 
 __all__ = ["AveragedState", "WeightAverage", "update_bn"]
@@ -250,12 +251,7 @@ def _check_state(state: object) -> None:
 
 def _readable(n: Tensor) -> bool:
     """Whether reading `n` is cheap and possible: on the CPU, not traced."""
-    return (
-        n.device.type == "cpu"
-        and type(n) is Tensor
-        and not torch.compiler.is_compiling()
-        and not torch._C._functorch.is_functorch_wrapped_tensor(n)  # pyright: ignore[reportPrivateUsage]
-    )
+    return n.device.type == "cpu" and not is_traced(n)
 
 
 def _check_shapes(averaged: ParamDict, values: list[Tensor]) -> None:
