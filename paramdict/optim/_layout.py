@@ -40,6 +40,7 @@ S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
 
 _stride = Tensor.stride
+Strides = tuple[int, ...]
 _is_contiguous = Tensor.is_contiguous
 
 
@@ -107,15 +108,20 @@ def _like(t: Tensor, layout: Tensor) -> Tensor:
     return torch.empty_like(layout).copy_(t)
 
 
-def in_place_grads(params: ParamDict, grads: ParamDict) -> ParamDict:
+def in_place_grads(
+    params: ParamDict, grads: ParamDict, strides: list[Strides] | None = None
+) -> ParamDict:
     """Return `grads` with each entry in its (dense) parameter's layout.
 
     The common case, every gradient laid out as its parameter, returns `grads`
-    itself; otherwise only the entries whose strides differ are copied.
+    itself; otherwise only the entries whose strides differ are copied. `strides`
+    are those of `params`' entries when the caller has them already.
     """
     values = params._vals
     given = params._aligned(grads, what="The gradients")
-    if list(map(_stride, given)) == list(map(_stride, values)):
+    if strides is None:
+        strides = list(map(_stride, values))
+    if list(map(_stride, given)) == strides:
         return grads
     return params._derive([_like(g, p) for g, p in zip(given, values)])
 
@@ -123,31 +129,49 @@ def in_place_grads(params: ParamDict, grads: ParamDict) -> ParamDict:
 def fused_copies(params: P, grads: ParamDict, state: S) -> tuple[P, ParamDict, S]:
     """Return copies of `params` and `state`, and `grads`, laid out for a kernel.
 
-    Each parameter is cloned (a dense parameter keeps its strides, any other
+    Each parameter is copied (a dense parameter keeps its strides, any other
     becomes contiguous); each buffer of the state keyed like `params` is copied
-    into its parameter copy's layout, every other tensor of the state is cloned,
-    and each gradient whose strides differ from its parameter copy's is copied
-    into that layout. The copies hold no history. Run it under `torch.no_grad()`.
+    into its parameter copy's layout (all of them in one `_foreach_copy_`), every
+    other tensor of the state is cloned, and each gradient whose strides differ
+    from its parameter copy's is copied into that layout. The copies hold no
+    history. Run it under `torch.no_grad()`.
     """
-    copies = [p.clone() for p in params._vals]
+    values = params._vals
+    copies = list(map(torch.empty_like, values))  # a dense layout keeps its strides
+    targets, sources = [copies], [values]
     new_params = params._derive(copies)
     if hasattr(state, "_fields") and isinstance(state, tuple):  # a NamedTuple state
         fields = cast("tuple[Any, ...]", state)
-        new_state = type(fields)(*[_copied_field(params, copies, f) for f in fields])
+        new_state = type(fields)(
+            *[_copied_field(params, copies, f, targets, sources) for f in fields]
+        )
     else:
         new_state = _clone_all(state)
-    return new_params, in_place_grads(new_params, grads), cast(S, new_state)
+    # One pass of copies (each into its target's strides) for all aligned tensors.
+    torch._foreach_copy_(
+        [t for ts in targets for t in ts], [s for ss in sources for s in ss]
+    )
+    strides = list(map(_stride, copies))
+    return new_params, in_place_grads(new_params, grads, strides), cast(S, new_state)
 
 
-def _copied_field(params: ParamDict, layouts: list[Tensor], field: Any) -> Any:
+def _copied_field(
+    params: ParamDict,
+    layouts: list[Tensor],
+    field: Any,
+    targets: list[list[Tensor]],
+    sources: list[list[Tensor]],
+) -> Any:
+    """`field` with new tensors to be filled from `sources` into `targets`."""
     if isinstance(field, ParamDict) and field and field.keys() == params.keys():
         keys = field._keys
         if keys != params._keys:  # the same keys in another order
             by_key = dict(zip(params._keys, layouts))
             layouts = [by_key[k] for k in keys]
-        return field._derive(
-            [torch.empty_like(like).copy_(v) for v, like in zip(field._vals, layouts)]
-        )
+        made = list(map(torch.empty_like, layouts))
+        targets.append(made)
+        sources.append(list(field._vals))
+        return field._derive(made)
     return _clone_all(field)
 
 

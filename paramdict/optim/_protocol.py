@@ -60,7 +60,7 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._inplace import check_writable, write_back, written_state
+from ._inplace import check_writable, settle_writable, write_back, written_state
 from ._kernels import Kernels
 from ._kernels_inplace import InPlaceKernels
 from ._kernels_recorded import RecordedKernels
@@ -499,7 +499,7 @@ class Optimizer(abc.ABC, Generic[S]):
         if self.differentiable:
             check_writable(True, params, ParamDict(), state)
         aligned = self._checked(params, grads, state)
-        check_writable(False, params, aligned, state)
+        checked = check_writable(False, params, aligned, state)
         if not params:
             return params, state
         # Check, then commit: everything that can fail runs before the first
@@ -511,9 +511,11 @@ class Optimizer(abc.ABC, Generic[S]):
         try:
             self._prepare(params, aligned, state)
             with torch.no_grad():
-                return params, self._step_in_place(params, aligned, state)
+                new_state = self._step_in_place(params, aligned, state)
         finally:
             _AHEAD.reset(token)
+        settle_writable(checked, new_state is state)  # next time: only the grads
+        return params, new_state
 
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into checked `params` and `state`; return `state`.
