@@ -112,14 +112,4 @@ def measure(config: Config) -> Section:
             not eager,
         )
     )
-    eager = run_fresh(
-        ["-c", _EAGER.format(lazy=_LAZY)], threads=config.threads, what="Import"
-    )
-    section.targets.append(
-        Target(
-            "`import paramdict` leaves `distributed` and `optim` for their first use",
-            "eager: " + (", ".join(eager) if eager else "none"),
-            not eager,
-        )
-    )
     return section
