@@ -58,6 +58,7 @@ from ._schedule_cyclic import (
     SequentialLR,
 )
 from ._scheduled import LearningRate
+from ._torch_state import load_torch_state_dict, to_torch_state_dict
 from .adadelta import Adadelta, AdadeltaState
 from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
@@ -151,6 +152,8 @@ __all__ = [
     "StepLR",
     "TorchOptimizer",
     "WeightAverage",
+    "load_torch_state_dict",
     "register_state",
+    "to_torch_state_dict",
     "update_bn",
 ]
