@@ -21,7 +21,12 @@ from torch import Tensor
 from ._groups import ParamGroups
 from ._protocol import Optimizer
 from ._schedule import LRSchedule, ScheduleState
-from ._schedule_cyclic import ChainedScheduler, PlateauState, ReduceLROnPlateau
+from ._schedule_cyclic import (
+    ChainedScheduler,
+    CyclicLR,
+    PlateauState,
+    ReduceLROnPlateau,
+)
 from ._scheduled import Schedule, is_schedule
 from .lr_scheduler import CosineAnnealingWarmRestarts
 
@@ -140,11 +145,13 @@ def load_torch_scheduler_state_dict(
     if isinstance(schedule, ReduceLROnPlateau):
         counters = [_f64(_entry(state_dict, k, name)) for k in _PLATEAU_COUNTERS]
         return PlateauState(last_epoch, last_lr, *counters)
-    base = (
-        _f64(_per_group(state_dict, "base_lrs", group, name))
-        if type(schedule).takes_base
-        else None
-    )
+    base = None
+    if type(schedule).takes_base:
+        # SequentialLR keeps no `base_lrs`: its children started from them.
+        holder = state_dict
+        if "base_lrs" not in holder and "_schedulers" in holder:
+            holder = (_listed(holder["_schedulers"]) or [holder])[0]
+        base = _f64(_per_group(holder, "base_lrs", group, name))
     template = schedule.init(base)
     counters_t: tuple[Tensor, ...] = ()
     if isinstance(schedule, CosineAnnealingWarmRestarts):
@@ -212,6 +219,9 @@ def _position(schedule: Schedule, slot: Any) -> dict[str, Any]:
         out["best"] = float(slot.best)
         return out
     out["_step_count"] = out["last_epoch"] + 1
+    out["_is_initial"] = out["last_epoch"] == 0
+    if isinstance(schedule, CyclicLR):
+        out["_scale_fn_custom"] = None  # torch's `load_state_dict` pops it
     if isinstance(schedule, CosineAnnealingWarmRestarts):
         out.update(zip(_WARM_COUNTERS, map(_number, slot.counters), strict=True))
     if slot.children:

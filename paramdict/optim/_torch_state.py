@@ -27,6 +27,8 @@ from ._base import TorchOptimizer
 from ._groups import ParamGroups
 from ._keyed import subset
 from ._protocol import Optimizer
+from ._schedule import ScheduleState
+from ._schedule_cyclic import CyclicLR, OneCycleLR
 from ._scheduled import cycles_momentum, is_schedule
 from ._torch_scheduler import load_torch_scheduler_state_dict
 
@@ -110,9 +112,7 @@ def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:
         value = getattr(opt, name, default)
         if name == "lr" and _scheduled(opt):
             group["lr"] = float(state.schedule.lr)
-            takes_base = getattr(opt.lr, "takes_base", True)
-            if takes_base and hasattr(state.schedule, "base_lr"):
-                group["initial_lr"] = float(state.schedule.base_lr)
+            group.update(_schedule_settings(opt.lr, state.schedule))
             continue
         if _cycled(opt, name):
             value = opt.cycled(name, state)
@@ -128,6 +128,32 @@ def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:
             raise TypeError(msg)
         group[name] = value
     return group
+
+
+def _schedule_settings(schedule: object, slot: Any) -> dict[str, float]:
+    """Return the entries torch's scheduler keeps in each parameter group."""
+    if isinstance(schedule, OneCycleLR):
+        initial = schedule.max_lr / schedule.div_factor
+        out = {
+            "initial_lr": initial,
+            "max_lr": schedule.max_lr,
+            "min_lr": initial / schedule.final_div_factor,
+        }
+        if schedule.cycle_momentum:
+            out["max_momentum"] = schedule.max_momentum
+            out["base_momentum"] = schedule.base_momentum
+        return out
+    if isinstance(schedule, CyclicLR):
+        return {"initial_lr": schedule.base_lr}
+    if isinstance(slot, ScheduleState):
+        return {"initial_lr": float(slot.base_lr)}
+    return {}
+
+
+_SCHEDULER_ENTRIES = frozenset(
+    {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
+)
+"""The entries torch's schedulers add to a parameter group."""
 
 
 def _same(saved: Any, mine: Any) -> bool:
@@ -152,7 +178,7 @@ def _check_group(
     cls = _torch_class(opt)
     defaults = _defaults(cls)
     unknown = sorted(
-        set(group) - set(defaults) - {"params", "param_names", "initial_lr"}
+        set(group) - set(defaults) - {"params", "param_names"} - _SCHEDULER_ENTRIES
     )
     if unknown:
         msg = (
