@@ -107,7 +107,8 @@ def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:
     group: dict[str, Any] = {}
     for name, default in _defaults(_torch_class(opt)).items():
         if name in _FLAGS:
-            group[name] = default
+            # paramdict's `fused=True` and `differentiable=True` are torch's.
+            group[name] = True if getattr(opt, name, None) is True else default
             continue
         value = getattr(opt, name, default)
         if name == "lr" and _scheduled(opt):
@@ -481,7 +482,8 @@ def to_torch_state_dict(opt: Optimizer[S], state: S, names: Names) -> dict[str, 
     then its default); `param_groups` carry `opt`'s settings (a scheduled `lr`
     at its current value, with `initial_lr`) and every buffer is a copy. The
     settings that choose torch's implementation (`foreach`, `fused`, ...) are
-    torch's defaults. `state` is unchanged.
+    torch's defaults, except `fused=True` and `differentiable=True`, which carry
+    over. `state` is unchanged.
 
     Args:
         opt: The paramdict optimizer.

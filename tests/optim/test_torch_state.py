@@ -13,6 +13,7 @@ from optim_cases import (
     assert_matches,
     batches,
     forward,
+    fused_trajectory_params,
     make_model,
     unfused,
 )
@@ -334,3 +335,67 @@ def test_scheduled_runs_move_both_ways(
     continued, state = scheduled_our_steps(opt, moved, state, data[:HALF])
     assert_matches(dict(back.named_parameters()), continued, DTYPE)
     assert second_scheduler.get_last_lr() == opt.last_lr(state)
+
+
+def fused_cases() -> list[Any]:
+    """Return the fused option set with the most settings on, one per class."""
+    chosen: dict[object, Any] = {}
+    for param in fused_trajectory_params():
+        ours, _, kwargs = param.values
+        best = chosen.get(ours)
+        if best is None or len(kwargs) > len(best.values[2]):
+            chosen[ours] = param
+    return list(chosen.values())
+
+
+@pytest.mark.parametrize(("ours", "theirs", "kwargs"), fused_cases())
+def test_fused_runs_move_bit_for_bit(
+    ours: Callable[..., Any], theirs: Callable[..., Any], kwargs: dict[str, Any]
+) -> None:
+    """With torch's fused kernel on both sides, a move both ways changes no bit."""
+    data = list(batches(DTYPE, 2 * HALF))
+    reference = make_model(DTYPE)
+    torch_steps(reference, theirs(reference.parameters(), fused=True, **kwargs), data)
+    model = make_model(DTYPE)
+    first = theirs(model.parameters(), fused=True, **kwargs)
+    torch_steps(model, first, data[:HALF])
+    opt = ours(**kwargs, fused=True)
+    params = ParamDict.from_module(model).detach().requires_grad_()
+    state = optim.load_torch_state_dict(opt, first.state_dict(), params, model)
+    moved, state = our_steps(opt, params, state, data[HALF:])
+    expected = dict(reference.named_parameters())
+    torch.testing.assert_close(dict(moved), expected, rtol=0, atol=0)
+
+    back = make_model(DTYPE)
+    load_params(back, moved)
+    second = theirs(back.parameters(), **kwargs)
+    second.load_state_dict(optim.to_torch_state_dict(opt, state, back))
+    assert all(group["fused"] for group in second.param_groups)
+    torch_steps(back, second, data[:HALF])
+    continued, _ = our_steps(opt, moved, state, data[:HALF])
+    torch.testing.assert_close(
+        dict(back.named_parameters()), dict(continued), rtol=0, atol=0
+    )
+
+
+@pytest.mark.parametrize(("ours", "theirs", "kwargs"), cases())
+def test_state_dict_round_trip_is_exact(
+    ours: Callable[..., Any], theirs: Callable[..., Any], kwargs: dict[str, Any]
+) -> None:
+    """Loading a torch state dict and exporting it again gives every buffer back."""
+    model = make_model(DTYPE)
+    first = theirs(model.parameters(), **kwargs)
+    torch_steps(model, first, list(batches(DTYPE, 3)))
+    saved = first.state_dict()
+    opt = ours(**settings(ours, kwargs))
+    params = ParamDict.from_module(model).detach()
+    state = optim.load_torch_state_dict(opt, saved, params, model)
+    again = optim.to_torch_state_dict(opt, state, model)
+    assert again["state"].keys() == saved["state"].keys()
+    for i, entry in saved["state"].items():
+        kept = {k: v for k, v in entry.items() if v is not None}
+        torch.testing.assert_close(again["state"][i], kept, rtol=0, atol=0)
+    for mine, theirs_group in zip(
+        again["param_groups"], saved["param_groups"], strict=True
+    ):
+        assert mine.keys() == theirs_group.keys()
