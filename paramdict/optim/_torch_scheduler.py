@@ -36,6 +36,24 @@ _PLATEAU_COUNTERS = ("best", "num_bad_epochs", "cooldown_counter")
 _WARM_COUNTERS = ("T_cur", "T_i")
 
 
+_KEPT_OTHERWISE = frozenset(
+    {
+        "base_lr",
+        "min_lr",
+        "max_lr",
+        "step_size_up",
+        "base_momentum",
+        "max_momentum",
+        "pct_start",
+        "anneal_strategy",
+        "div_factor",
+        "final_div_factor",
+        "three_phase",
+    }
+)
+"""Settings torch's schedulers keep under other names (`base_lrs`, `total_size`)."""
+
+
 def _f64(value: Any) -> Tensor:
     return torch.as_tensor(float(value), dtype=torch.float64)
 
@@ -75,15 +93,28 @@ def _per_group(state_dict: Mapping[str, Any], key: str, group: int, name: str) -
 
 
 def _check_settings(schedule: object, state_dict: Mapping[str, Any]) -> None:
-    """Raise if a setting torch saved under the schedule's name differs from it."""
+    """Raise if a setting torch keeps under the schedule's name is off."""
     differ: list[str] = []
+    missing: list[str] = []
     klass: Any = type(schedule)
+    simple = (int, float, str)
     for field in attrs.fields(klass):
         mine = getattr(schedule, field.name)
-        theirs = state_dict.get(field.name)
-        simple = (int, float, str)
-        if isinstance(mine, simple) and isinstance(theirs, simple) and mine != theirs:
+        if not isinstance(mine, simple) or field.name in _KEPT_OTHERWISE:
+            continue
+        if field.name not in state_dict:
+            missing.append(field.name)
+            continue
+        theirs = state_dict[field.name]
+        if isinstance(theirs, simple) and mine != theirs:
             differ.append(f"{field.name!r} {theirs!r} (saved) and {mine!r} (ours)")
+    if missing:
+        name = type(schedule).__name__
+        msg = (
+            f"The scheduler state dict has no {sorted(missing)}; it is not a "
+            f"{name}'s. Give the `state_dict()` of torch's {name}."
+        )
+        raise ValueError(msg)
     if differ:
         msg = (
             f"The scheduler state dict's settings differ from the "

@@ -405,7 +405,8 @@ def _load_group(
     fields = _buffer_fields(template)
     per_key = {f for f in fields if isinstance(getattr(template, f), ParamDict)}
     for name in sorted(saved):
-        unknown = sorted(set(saved[name]) - set(fields))
+        kept = {f for f in fields if f not in per_key or name in getattr(template, f)}
+        unknown = sorted(set(saved[name]) - kept)
         if unknown:
             msg = (
                 f"The state of {name!r} holds buffers {unknown} that "
