@@ -279,7 +279,7 @@ def load_torch_state_dict(
     opt: Optimizer[S],
     state_dict: Mapping[str, Any],
     params: ParamDict,
-    names: Names,
+    names: Names | None = None,
     *,
     scheduler: Mapping[str, Any] | None = None,
     step: int | None = None,
@@ -289,8 +289,11 @@ def load_torch_state_dict(
     `state_dict` is what `torch.optim.<Same>.state_dict()` returned; `names`
     gives the parameter name of each index: a module (its `named_parameters`
     order, as `torch.optim.<Same>(module.parameters())` saw them) or the ordered
-    names of each parameter group. For `ParamGroups`, torch's groups are its
-    groups in order, then its default. Every buffer is copied to the dtype and
+    names of each parameter group. A state dict keyed by name, as
+    `torch.distributed.checkpoint.state_dict.get_optimizer_state_dict` returns
+    it (FSDP2's sharded buffers included), names its parameters itself: leave
+    `names` out. For `ParamGroups`, torch's groups are its groups in order,
+    then its default. Every buffer is copied to the dtype and
     device of `opt.init(params)`; a parameter torch has no state for yet starts
     from `init`'s value, as torch would start it. Nothing is changed.
 
@@ -302,7 +305,8 @@ def load_torch_state_dict(
         opt: The paramdict optimizer, configured as the torch one was.
         state_dict: The torch.optim state dict.
         params: The parameters the state is for.
-        names: A module, or the ordered parameter names of each group.
+        names: A module, or the ordered parameter names of each group; `None`
+            for a state dict keyed by name.
         scheduler: The `state_dict()` of torch's scheduler, when `opt`'s `lr` is
             a schedule (see `load_torch_scheduler_state_dict`).
         step: The step count for SGD and Muon, whose torch state has none.
@@ -330,8 +334,22 @@ def load_torch_state_dict(
         >>> int(state.step), sorted(state.exp_avg)
         (1, ['bias', 'weight'])
     """
-    groups = _group_names(names)
     saved_groups = _param_groups(state_dict)
+    by_name = [
+        list(g.get("params", ()))
+        for g in saved_groups
+        if all(isinstance(p, str) for p in g.get("params", ()))
+    ]
+    if names is None:
+        if len(by_name) != len(saved_groups):
+            msg = (
+                "The state dict numbers its parameters; give their names as "
+                "`names` (the module, or the names of each group in torch's order)."
+            )
+            raise TypeError(msg)
+        groups: list[list[str]] = by_name
+    else:
+        groups = _group_names(names)
     if len(saved_groups) != len(groups):
         msg = (
             f"The state dict has {len(saved_groups)} parameter group(s) and `names` "
@@ -345,6 +363,13 @@ def load_torch_state_dict(
             msg = (
                 f"Group {i} of the state dict holds {len(ids)} parameters and "
                 f"`names` gives {len(group_names)}; give one name per parameter."
+            )
+            raise ValueError(msg)
+        if ids and all(isinstance(p, str) for p in ids) and ids != group_names:
+            msg = (
+                f"Group {i} of the state dict is keyed by the names {ids} and "
+                f"`names` gives {group_names}; leave `names` out for a state "
+                "dict keyed by name."
             )
             raise ValueError(msg)
         index.update(zip(ids, group_names, strict=True))
@@ -474,7 +499,9 @@ def _fit(got: Any, like: Tensor, what: str) -> Tensor:
     return copied
 
 
-def to_torch_state_dict(opt: Optimizer[S], state: S, names: Names) -> dict[str, Any]:
+def to_torch_state_dict(
+    opt: Optimizer[S], state: S, names: Names, *, by_name: bool = False
+) -> dict[str, Any]:
     """Return the torch.optim state dict of `opt`'s `state`.
 
     `torch.optim.<Same>(params).load_state_dict` accepts it when `params` are
@@ -484,15 +511,20 @@ def to_torch_state_dict(opt: Optimizer[S], state: S, names: Names) -> dict[str, 
     at its current value, with `initial_lr`) and every buffer is a copy. The
     settings that choose torch's implementation (`foreach`, `fused`, ...) are
     torch's defaults, except `fused=True` and `differentiable=True`, which carry
-    over. `state` is unchanged.
+    over. With `by_name=True` the parameters are keyed by name instead of
+    number, as `torch.distributed.checkpoint.state_dict.set_optimizer_state_dict`
+    takes them (and `torch.distributed.checkpoint.load` fills them, resharded).
+    `state` is unchanged.
 
     Args:
         opt: The paramdict optimizer.
         state: Its state.
         names: A module, or the ordered parameter names of each group.
+        by_name: Key the parameters by name (torch.distributed.checkpoint's
+            format), not by number.
 
     Returns:
-        A dict with `state` (by integer index) and `param_groups`.
+        A dict with `state` (by integer index, or by name) and `param_groups`.
 
     Raises:
         TypeError: If `opt` has no torch.optim counterpart or a setting is not
@@ -526,12 +558,16 @@ def to_torch_state_dict(opt: Optimizer[S], state: S, names: Names) -> dict[str, 
             "ParamGroups its groups, then its default)."
         )
         raise ValueError(msg)
-    out_state: dict[int, dict[str, Any]] = {}
+    out_state: dict[Any, dict[str, Any]] = {}
     param_groups: list[dict[str, Any]] = []
     offset = 0
     for member, substate, group in zip(members, substates, groups, strict=True):
         part, settings = _export_group(member, substate, group, offset)
-        out_state.update(part)
+        if by_name:
+            out_state.update((group[i - offset], entry) for i, entry in part.items())
+            settings["params"] = list(group)
+        else:
+            out_state.update(part)
         param_groups.append(settings)
         offset += len(group)
     return {"state": out_state, "param_groups": param_groups}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -399,3 +401,60 @@ def test_state_dict_round_trip_is_exact(
         again["param_groups"], saved["param_groups"], strict=True
     ):
         assert mine.keys() == theirs_group.keys()
+
+
+def torch_adamw_groups(model: nn.Module) -> torch.optim.Optimizer:
+    """Return torch's AdamW with its own rate for the biases."""
+    named = dict(model.named_parameters())
+    groups: list[dict[str, Any]] = [
+        {"params": [named[k] for k in BIASES], "lr": 0.05},
+        {"params": [named[k] for k in WEIGHTS]},
+    ]
+    return torch.optim.AdamW(groups, lr=0.01)
+
+
+def test_distributed_checkpoint_format_moves_both_ways() -> None:
+    """The name-keyed dicts of get_/set_optimizer_state_dict move both ways."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    data = list(batches(DTYPE, 2 * HALF))
+    reference = make_model(DTYPE)
+    torch_steps(reference, torch_adamw_groups(reference), data)
+    model = make_model(DTYPE)
+    first = torch_adamw_groups(model)
+    torch_steps(model, first, data[:HALF])
+    saved = get_optimizer_state_dict(model, first)
+    assert sorted(saved["state"]) == sorted(BIASES + WEIGHTS)  # keyed by name
+    opt: optim.ParamGroups[Any] = optim.ParamGroups(
+        {"*bias": optim.AdamW(lr=0.05, fused=False)},
+        default=optim.AdamW(lr=0.01, fused=False),
+    )
+    params = ParamDict.from_module(model).detach().requires_grad_()
+    state = optim.load_torch_state_dict(opt, saved, params)
+    moved, state = our_steps(opt, params, state, data[HALF:])
+    assert_matches(moved, dict(reference.named_parameters()), DTYPE)
+
+    exported = optim.to_torch_state_dict(opt, state, [BIASES, WEIGHTS], by_name=True)
+    assert sorted(exported["state"]) == sorted(BIASES + WEIGHTS)
+    back = make_model(DTYPE)
+    load_params(back, moved)
+    second = torch_adamw_groups(back)
+    set_optimizer_state_dict(back, second, exported)
+    torch_steps(back, second, data[:HALF])
+    continued, _ = our_steps(opt, moved, state, data[:HALF])
+    assert_matches(dict(back.named_parameters()), continued, DTYPE)
+
+
+def test_importing_paramdict_leaves_the_checkpoint_package_alone() -> None:
+    """`import paramdict` imports no part of torch.distributed.checkpoint."""
+    code = (
+        "import sys, paramdict, paramdict.optim; "
+        "print([m for m in sys.modules if m.startswith('torch.distributed.check')])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
