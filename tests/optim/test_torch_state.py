@@ -427,7 +427,8 @@ def test_distributed_checkpoint_format_moves_both_ways() -> None:
     first = torch_adamw_groups(model)
     torch_steps(model, first, data[:HALF])
     saved = get_optimizer_state_dict(model, first)
-    assert sorted(saved["state"]) == sorted(BIASES + WEIGHTS)  # keyed by name
+    keyed: Any = saved["state"]
+    assert sorted(keyed) == sorted(BIASES + WEIGHTS)  # keyed by name
     opt: optim.ParamGroups[Any] = optim.ParamGroups(
         {"*bias": optim.AdamW(lr=0.05, fused=False)},
         default=optim.AdamW(lr=0.01, fused=False),
