@@ -191,6 +191,91 @@ def takeover(rank: int, world_size: int) -> dict[str, Any]:
     }
 
 
+def _torch_run_path() -> str:
+    return os.path.join(os.environ[CHECKPOINT_VARIABLE], "torch-adamw")
+
+
+def _adamw(net: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(net.parameters(), **OPTIMIZERS["adamw"][2])
+
+
+def _torch_steps(
+    net: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor
+) -> None:
+    for _ in range(STEPS):
+        torch.autograd.backward(F.mse_loss(net(x), y))
+        opt.step()
+        opt.zero_grad()
+
+
+def torch_adamw_save(rank: int, world_size: int) -> dict[str, Any]:
+    """`STEPS` steps of torch.optim's AdamW, saved with torch.distributed.checkpoint."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    net = sharded(mesh)
+    opt = _adamw(net)
+    _torch_steps(net, opt, *local_batch(rank, world_size))
+    saved = {
+        "model": get_model_state_dict(net),
+        "optim": get_optimizer_state_dict(net, opt),
+    }
+    save(saved, checkpoint_id=_torch_run_path())
+    return {"full": _full(ParamDict.from_module(net))}
+
+
+def torch_adamw_resume(rank: int, world_size: int) -> dict[str, Any]:
+    """Resume the saved AdamW run in torch.optim and in paramdict; step both."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+    from torch.distributed.checkpoint.state_dict_loader import load
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    x, y = local_batch(rank, world_size)
+    twin = sharded(mesh, seed=1)
+    theirs = _adamw(twin)
+    model_dict = get_model_state_dict(twin)
+    optim_dict = get_optimizer_state_dict(twin, theirs)
+    # DCP loads into these very dicts, in place.
+    load({"model": model_dict, "optim": optim_dict}, checkpoint_id=_torch_run_path())
+    set_model_state_dict(twin, model_dict)
+    set_optimizer_state_dict(twin, theirs, optim_dict)
+    _torch_steps(twin, theirs, x, y)
+
+    net = sharded(mesh, seed=1)
+    model_state = {"model": get_model_state_dict(net)}
+    load(model_state, checkpoint_id=_torch_run_path())
+    set_model_state_dict(net, model_state["model"])
+    params = ParamDict.from_module(net)
+    opt = optim.AdamW(**OPTIMIZERS["adamw"][2])
+    names = [list(params)]
+    template = {
+        "optim": optim.to_torch_state_dict(opt, opt.init(params), names, by_name=True)
+    }
+    load(template, checkpoint_id=_torch_run_path())  # resharded onto 3 processes
+    state = optim.load_torch_state_dict(opt, template["optim"], params)
+    start = int(state.step)
+    for _ in range(STEPS):
+        grads = params.backward(F.mse_loss(net(x), y))
+        new, state = opt.step(params, grads, state)
+        new.to_module(net)
+        net.zero_grad()
+    return {
+        "start": start,
+        "ours": _local(params),
+        "theirs": _local(ParamDict.from_module(twin)),
+        "full": _full(params),
+    }
+
+
 def _example(*extra: str) -> dict[str, Any]:
     """`examples/train_fsdp2.py --quick`, as torchrun runs it (own process group)."""
     sys.path.insert(0, str(EXAMPLES.parent))
@@ -214,6 +299,8 @@ SCENARIOS: dict[str, Scenario] = {
     "optimizers": optimizers,
     "grads": grads,
     "takeover": takeover,
+    "torch_adamw_save": torch_adamw_save,
+    "torch_adamw_resume": torch_adamw_resume,
     "example": example,
     "resume": resume,
 }

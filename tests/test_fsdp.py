@@ -67,7 +67,7 @@ def two(tmp_path_factory: pytest.TempPathFactory, checkpoint: Path) -> Results:
         return run(
             2,
             SCENARIOS,
-            ("optimizers", "grads", "takeover"),
+            ("optimizers", "grads", "takeover", "torch_adamw_save"),
             tmp_path_factory.mktemp("two"),
             then=["example"],
         )
@@ -83,7 +83,7 @@ def three(
         return run(
             3,
             SCENARIOS,
-            ("optimizers", "grads", "takeover"),
+            ("optimizers", "grads", "takeover", "torch_adamw_resume"),
             tmp_path_factory.mktemp("three"),
             then=["resume"],
         )
@@ -105,13 +105,13 @@ def mesh() -> Iterator[Any]:
         dist.destroy_process_group()
 
 
-def full_batch_training(name: str) -> dict[str, Tensor]:
-    """The parameters after `STEPS` steps of torch.optim on the whole batch."""
+def full_batch_training(name: str, *, steps: int = STEPS) -> dict[str, Tensor]:
+    """The parameters after `steps` steps of torch.optim on the whole batch."""
     _, theirs, options = OPTIMIZERS[name.removesuffix("-differentiable")]
     net = model()
     opt = theirs(net.parameters(), **options)
     x, y = batch()
-    for _ in range(STEPS):
+    for _ in range(steps):
         torch.autograd.backward(F.mse_loss(net(x), y))
         if name.startswith("clipped"):
             clip_grad_norm_(net.parameters(), MAX_NORM)
@@ -255,6 +255,28 @@ def test_example_checkpoint_reshards_from_two_to_three_processes(
         first = torch.tensor(result["losses"][0])
         expected = torch.tensor(two["example"][0]["losses"][saved["save_at"]])
         torch.testing.assert_close(first, expected, rtol=1e-5, atol=0)
+
+
+def test_torch_optim_checkpoint_resumes_in_paramdict_on_three_processes(
+    two: Results, three: Results
+) -> None:
+    """A DCP save of torch's AdamW on 2 processes resumes in paramdict on 3.
+
+    Both resume from the resharded checkpoint and step `STEPS` more times:
+    paramdict's parameters equal torch.optim's, shard by shard, bit for bit, and
+    gathered whole they equal `2 * STEPS` steps of full-batch training.
+    """
+    saved = two["torch_adamw_save"][0]["full"]
+    expected = full_batch_training("adamw", steps=2 * STEPS)
+    for result in three["torch_adamw_resume"]:
+        assert result["start"] == STEPS
+        torch.testing.assert_close(result["ours"], result["theirs"], rtol=0, atol=0)
+        torch.testing.assert_close(
+            dict(result["full"]), expected, rtol=1e-12, atol=1e-13
+        )
+    torch.testing.assert_close(
+        dict(saved), full_batch_training("adamw"), rtol=1e-12, atol=1e-13
+    )
 
 
 # ---------------------------------------------------------------- kernels

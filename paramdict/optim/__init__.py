@@ -58,6 +58,11 @@ from ._schedule_cyclic import (
     SequentialLR,
 )
 from ._scheduled import LearningRate
+from ._torch_scheduler import (
+    load_torch_scheduler_state_dict,
+    to_torch_scheduler_state_dict,
+)
+from ._torch_state import load_torch_state_dict, to_torch_state_dict
 from .adadelta import Adadelta, AdadeltaState
 from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
@@ -151,6 +156,10 @@ __all__ = [
     "StepLR",
     "TorchOptimizer",
     "WeightAverage",
+    "load_torch_scheduler_state_dict",
+    "load_torch_state_dict",
     "register_state",
+    "to_torch_scheduler_state_dict",
+    "to_torch_state_dict",
     "update_bn",
 ]

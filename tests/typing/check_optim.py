@@ -187,3 +187,27 @@ def check_torch_family_states(
     assert_type(a.mu, Tensor)
     assert_type(a.ax, ParamDict)
     assert_type(a._replace(step=a.step + 1), optim.ASGDState)
+
+
+def check_torch_state_dicts(p: ParamDict, m: nn.Module, sd: dict[str, Any]) -> None:
+    adam = optim.Adam()
+    state = optim.load_torch_state_dict(adam, sd, p, m)
+    assert_type(state, optim.AdamState)
+    assert_type(optim.load_torch_state_dict(adam, sd, p), optim.AdamState)
+    assert_type(optim.to_torch_state_dict(adam, state, [["w"]]), dict[str, Any])
+    assert_type(optim.to_torch_state_dict(adam, state, m, by_name=True), dict[str, Any])
+    groups = optim.ParamGroups({"*.bias": optim.Adam()}, default=optim.Adam())
+    assert_type(
+        optim.load_torch_state_dict(groups, sd, p, [["b"], ["w"]]),
+        tuple[optim.AdamState, ...],
+    )
+    scheduled = optim.SGD(lr=optim.StepLR(base_lr=0.1, step_size=2))
+    sgd_state = optim.load_torch_state_dict(scheduled, sd, p, m, scheduler=sd, step=3)
+    assert_type(sgd_state, optim.SGDState)
+    assert_type(
+        optim.load_torch_scheduler_state_dict(optim.StepLR(step_size=2), sd, group=1),
+        optim.ScheduleState | optim.PlateauState,
+    )
+    assert_type(
+        optim.to_torch_scheduler_state_dict(scheduled, sgd_state), dict[str, Any]
+    )

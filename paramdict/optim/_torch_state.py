@@ -1,0 +1,623 @@
+"""Optimizer states to and from `torch.optim` state dicts.
+
+`load_torch_state_dict` builds the state of a paramdict optimizer from what
+`torch.optim.Optimizer.state_dict()` returned (integer-indexed `state` and
+`param_groups`) and the parameter names; `to_torch_state_dict` builds the dict
+that `torch.optim.<Same>(...).load_state_dict` accepts. A run moves between the
+two libraries and continues where it stopped. torch's parameter groups are the
+groups of `ParamGroups`, in its order (its groups, then its default); a torch
+scheduler's position goes with `scheduler=` and `to_torch_scheduler_state_dict`.
+"""
+
+from __future__ import annotations
+
+# pyright: reportPrivateUsage=false
+# (ParamGroups' routing and members, of this package)
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeGuard, TypeVar, cast
+
+import torch
+from torch import Tensor, nn
+from torch.utils import _pytree as pytree
+
+from paramdict import ParamDict
+
+from ._base import TorchOptimizer
+from ._groups import ParamGroups
+from ._keyed import subset
+from ._protocol import Optimizer
+from ._schedule import ScheduleState
+from ._schedule_cyclic import CyclicLR, OneCycleLR
+from ._scheduled import cycles_momentum, is_schedule
+from ._torch_scheduler import load_torch_scheduler_state_dict
+
+S = TypeVar("S")
+
+Names = nn.Module | Sequence[Sequence[str]]
+
+_FLAGS = frozenset({"foreach", "fused", "capturable", "differentiable"})
+"""Group settings that choose torch's implementation, not the arithmetic."""
+
+_NO_STEP = frozenset({"SGD", "Muon"})
+"""The optimizers whose torch state keeps no step count."""
+
+
+def _torch_class(opt: object) -> type[torch.optim.Optimizer]:
+    """Return torch.optim's class of the same name as `opt`'s."""
+    name = type(opt).__name__
+    cls = getattr(torch.optim, name, None)
+    if (
+        name == "LBFGS"
+        or not isinstance(opt, TorchOptimizer)
+        or not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer))
+    ):
+        msg = (
+            f"{name} has no torch.optim counterpart whose state converts; give "
+            "one of paramdict's torch.optim optimizers (`optim.AdamW(...)`, ...) "
+            "or `optim.ParamGroups` of them."
+        )
+        raise TypeError(msg)
+    return cls
+
+
+def _defaults(cls: type[torch.optim.Optimizer]) -> dict[str, Any]:
+    """Return the group settings torch's `cls` starts from (its `defaults`)."""
+    return dict(_defaults_of(cls.__name__))
+
+
+@functools.cache
+def _defaults_of(name: str) -> dict[str, Any]:
+    maker: Any = getattr(torch.optim, name)
+    probe = torch.zeros(2, 2, requires_grad=True)
+    return dict(maker([probe]).defaults)
+
+
+def _group_names(names: Names) -> list[list[str]]:
+    """Return the ordered names of each group (a module is one group)."""
+    if isinstance(names, nn.Module):
+        return [[name for name, _ in names.named_parameters()]]
+    given: Sequence[object] = names
+    if isinstance(given, str) or not all(
+        isinstance(group, Sequence) and not isinstance(group, str) for group in given
+    ):
+        msg = (
+            "`names` must be a module or a sequence of groups, each a sequence of "
+            "parameter names; wrap one group's names in a list: `[names]`."
+        )
+        raise TypeError(msg)
+    return [list(group) for group in names]
+
+
+def _scheduled(opt: TorchOptimizer[Any]) -> bool:
+    return is_schedule(opt.lr)
+
+
+def _cycled(opt: TorchOptimizer[Any], name: str) -> bool:
+    """Return whether the `lr` schedule sets the setting `name` too."""
+    return (
+        name in ("momentum", "betas")
+        and _scheduled(opt)
+        and cycles_momentum(cast("Any", opt.lr))
+    )
+
+
+def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:
+    """Return the group settings of torch's class for `opt`'s configuration."""
+    group: dict[str, Any] = {}
+    for name, default in _defaults(_torch_class(opt)).items():
+        if name in _FLAGS:
+            # paramdict's `fused=True` and `differentiable=True` are torch's.
+            group[name] = True if getattr(opt, name, None) is True else default
+            continue
+        value = getattr(opt, name, default)
+        if name == "lr" and _scheduled(opt):
+            group["lr"] = float(state.schedule.lr)
+            group.update(_schedule_settings(opt.lr, state.schedule))
+            continue
+        if _cycled(opt, name):
+            value = opt.cycled(name, state)
+            value = (float(value[0]), value[1]) if name == "betas" else float(value)
+        if isinstance(value, ParamDict) or not isinstance(
+            value, (int, float, bool, str, tuple, Tensor, type(None))
+        ):
+            msg = (
+                f"The setting {name!r} of {type(opt).__name__} is "
+                f"{type(value).__name__}; torch.optim's param_groups take one "
+                "number per group. Give a number or a 0-dim tensor."
+            )
+            raise TypeError(msg)
+        group[name] = value
+    return group
+
+
+def _schedule_settings(schedule: object, slot: Any) -> dict[str, float]:
+    """Return the entries torch's scheduler keeps in each parameter group."""
+    if isinstance(schedule, OneCycleLR):
+        initial = schedule.max_lr / schedule.div_factor
+        out = {
+            "initial_lr": initial,
+            "max_lr": schedule.max_lr,
+            "min_lr": initial / schedule.final_div_factor,
+        }
+        if schedule.cycle_momentum:
+            out["max_momentum"] = schedule.max_momentum
+            out["base_momentum"] = schedule.base_momentum
+        return out
+    if isinstance(schedule, CyclicLR):
+        return {"initial_lr": schedule.base_lr}
+    if isinstance(slot, ScheduleState):
+        return {"initial_lr": float(slot.base_lr)}
+    return {}
+
+
+_SCHEDULER_ENTRIES = frozenset(
+    {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
+)
+"""The entries torch's schedulers add to a parameter group."""
+
+
+def _same(saved: Any, mine: Any) -> bool:
+    """Return whether a saved group setting equals ours (numbers by value)."""
+    if isinstance(saved, (tuple, list)) and isinstance(mine, (tuple, list)):
+        a: Sequence[Any] = cast("Sequence[Any]", saved)
+        b: Sequence[Any] = cast("Sequence[Any]", mine)
+        pairs = list(zip(a, b))
+        return len(pairs) == len(a) == len(b) and all(_same(a, b) for a, b in pairs)
+    numbers = (int, float, Tensor)
+    if isinstance(saved, numbers) and isinstance(mine, numbers):
+        if isinstance(saved, bool) or isinstance(mine, bool):
+            return saved is mine
+        return float(saved) == float(mine)
+    return bool(saved == mine)
+
+
+def _check_group(
+    opt: TorchOptimizer[Any], index: int, group: Mapping[str, Any], template: Any
+) -> None:
+    """Raise unless torch's group `index` holds `opt`'s settings."""
+    cls = _torch_class(opt)
+    defaults = _defaults(cls)
+    unknown = sorted(
+        set(group) - set(defaults) - {"params", "param_names"} - _SCHEDULER_ENTRIES
+    )
+    if unknown:
+        msg = (
+            f"Group {index} has settings {unknown} that {cls.__name__} does not "
+            "take; the state dict is another optimizer's. Use that optimizer."
+        )
+        raise ValueError(msg)
+    mine = _hyperparameters(opt, template)
+    differ = sorted(
+        f"{name!r} {group[name]!r} (saved) and {mine[name]!r} (ours)"
+        for name in mine
+        if name in group
+        and name not in _FLAGS
+        and not (name == "lr" and _scheduled(opt))
+        and not _cycled(opt, name)
+        and not _same(group[name], mine[name])
+    )
+    if differ:
+        msg = (
+            f"Group {index}'s settings differ from the {type(opt).__name__}'s: "
+            f"{', '.join(differ)}. Build the optimizer with the saved settings."
+        )
+        raise ValueError(msg)
+
+
+def _buffer_fields(state: Any) -> list[str]:
+    """Return the fields of a state NamedTuple that hold tensors or ParamDicts."""
+    return [
+        f
+        for f in state._fields
+        if f != "schedule" and isinstance(getattr(state, f), (Tensor, ParamDict))
+    ]
+
+
+def _check_state(opt: TorchOptimizer[Any], template: Any) -> None:
+    if not isinstance(getattr(template, "_fields", None), tuple):
+        msg = (
+            f"{type(opt).__name__} keeps no per-parameter state of torch.optim's "
+            "kind; only the optimizers with a state NamedTuple convert."
+        )
+        raise TypeError(msg)
+
+
+def _members(
+    opt: Optimizer[Any], params: ParamDict, groups: list[list[str]]
+) -> list[TorchOptimizer[Any]]:
+    """Return the optimizer of each of torch's groups, checking the split."""
+    if not _is_groups(opt):
+        _torch_class(opt)
+        if len(groups) != 1:
+            msg = (
+                f"The state dict has {len(groups)} parameter groups and "
+                f"{type(opt).__name__} one; give `optim.ParamGroups` one optimizer "
+                "per torch group, in torch's order."
+            )
+            raise ValueError(msg)
+        return [cast("TorchOptimizer[Any]", opt)]
+    members = opt._members()
+    for member in members:
+        _torch_class(member)
+    routes = opt._routes_for(params)
+    if len(routes) != len(groups):
+        msg = (
+            f"The state dict has {len(groups)} parameter groups and the ParamGroups "
+            f"{len(routes)} (its groups, then its default); give torch one group "
+            "per paramdict group, in that order."
+        )
+        raise ValueError(msg)
+    for i, (route, names) in enumerate(zip(routes, groups, strict=True)):
+        if set(route) != set(names):
+            msg = (
+                f"Group {i} of the state dict holds {sorted(names)} and group {i} of "
+                f"the ParamGroups {sorted(route)}; give torch's groups in the "
+                "ParamGroups' order (its groups, then its default)."
+            )
+            raise ValueError(msg)
+    return cast("list[TorchOptimizer[Any]]", members)
+
+
+def _is_groups(opt: object) -> TypeGuard[ParamGroups[Any]]:
+    """Return whether `opt` is a `ParamGroups` (one torch group per member)."""
+    return isinstance(opt, ParamGroups)
+
+
+def _param_groups(state_dict: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    groups: object = state_dict.get("param_groups")
+    if not isinstance(groups, Sequence):
+        msg = (
+            "The state dict has no `param_groups`; give what "
+            "`torch.optim.<Optimizer>.state_dict()` returned."
+        )
+        raise TypeError(msg)
+    return list(cast("Sequence[Mapping[str, Any]]", groups))
+
+
+def load_torch_state_dict(
+    opt: Optimizer[S],
+    state_dict: Mapping[str, Any],
+    params: ParamDict,
+    names: Names | None = None,
+    *,
+    scheduler: Mapping[str, Any] | None = None,
+    step: int | None = None,
+) -> S:
+    """Return the state of `opt` that continues a torch.optim run.
+
+    `state_dict` is what `torch.optim.<Same>.state_dict()` returned; `names`
+    gives the parameter name of each index: a module (its `named_parameters`
+    order, as `torch.optim.<Same>(module.parameters())` saw them) or the ordered
+    names of each parameter group. A state dict keyed by name, as
+    `torch.distributed.checkpoint.state_dict.get_optimizer_state_dict` returns
+    it (FSDP2's sharded buffers included), names its parameters itself: leave
+    `names` out. For `ParamGroups`, torch's groups are its groups in order,
+    then its default. Every buffer is copied to the dtype and
+    device of `opt.init(params)`; a parameter torch has no state for yet starts
+    from `init`'s value, as torch would start it. Nothing is changed.
+
+    torch's SGD and Muon keep no step count: the state's `step` is then `step`
+    if given, else 1 once torch holds a momentum buffer (the rule only asks
+    whether a step was taken) and 0 before.
+
+    Args:
+        opt: The paramdict optimizer, configured as the torch one was.
+        state_dict: The torch.optim state dict.
+        params: The parameters the state is for.
+        names: A module, or the ordered parameter names of each group; `None`
+            for a state dict keyed by name.
+        scheduler: The `state_dict()` of torch's scheduler, when `opt`'s `lr` is
+            a schedule (see `load_torch_scheduler_state_dict`).
+        step: The step count for SGD and Muon, whose torch state has none.
+
+    Returns:
+        The state, as `opt.init(params)` returns it, at torch's step.
+
+    Raises:
+        TypeError: If `opt` has no torch.optim counterpart or `names` is malformed.
+        ValueError: If the groups, settings, parameters or buffers do not fit
+            `opt` and `params`, or a scheduled `lr` has no `scheduler`; the
+            message names them.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> model = torch.nn.Linear(2, 1)
+        >>> theirs = torch.optim.Adam(model.parameters(), lr=0.1)
+        >>> model(torch.ones(1, 2)).sum().backward()
+        >>> theirs.step()
+        >>> params = ParamDict.from_module(model)
+        >>> state = optim.load_torch_state_dict(
+        ...     optim.Adam(lr=0.1), theirs.state_dict(), params, model
+        ... )
+        >>> int(state.step), sorted(state.exp_avg)
+        (1, ['bias', 'weight'])
+    """
+    saved_groups = _param_groups(state_dict)
+    by_name = [
+        list(g.get("params", ()))
+        for g in saved_groups
+        if all(isinstance(p, str) for p in g.get("params", ()))
+    ]
+    if names is None:
+        if len(by_name) != len(saved_groups):
+            msg = (
+                "The state dict numbers its parameters; give their names as "
+                "`names` (the module, or the names of each group in torch's order)."
+            )
+            raise TypeError(msg)
+        groups: list[list[str]] = by_name
+    else:
+        groups = _group_names(names)
+    if len(saved_groups) != len(groups):
+        msg = (
+            f"The state dict has {len(saved_groups)} parameter group(s) and `names` "
+            f"{len(groups)}; give the names of each group in torch's order."
+        )
+        raise ValueError(msg)
+    index: dict[Any, str] = {}
+    for i, (group, group_names) in enumerate(zip(saved_groups, groups, strict=True)):
+        ids = list(group.get("params", ()))
+        if len(ids) != len(group_names):
+            msg = (
+                f"Group {i} of the state dict holds {len(ids)} parameters and "
+                f"`names` gives {len(group_names)}; give one name per parameter."
+            )
+            raise ValueError(msg)
+        if ids and all(isinstance(p, str) for p in ids) and ids != group_names:
+            msg = (
+                f"Group {i} of the state dict is keyed by the names {ids} and "
+                f"`names` gives {group_names}; leave `names` out for a state "
+                "dict keyed by name."
+            )
+            raise ValueError(msg)
+        index.update(zip(ids, group_names, strict=True))
+    named = set(index.values())
+    missing = sorted(set(params) - named)
+    extra = sorted(named - set(params))
+    if missing or extra:
+        msg = (
+            f"Parameters differ: missing {missing}, unexpected {extra}. Give the "
+            "names torch's optimizer saw, for the same parameters."
+        )
+        raise ValueError(msg)
+    saved_state: Mapping[Any, Mapping[str, Any]] = state_dict.get("state", {})
+    stray = sorted(str(i) for i in saved_state if i not in index)
+    if stray:
+        msg = (
+            f"The state dict holds state for indices {stray} that no group lists; "
+            "it is damaged. Save it again with `state_dict()`."
+        )
+        raise ValueError(msg)
+    saved = {index[i]: s for i, s in saved_state.items()}
+    members = _members(opt, params, groups)
+    if scheduler is not None and not all(_scheduled(m) for m in members):
+        msg = (
+            "`scheduler` is given but a group's `lr` is a rate; a torch scheduler "
+            "drives every group. Give each group a schedule as `lr`."
+        )
+        raise ValueError(msg)
+    states = [
+        _load_group(
+            member,
+            i,
+            saved_groups[i],
+            saved,
+            subset(params, group_names),
+            scheduler,
+            step,
+        )
+        for i, (member, group_names) in enumerate(zip(members, groups, strict=True))
+    ]
+    return cast("S", tuple(states) if isinstance(opt, ParamGroups) else states[0])
+
+
+def _load_group(
+    opt: TorchOptimizer[Any],
+    index: int,
+    group: Mapping[str, Any],
+    saved: Mapping[str, Mapping[str, Any]],
+    params: ParamDict,
+    scheduler: Mapping[str, Any] | None,
+    step: int | None,
+) -> Any:
+    """Return `opt`'s state for torch's group `index` (all checks first)."""
+    template: Any = opt.init(params)
+    _check_state(opt, template)
+    _check_group(opt, index, group, template)
+    saved = {k: v for k, v in saved.items() if k in params}
+    fields = _buffer_fields(template)
+    per_key = {f for f in fields if isinstance(getattr(template, f), ParamDict)}
+    for name in sorted(saved):
+        kept = {f for f in fields if f not in per_key or name in getattr(template, f)}
+        unknown = sorted(set(saved[name]) - kept)
+        if unknown:
+            msg = (
+                f"The state of {name!r} holds buffers {unknown} that "
+                f"{type(opt).__name__} does not keep; the state dict is another "
+                "optimizer's or another configuration's."
+            )
+            raise ValueError(msg)
+    values: dict[str, Any] = {}
+    for f in fields:
+        value = getattr(template, f)
+        if f in per_key:
+            entries: dict[str, Tensor] = {}
+            for key, init in cast("ParamDict", value).items():
+                got = saved.get(key, {}).get(f)
+                entries[key] = (
+                    init if got is None else _fit(got, init, f"{f} of {key!r}")
+                )
+            values[f] = ParamDict(entries)
+            continue
+        found = [saved[k][f] for k in sorted(saved) if saved[k].get(f) is not None]
+        if found:
+            values[f] = _fit(found[0], value, f"{f!r}")
+        elif f == "step" and type(opt).__name__ in _NO_STEP:
+            count = step if step is not None else int(any(v for v in saved.values()))
+            values[f] = torch.full_like(value, count)
+    if _scheduled(opt):
+        if scheduler is None:
+            msg = (
+                f"{type(opt).__name__}'s `lr` is a schedule; give torch's scheduler "
+                "state dict as `scheduler=` (`scheduler.state_dict()`)."
+            )
+            raise ValueError(msg)
+        position = load_torch_scheduler_state_dict(
+            cast("Any", opt.lr), scheduler, group=index
+        )
+        device = template.schedule.lr.device
+
+        def moved(x: object) -> object:
+            return x.to(device) if isinstance(x, Tensor) else x
+
+        values["schedule"] = pytree.tree_map(moved, position)
+    return template._replace(**values)
+
+
+def _fit(got: Any, like: Tensor, what: str) -> Tensor:
+    """Return `got` as a copy with `like`'s dtype and device, checking its shape."""
+    if not isinstance(got, Tensor):
+        got = torch.as_tensor(got)
+    if got.shape != like.shape:
+        msg = (
+            f"The buffer {what} has shape {tuple(got.shape)} and paramdict's "
+            f"{tuple(like.shape)}; the state dict is for other parameters."
+        )
+        raise ValueError(msg)
+    if got.is_floating_point() != like.is_floating_point() or (
+        got.is_complex() != like.is_complex()
+    ):
+        msg = (
+            f"The buffer {what} has dtype {got.dtype} and paramdict's {like.dtype}; "
+            "the state dict is for other parameters. Give buffers of the "
+            "parameters' kind."
+        )
+        raise ValueError(msg)
+    copied: Tensor = got.detach().to(dtype=like.dtype, device=like.device, copy=True)
+    return copied
+
+
+def to_torch_state_dict(
+    opt: Optimizer[S], state: S, names: Names, *, by_name: bool = False
+) -> dict[str, Any]:
+    """Return the torch.optim state dict of `opt`'s `state`.
+
+    `torch.optim.<Same>(params).load_state_dict` accepts it when `params` are
+    the parameters named by `names` in that order (a module's `parameters()`,
+    or one group per sequence of names; for `ParamGroups` its groups in order,
+    then its default); `param_groups` carry `opt`'s settings (a scheduled `lr`
+    at its current value, with `initial_lr`) and every buffer is a copy. The
+    settings that choose torch's implementation (`foreach`, `fused`, ...) are
+    torch's defaults, except `fused=True` and `differentiable=True`, which carry
+    over. With `by_name=True` the parameters are keyed by name instead of
+    number, as `torch.distributed.checkpoint.state_dict.set_optimizer_state_dict`
+    takes them (and `torch.distributed.checkpoint.load` fills them, resharded).
+    `state` is unchanged.
+
+    Args:
+        opt: The paramdict optimizer.
+        state: Its state.
+        names: A module, or the ordered parameter names of each group.
+        by_name: Key the parameters by name (torch.distributed.checkpoint's
+            format), not by number.
+
+    Returns:
+        A dict with `state` (by integer index, or by name) and `param_groups`.
+
+    Raises:
+        TypeError: If `opt` has no torch.optim counterpart or a setting is not
+            one number per group.
+        ValueError: If `names` and the state's keys or groups differ; the
+            message names them.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> model = torch.nn.Linear(2, 1)
+        >>> opt = optim.SGD(lr=0.1, momentum=0.9)
+        >>> params = ParamDict.from_module(model)
+        >>> state = opt.init(params)
+        >>> theirs = torch.optim.SGD(model.parameters(), lr=0.5)
+        >>> theirs.load_state_dict(optim.to_torch_state_dict(opt, state, model))
+        >>> theirs.param_groups[0]["lr"], sorted(theirs.state_dict()["state"])
+        (0.1, [0, 1])
+    """
+    groups = _group_names(names)
+    given: Any = state
+    members: list[Optimizer[Any]]
+    if _is_groups(opt):
+        members, substates = list(opt._members()), list(given)
+    else:
+        members, substates = [opt], [given]
+    if len(members) != len(groups):
+        msg = (
+            f"`names` gives {len(groups)} groups and the {type(opt).__name__} has "
+            f"{len(members)}; give the names of each group in its order (for "
+            "ParamGroups its groups, then its default)."
+        )
+        raise ValueError(msg)
+    out_state: dict[Any, dict[str, Any]] = {}
+    param_groups: list[dict[str, Any]] = []
+    offset = 0
+    for member, substate, group in zip(members, substates, groups, strict=True):
+        part, settings = _export_group(member, substate, group, offset)
+        if by_name:
+            out_state.update((group[i - offset], entry) for i, entry in part.items())
+            settings["params"] = list(group)
+        else:
+            out_state.update(part)
+        param_groups.append(settings)
+        offset += len(group)
+    return {"state": out_state, "param_groups": param_groups}
+
+
+def _export_group(
+    opt: Optimizer[Any], state: Any, group: list[str], offset: int
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
+    """Return torch's entries and settings of one group, indices from `offset`."""
+    _torch_class(opt)
+    member = cast("TorchOptimizer[Any]", opt)
+    _check_state(member, state)
+    fields = _buffer_fields(state)
+    per_key = [f for f in fields if isinstance(getattr(state, f), ParamDict)]
+    keys: set[str] = set()
+    for f in per_key:
+        keys |= set(cast("ParamDict", getattr(state, f)))
+    extra = sorted(keys - set(group))
+    if extra:
+        msg = (
+            f"The state holds parameters {extra} that `names` does not give; give "
+            "the names of every parameter the state is for."
+        )
+        raise ValueError(msg)
+    settings = _hyperparameters(member, state)
+    scalar = (
+        torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for i, name in enumerate(group, start=offset):
+        entry: dict[str, Any] = {}
+        for f in fields:
+            value = getattr(state, f)
+            if f in per_key:
+                if name in value:
+                    entry[f] = cast("Tensor", value[name]).detach().clone()
+            elif f == "step":
+                if type(member).__name__ not in _NO_STEP:
+                    entry[f] = value.detach().to(scalar, copy=True)
+            else:
+                entry[f] = cast("Tensor", value).detach().clone()
+        if any(f in entry for f in per_key):
+            out[i] = entry
+    ids = list(range(offset, offset + len(group)))
+    return out, {**_copy(settings), "params": ids}
+
+
+def _copy(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the settings with tensors copied."""
+    return {
+        k: v.detach().clone() if isinstance(v, Tensor) else v
+        for k, v in settings.items()
+    }

@@ -1,0 +1,347 @@
+"""Hostile torch.optim state dicts: what does not fit is refused by name, unchanged.
+
+Each case builds a torch.optim state dict (or a scheduler's), the parameters and
+the names fresh, tampers with one thing (another optimizer's or configuration's
+dict, parameters missing or extra, another group split, a buffer of another shape
+or dtype), and checks that the conversion raises a message naming it and leaves
+every operand bit-identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from _unchanged import Case, check, unique_ids
+from torch import nn
+
+from paramdict import ParamDict, optim
+
+NAMES = [["weight", "bias"]]
+
+
+def _trained(make: Callable[[list[nn.Parameter]], torch.optim.Optimizer]) -> Any:
+    """Return the state dict of `make`'s optimizer after one step on a Linear."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    opt = make(list(model.parameters()))
+    model(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    return opt.state_dict()
+
+
+def _adam() -> Any:
+    return _trained(lambda p: torch.optim.Adam(p, lr=0.1))
+
+
+def _params() -> ParamDict:
+    torch.manual_seed(0)
+    return ParamDict.from_module(nn.Linear(3, 2)).detach()
+
+
+def _load(
+    opt: optim.Optimizer[Any],
+    edit: Callable[[Any], Any] = lambda sd: sd,
+    *,
+    names: Any = None,
+    params: Callable[[], ParamDict] = _params,
+    saved: Callable[[], Any] = _adam,
+    **kwargs: Any,
+) -> tuple[Callable[[], tuple[Any, ...]], Callable[..., Any]]:
+    """Return a builder of `(state_dict, params, names)` and the loading call."""
+
+    def build() -> tuple[Any, ...]:
+        return edit(saved()), params(), NAMES if names is None else names
+
+    def call(sd: Any, p: ParamDict, n: Any) -> Any:
+        return optim.load_torch_state_dict(opt, sd, p, n, **kwargs)
+
+    return build, call
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Callable[[Any], Any]:
+    """Return an edit that puts `value` at `path` of a state dict."""
+
+    def edit(sd: Any) -> Any:
+        target = sd
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return sd
+
+    return edit
+
+
+def _case(
+    name: str, parts: tuple[Any, Any], error: type[Exception], match: str
+) -> Case:
+    build, call = parts
+    return Case(name, build, call, error, match)
+
+
+SPLIT = optim.ParamGroups({"bias": optim.Adam(lr=0.1)}, default=optim.Adam(lr=0.1))
+
+
+def _two_groups() -> Any:
+    return _trained(
+        lambda p: torch.optim.Adam([{"params": [p[1]]}, {"params": [p[0]]}], lr=0.1)
+    )
+
+
+LOAD_CASES = unique_ids(
+    [
+        _case(
+            "another-class",
+            _load(
+                optim.Adam(lr=0.1),
+                saved=lambda: _trained(
+                    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)
+                ),
+            ),
+            ValueError,
+            r"settings \['dampening', 'momentum', 'nesterov'\] that Adam does not "
+            r"take.*Use that optimizer",
+        ),
+        _case(
+            "adamw-into-adam",
+            _load(
+                optim.Adam(lr=0.1),
+                saved=lambda: _trained(lambda p: torch.optim.AdamW(p, lr=0.1)),
+            ),
+            ValueError,
+            r"'decoupled_weight_decay' True \(saved\) and False \(ours\), "
+            r"'weight_decay' 0.01 \(saved\) and 0.0 \(ours\)\. Build the optimizer",
+        ),
+        _case(
+            "another-lr",
+            _load(optim.Adam(lr=0.2)),
+            ValueError,
+            r"Group 0's settings differ.*'lr' 0.1 \(saved\) and 0.2 \(ours\)",
+        ),
+        _case(
+            "amsgrad-buffers",
+            _load(
+                optim.Adam(lr=0.1),
+                _set(("param_groups", 0, "amsgrad"), False),
+                saved=lambda: _trained(
+                    lambda p: torch.optim.Adam(p, lr=0.1, amsgrad=True)
+                ),
+            ),
+            ValueError,
+            r"holds buffers \['max_exp_avg_sq'\] that Adam does not keep",
+        ),
+        _case(
+            "missing-parameter",
+            _load(
+                optim.Adam(lr=0.1),
+                params=lambda: _params() | ParamDict(extra=torch.zeros(1)),
+            ),
+            ValueError,
+            r"missing \['extra'\], unexpected \[\]",
+        ),
+        _case(
+            "extra-parameter",
+            _load(optim.Adam(lr=0.1), params=lambda: _params().select("weight")),
+            ValueError,
+            r"missing \[\], unexpected \['bias'\]",
+        ),
+        _case(
+            "group-count",
+            _load(optim.Adam(lr=0.1), names=[["weight"], ["bias"]]),
+            ValueError,
+            r"1 parameter group\(s\) and `names` 2",
+        ),
+        _case(
+            "group-size",
+            _load(optim.Adam(lr=0.1), names=[["weight"]]),
+            ValueError,
+            r"Group 0 of the state dict holds 2 parameters and `names` gives 1",
+        ),
+        _case(
+            "two-groups-into-one-optimizer",
+            _load(optim.Adam(lr=0.1), names=[["bias"], ["weight"]], saved=_two_groups),
+            ValueError,
+            r"2 parameter groups and Adam one.*ParamGroups",
+        ),
+        _case(
+            "groups-in-another-order",
+            _load(SPLIT, names=[["weight"], ["bias"]], saved=_two_groups),
+            ValueError,
+            r"Group 0 of the state dict holds \['weight'\] and group 0 of the "
+            r"ParamGroups \['bias'\]",
+        ),
+        _case(
+            "buffer-shape",
+            _load(optim.Adam(lr=0.1), _set(("state", 0, "exp_avg"), torch.zeros(5))),
+            ValueError,
+            r"exp_avg of 'weight' has shape \(5,\) and paramdict's \(2, 3\)",
+        ),
+        _case(
+            "buffer-dtype",
+            _load(
+                optim.Adam(lr=0.1),
+                _set(("state", 1, "exp_avg_sq"), torch.zeros(2, dtype=torch.int64)),
+            ),
+            ValueError,
+            r"exp_avg_sq of 'bias' has dtype torch.int64",
+        ),
+        _case(
+            "foreign-buffer",
+            _load(
+                optim.Adam(lr=0.1),
+                _set(("state", 0, "momentum_buffer"), torch.zeros(2, 3)),
+            ),
+            ValueError,
+            r"'weight' holds buffers \['momentum_buffer'\]",
+        ),
+        _case(
+            "stray-index",
+            _load(optim.Adam(lr=0.1), _set(("state", 7), {})),
+            ValueError,
+            r"indices \['7'\] that no group lists",
+        ),
+        _case(
+            "no-param-groups",
+            _load(optim.Adam(lr=0.1), lambda sd: {"state": sd["state"]}),
+            TypeError,
+            r"no `param_groups`",
+        ),
+        _case(
+            "names-a-string",
+            _load(optim.Adam(lr=0.1), names="weight"),
+            TypeError,
+            r"`names` must be a module or a sequence of groups",
+        ),
+        _case(
+            "no-counterpart",
+            _load(optim.ClipGradNorm(optim.Adam(lr=0.1), max_norm=1.0)),
+            TypeError,
+            r"ClipGradNorm has no torch.optim counterpart",
+        ),
+        _case(
+            "schedule-without-scheduler",
+            _load(optim.Adam(lr=optim.StepLR(base_lr=0.1, step_size=2))),
+            ValueError,
+            r"`lr` is a schedule; give torch's scheduler state dict as `scheduler=`",
+        ),
+        _case(
+            "scheduler-for-a-rate",
+            _load(optim.Adam(lr=0.1), scheduler={"last_epoch": 1}),
+            ValueError,
+            r"`scheduler` is given but a group's `lr` is a rate",
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize("case", [c.param() for c in LOAD_CASES])
+def test_torch_state_dict_that_does_not_fit_is_refused(case: Case) -> None:
+    """A torch state dict that does not fit is refused by name; nothing changes."""
+    check(case)
+
+
+def _step_lr_state() -> Any:
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=3)
+    opt.step()
+    scheduler.step()
+    return scheduler.state_dict()
+
+
+SCHEDULER_CASES = unique_ids(
+    [
+        Case(
+            "another-schedule",
+            lambda: (_step_lr_state(),),
+            lambda sd: optim.load_torch_scheduler_state_dict(
+                optim.CosineAnnealingLR(base_lr=0.1, T_max=3), sd
+            ),
+            ValueError,
+            r"no \['T_max', 'eta_min'\]; it is not a CosineAnnealingLR's",
+        ),
+        Case(
+            "another-setting",
+            lambda: (_step_lr_state(),),
+            lambda sd: optim.load_torch_scheduler_state_dict(
+                optim.StepLR(base_lr=0.1, step_size=4), sd
+            ),
+            ValueError,
+            r"'step_size' 3 \(saved\) and 4 \(ours\)",
+        ),
+        Case(
+            "no-such-group",
+            lambda: (_step_lr_state(),),
+            lambda sd: optim.load_torch_scheduler_state_dict(
+                optim.StepLR(base_lr=0.1, step_size=3), sd, group=1
+            ),
+            ValueError,
+            r"'_last_lr' has no entry for group 1",
+        ),
+        Case(
+            "not-a-schedule",
+            lambda: (_step_lr_state(),),
+            lambda sd: optim.load_torch_scheduler_state_dict(0.1, sd),  # type: ignore[arg-type]  # hostile on purpose
+            TypeError,
+            r"must be a paramdict schedule",
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize("case", [c.param() for c in SCHEDULER_CASES])
+def test_torch_scheduler_state_dict_that_does_not_fit_is_refused(case: Case) -> None:
+    """A scheduler state dict of another schedule or setting is refused by name."""
+    check(case)
+
+
+EXPORT_CASES = unique_ids(
+    [
+        Case(
+            "unnamed-parameter",
+            lambda: (optim.Adam(lr=0.1).init(_params()),),
+            lambda state: optim.to_torch_state_dict(
+                optim.Adam(lr=0.1), state, [["weight"]]
+            ),
+            ValueError,
+            r"parameters \['bias'\] that `names` does not give",
+        ),
+        Case(
+            "group-count",
+            lambda: (SPLIT.init(_params()),),
+            lambda state: optim.to_torch_state_dict(SPLIT, state, NAMES),
+            ValueError,
+            r"`names` gives 1 groups and the ParamGroups has 2",
+        ),
+        Case(
+            "per-key-rate",
+            lambda: (_params(),),
+            lambda p: optim.to_torch_state_dict(
+                optim.Adam(lr=p.map(lambda t: t.new_full((), 0.1))),
+                optim.Adam(lr=0.1).init(p),
+                NAMES,
+            ),
+            TypeError,
+            r"The setting 'lr' of Adam is ParamDict",
+        ),
+        Case(
+            "groups-at-different-positions",
+            lambda: (
+                optim.ParamGroups(
+                    {"bias": optim.SGD(lr=optim.StepLR(base_lr=0.1, step_size=2))},
+                    default=optim.SGD(lr=0.1),
+                ),
+            ),
+            lambda opt: optim.to_torch_scheduler_state_dict(opt, opt.init(_params())),
+            ValueError,
+            r"SGD's `lr` is a rate, not a schedule",
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize("case", [c.param() for c in EXPORT_CASES])
+def test_export_that_does_not_fit_is_refused(case: Case) -> None:
+    """An export whose names or settings do not fit torch is refused by name."""
+    check(case)
