@@ -217,7 +217,12 @@ class TorchOptimizer(Optimizer[S]):
             if field in ("step", "schedule"):
                 continue
             if isinstance(buffer, ParamDict) and not buffer:
-                if params and field in self._needed_buffers(params):
+                # Eager only: a cache filled while tracing would recompile.
+                if (
+                    params
+                    and not torch.compiler.is_compiling()
+                    and field in self._needed_buffers(params)
+                ):
                     self._refuse_missing(field)
                 continue
             if isinstance(buffer, Tensor) and buffer.dim() == 0:
