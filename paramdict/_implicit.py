@@ -19,7 +19,6 @@ from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ._container import key_mismatch_message
 from ._paramdict import ParamDict
@@ -42,6 +41,34 @@ P = TypeVar("P", bound=ParamDict)
 OnSolve = Callable[[CGInfo], object]
 
 
+_SECOND_ORDER = (
+    "`{what}`'s meta-gradient carries no graph: the implicit function theorem "
+    "gives the first derivative only, so it cannot be differentiated again (with "
+    "`allow_unused=True` the answer would be zeros, which is wrong). Take second "
+    "derivatives through the unrolled inner loop instead, or use the meta-gradient "
+    "without differentiating it."
+)
+
+
+class _NoSecondOrder(torch.autograd.Function):
+    """Return a copy of `value` whose backward raises: no second derivative.
+
+    What `once_differentiable` does, and also where no gradient reaching the
+    implicit backward requires grad: the result still depends on `params`, and
+    a second pass must not silently skip it.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, what: str, value: Tensor, *anchors: Tensor) -> Tensor:
+        ctx.what = what
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's stub takes `*grad_outputs: Any`
+        msg = _SECOND_ORDER.format(what=ctx.what)
+        raise ValueError(msg)
+
+
 class _Implicit(torch.autograd.Function):
     """Return fixed values whose backward is a given function of the output grads."""
 
@@ -49,16 +76,29 @@ class _Implicit(torch.autograd.Function):
     def forward(
         ctx: Any,
         backward: Callable[[tuple[Tensor, ...]], list[Tensor]],
+        what: str,
         outputs: list[Tensor],
         *inputs: Tensor,
     ) -> tuple[Tensor, ...]:
         ctx.implicit_backward = backward
+        ctx.what = what
+        ctx.save_for_backward(*inputs)
         return tuple(outputs)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's stub takes `*grad_outputs: Any`
-        return (None, None, *ctx.implicit_backward(grads))
+        with torch.no_grad():
+            found: list[Tensor] = ctx.implicit_backward(
+                tuple(g.detach() for g in grads)
+            )
+        if torch.is_grad_enabled():  # `create_graph=True`: refuse a second pass
+            anchors = [t for t in (*ctx.saved_tensors, *grads) if t.requires_grad]
+            if anchors:
+                found = [
+                    cast(Tensor, _NoSecondOrder.apply(ctx.what, f, *anchors))  # type: ignore[no-untyped-call]  # torch leaves `Function.apply` untyped
+                    for f in found
+                ]
+        return (None, None, None, *found)
 
 
 def _check_solver_options(
@@ -104,6 +144,17 @@ def _check_pair(adapted: object, params: object, what: str) -> None:
         raise ValueError(msg)
     check_floating(adapted, "adapted", what)
     check_floating(params, "params", what)
+    meta = sorted(
+        {k for k, v in adapted.items() if v.is_meta}
+        | {k for k, v in params.items() if v.is_meta}
+    )
+    if meta:
+        msg = (
+            f"`{what}`: entries {meta!r} are meta tensors, which hold no values: "
+            "the backward solve reads residual norms to decide when to stop. "
+            "Move `adapted` and `params` to a real device first (`.to(device)`)."
+        )
+        raise ValueError(msg)
     wrong: list[str] = []
     for key, theta in params.items():
         shape, base = adapted[key].shape, theta.shape
@@ -125,6 +176,7 @@ def _attach(
     adapted: P,
     params: ParamDict,
     backward: Callable[[P], list[Tensor]],
+    what: str,
 ) -> P:
     """Return `adapted`'s values, joined to `params` by `backward` in the graph."""
     values = [v.detach() for v in adapted.values()]
@@ -140,7 +192,7 @@ def _attach(
     def run(grads: tuple[Tensor, ...]) -> list[Tensor]:
         return backward(adapted._derive(list(grads)))
 
-    outs = _Implicit.apply(run, values, *inputs)  # type: ignore[no-untyped-call]  # torch leaves `Function.apply` untyped
+    outs = _Implicit.apply(run, what, values, *inputs)  # type: ignore[no-untyped-call]  # torch leaves `Function.apply` untyped
     return adapted._derive(list(cast("tuple[Tensor, ...]", outs)))
 
 
@@ -194,15 +246,17 @@ def implicit_proximal(
 
     Returns:
         A new ParamDict with `adapted`'s keys and values, differentiable with
-        respect to `params`.
+        respect to `params`. Where `loss` is NaN or infinite at `adapted`, the
+        gradient reaching `params` is NaN (no solve is run).
 
     Raises:
         TypeError: If `adapted` or `params` is not a ParamDict, `loss` or
             `on_solve` is not callable, or a number is of the wrong kind.
         ValueError: If the keys differ, an entry of `adapted` does not have its
-            param's shape (after leading batch dimensions), `lam` is not
-            positive, or a tolerance or `maxiter` is negative (the message names
-            them). Errors of `loss` surface when the gradient is taken.
+            param's shape (after leading batch dimensions), an entry is a meta
+            tensor, `lam` is not positive, or a tolerance or `maxiter` is
+            negative (the message names them); when the meta-gradient is itself
+            differentiated. Errors of `loss` surface when the gradient is taken.
 
     Example:
         >>> theta = ParamDict(w=torch.tensor([1.0, 2.0], requires_grad=True))
@@ -230,6 +284,10 @@ def implicit_proximal(
         hessian = HessianOperator(
             loss, phi, create_graph=False, allow_unused=True, what=what
         )
+        if not math.isfinite(float(hessian.loss)):
+            # No minimizer where the inner loss is NaN or infinite: the
+            # meta-gradient is not a number, which must not look like one.
+            return [torch.full_like(t, math.nan) for t in params.values()]
         x, info = cg(
             lambda v: v.add(hessian(v), alpha=1 / lam),
             g,
@@ -241,7 +299,7 @@ def implicit_proximal(
             on_solve(info)
         return _reduced(list(x.values()), params)
 
-    return _attach(adapted, params, backward)
+    return _attach(adapted, params, backward, what)
 
 
 def implicit_root(
@@ -287,10 +345,11 @@ def implicit_root(
         TypeError: If `adapted` or `params` is not a ParamDict, `optimality` or
             `on_solve` is not callable, or a number is of the wrong kind.
         ValueError: If the keys differ, an entry of `adapted` does not have its
-            param's shape (after leading batch dimensions), or a tolerance or
-            `maxiter` is negative. When the gradient is taken: if `optimality`
-            returns other keys or shapes, or does not depend on `phi` (a gradient
-            taken without `create_graph=True`).
+            param's shape (after leading batch dimensions), an entry is a meta
+            tensor, or a tolerance or `maxiter` is negative. When the gradient
+            is taken: if `optimality` returns other keys or shapes, or does not
+            depend on `phi` (a gradient taken without `create_graph=True`), or
+            when the meta-gradient is itself differentiated.
 
     Example:
         >>> theta = ParamDict(w=torch.tensor([1.0, 2.0], requires_grad=True))
@@ -349,4 +408,4 @@ def implicit_root(
         grads = filled(params, found, what, allow_unused=True)
         return [-t for t in _reduced(grads, params)]
 
-    return _attach(adapted, params, backward)
+    return _attach(adapted, params, backward, what)

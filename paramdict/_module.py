@@ -238,12 +238,14 @@ class _ModuleIO(_Container):
         Raises:
             ValueError: If a key names no parameter or buffer of the module, or
                 tied names (one tensor under several names) are given different
-                tensors; the module is not touched. Under `torch.func.vmap`, also
-                for a second-order step through BatchNorm in training mode,
-                LayerNorm or affine InstanceNorm, which torch gets silently
-                wrong (run the tasks in a loop), and for running statistics a
-                BatchNorm would update in place (see "BatchNorm in inner loops"
-                in the MAML tutorial).
+                tensors; the module is not touched. Under `torch.func.vmap`,
+                for running statistics a BatchNorm would update in place (see
+                "BatchNorm in inner loops" in the MAML tutorial); and when a
+                gradient taken under vmap through BatchNorm in training mode,
+                LayerNorm or affine InstanceNorm is differentiated again (a
+                second-order step, which torch gets silently wrong: run the
+                tasks in a loop), raised by that backward. First-order use
+                (per-sample gradients) is not affected.
             TypeError: If `module` is not an `nn.Module` or is a TorchScript module
                 (refused before anything runs), if the module is sharded by FSDP2
                 (`fully_shard`) and the tensors are not its own (the module is not

@@ -7,20 +7,24 @@ those carry no autograd history. When that backward runs inside a vmap (a
 vmap differentiates it again (ordinary autograd taking the meta-gradient, or an
 outer `torch.func.grad`), the statistics' dependence on the input is dropped: the
 second-order meta-gradient comes out wrong, with no error. First order is right
-(nothing differentiates the backward again), so are the same steps without vmap
-(the per-task loop), eval-mode batch norm (its statistics are the running ones),
-layers without an affine weight, and group norm and RMS norm (whose rules keep the
-history).
+(nothing differentiates the backward again: per-sample gradients, first-order
+MAML), so are the same steps without vmap (the per-task loop), eval-mode batch
+norm (its statistics are the running ones), layers without an affine weight, and
+group norm and RMS norm (whose rules keep the history).
 
 `watched` is what `ParamDict.call` consults: outside vmap it costs one look at
 functorch's (empty) transform stack. Under a vmap it returns a `_Watch` that runs
 the module's forward under a `TorchFunctionMode` which sees every call of
 `F.batch_norm`, `F.instance_norm`, `F.layer_norm` and their `torch.*` forms, so
-modules that call them directly are covered as well as the `nn` layers. It raises
-before the wrong case runs, and turns torch's errors about running statistics
-updated in place under vmap into one that says what to do. Not covered: code
-that calls these functions outside `call` (`torch.func.functional_call`, a
-hand-written functional forward, a module run inside `swapped_into`), `call` under
+modules that call them directly are covered as well as the `nn` layers. Where the
+backward would be differentiated again, it passes the norm's input and weight
+through `_Guard`, an identity whose backward is an identity too, but whose result
+there (the inner gradient) raises when differentiated: the refusal comes when the
+double backward runs, and first-order use is untouched (bitwise, one copy of the
+input and weight). It also turns torch's errors about running statistics updated
+in place under vmap into one that says what to do. Not covered: code that calls
+these functions outside `call` (`torch.func.functional_call`, a hand-written
+functional forward, a module run inside `swapped_into`), `call` under
 `torch.compile` (which traces `functional_call`), and the `torch.ops.aten` kernels
 called directly.
 """
@@ -44,23 +48,25 @@ _VMAP = _functorch.TransformType.Vmap
 _GRAD = _functorch.TransformType.Grad
 
 SECOND_ORDER_UNDER_VMAP: Final = (
-    "`call`: {what} normalizes with statistics of its input inside "
-    "`torch.func.vmap`, under a `torch.func.grad` that autograd records (a "
+    "`call`: a gradient computed inside `torch.func.vmap` through {what}, which "
+    "normalizes with statistics of its input, is being differentiated again (a "
     "second-order step, as in MAML). torch's vmap rule for the `{op}` backward "
-    "treats the mean and variance as constants there, so a gradient taken through "
-    "this result would be silently wrong. Run the tasks in a Python loop, "
+    "treats the mean and variance as constants there, so this derivative would "
+    "be silently wrong. Run the tasks in a Python loop, "
     "`params.grad(loss, create_graph=True)` per task (the same meta-gradient, "
-    "computed correctly). If nothing differentiates the result again (first-order "
-    "MAML, per-sample gradients), say so: run the vmapped `torch.func.grad` under "
-    "`torch.no_grad()`, or give it `params.detach()`.{eval_hint}"
+    "computed correctly). Using the vmapped gradients first order (first-order "
+    "MAML, per-sample gradients) needs no change; to say so, run the vmapped "
+    "`torch.func.grad` under `torch.no_grad()`, or give it `params.detach()`, "
+    "and nothing is recorded to differentiate.{eval_hint}"
 )
 """The error for a norm layer's backward that vmap would differentiate wrongly.
 
 Wrong: `vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)` with grad mode on
 and `params` requiring grad, where `loss` runs a BatchNorm in training mode (or a
-LayerNorm, or an affine InstanceNorm). Why: the vmap rule for the backward drops
-the batch statistics' dependence on the input. Fix: the per-task loop with
-`params.grad(loss, create_graph=True)`, or a first-order step.
+LayerNorm, or an affine InstanceNorm), and then a gradient of the result with
+respect to `params` (raised then, by the double backward). Why: the vmap rule for
+the backward drops the batch statistics' dependence on the input. Fix: the
+per-task loop with `params.grad(loss, create_graph=True)`, or a first-order step.
 """
 
 _EVAL_HINT: Final = (
@@ -88,6 +94,47 @@ default `nn.BatchNorm2d` in training mode. Why: the layer writes the batch mean
 of every task into one unbatched `running_mean`. Fix: `track_running_stats=False`
 or `torch.func.replace_all_batch_norm_modules_`, batched buffers, or a loop.
 """
+
+
+class _Refuse(torch.autograd.Function):
+    """An identity that raises when differentiated: `message` says why."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(value: Tensor, message: str) -> Tensor:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's stub takes `*args: Any`
+        return value.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.message = inputs[1]
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's stub takes `*grad_outputs: Any`
+        raise ValueError(ctx.message)
+
+
+class _Guard(torch.autograd.Function):
+    """An identity whose backward hands on the gradient through `_Refuse`.
+
+    Applied to a norm's input and weight inside the vmapped `torch.func.grad`:
+    the inner gradient passes it unchanged, and a later differentiation of
+    that gradient (the double backward vmap gets wrong) raises `message`.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(value: Tensor, message: str) -> Tensor:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's stub takes `*args: Any`
+        return value.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.message = inputs[1]
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:  # pyright: ignore[reportIncompatibleMethodOverride]  # torch's stub takes `*grad_outputs: Any`
+        return _Refuse.apply(grads[0], ctx.message), None  # type: ignore[no-untyped-call]  # torch leaves `Function.apply` untyped
 
 
 class _Norm:
@@ -127,6 +174,19 @@ class _Norm:
         if index < len(args):
             return args[index]
         return self.defaults.get(name)
+
+    def replaced(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], new: Mapping[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Return the call's arguments with those named in `new` replaced."""
+        args, kwargs = list(args), dict(kwargs)
+        for name, value in new.items():
+            index = self.names.index(name)
+            if name in kwargs or index >= len(args):
+                kwargs[name] = value
+            else:
+                args[index] = value
+        return args, kwargs
 
 
 _F_BATCH = ("input", "running_mean", "running_var", "weight", "bias", "training")
@@ -279,7 +339,13 @@ class _Watch(TorchFunctionMode):
         batch_stats = norm.stats is None or bool(norm.arg(norm.stats, args, kwargs))
         weight = norm.arg("weight", args, kwargs)
         if batch_stats and isinstance(weight, Tensor):
-            self._refuse_second_order(norm, norm.arg("input", args, kwargs), weight)
+            message = self._second_order(norm, norm.arg("input", args, kwargs), weight)
+            if message is not None:
+                guarded: dict[str, Tensor] = {
+                    name: _Guard.apply(norm.arg(name, args, kwargs), message)  # type: ignore[no-untyped-call]  # torch leaves `Function.apply` untyped
+                    for name in ("input", "weight")
+                }
+                args, kwargs = norm.replaced(args, kwargs, guarded)
         running = norm.arg("running_mean", args, kwargs) if norm.running else None
         try:
             return func(*args, **kwargs)
@@ -288,24 +354,25 @@ class _Watch(TorchFunctionMode):
                 self._failed = self._describe(norm, running, "running_mean")
             raise
 
-    def _refuse_second_order(self, norm: _Norm, input: Any, weight: Tensor) -> None:
-        """Raise if vmap would run this norm's backward and autograd redo it.
+    def _second_order(self, norm: _Norm, input: Any, weight: Tensor) -> str | None:
+        """Return the error if vmap would run this norm's backward and autograd redo it.
 
         That is: the weight is tracked by a `torch.func.grad` inside a vmap (so
         the backward under vmap computes the weight's gradient), and the input is
         differentiated below that vmap (by ordinary autograd or an outer grad).
+        `None` when nothing below would differentiate the backward again.
         """
         inner = [level for level in _tracked_levels(weight)[0] if level in self._grads]
         below = [v for v in self._vmaps if inner and v < max(inner)]
         if not below or not isinstance(input, Tensor):
-            return
+            return None
         levels, base_requires_grad = _tracked_levels(input)
         recorded = self._records and base_requires_grad
         if recorded or any(v in self._grads and v < max(below) for v in levels):
             what = self._describe(norm, weight, "weight")
             hint = _EVAL_HINT if norm.op == "batch_norm" else ""
-            msg = SECOND_ORDER_UNDER_VMAP.format(what=what, op=norm.op, eval_hint=hint)
-            raise ValueError(msg)
+            return SECOND_ORDER_UNDER_VMAP.format(what=what, op=norm.op, eval_hint=hint)
+        return None
 
     def _describe(self, norm: _Norm, tensor: Tensor, slot: str) -> str:
         """Name the layer by the key of its `slot` tensor, if `call` was given it."""

@@ -188,6 +188,13 @@ def _scalar_loss(out: object, what: str) -> Tensor:
             f"{type(out).__name__}."
         )
         raise TypeError(msg)
+    if out.is_complex():
+        msg = (
+            f"`{what}`: the function must return a real scalar loss, got a "
+            f"{out.dtype} one, which has no gradient of its own. Reduce it to a "
+            "real number first, e.g. with `.real` or `.abs()`."
+        )
+        raise TypeError(msg)
     if out.numel() != 1:
         msg = (
             f"`{what}`: the function must return a scalar loss, got shape "
@@ -202,8 +209,10 @@ class HessianOperator:
 
     The gradient is computed once with `create_graph=True`; every product is one
     backward pass over its graph (`retain_graph=True`), which is what a Krylov
-    solver calling it many times wants.
+    solver calling it many times wants. `loss` is the (detached) value of `func`.
     """
+
+    loss: Tensor
 
     def __init__(
         self,
@@ -221,6 +230,7 @@ class HessianOperator:
         with torch.enable_grad():
             self._leaves = leaves(params, create_graph=create_graph)
             loss = _scalar_loss(func(self._leaves), what)
+            self.loss = loss.detach()
             values = list(self._leaves.values())
             if not loss.requires_grad:
                 found: Sequence[Tensor | None] = [None] * len(values)

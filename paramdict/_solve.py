@@ -83,6 +83,8 @@ def cg(
     `info.converged`. An indefinite `A` (a Hessian away from a minimum) is not
     refused: the iteration runs on, as iMAML's does, and may or may not
     converge; it stops early only at a breakdown (`p^T A p` zero or not finite).
+    A NaN or infinity from `matvec` or in `b` is not hidden: the solution then
+    holds NaNs, and `info.converged` is false.
 
     Args:
         matvec: The operator: a function from a ParamDict like `b` to one with the
@@ -101,8 +103,8 @@ def cg(
             tolerance is not a number, or `x0` or `matvec`'s result is not a
             mapping of tensors.
         ValueError: If a tolerance is negative or not finite, `maxiter` is
-            negative, or the keys or shapes of `x0` or `matvec`'s result differ
-            from `b`'s (the message names them).
+            negative, `b` holds meta tensors, or the keys or shapes of `x0` or
+            `matvec`'s result differ from `b`'s (the message names them).
 
     Example:
         >>> b = ParamDict(w=torch.tensor([1.0, 2.0]))
@@ -125,6 +127,14 @@ def cg(
     elif maxiter < 0:
         msg = f"`cg`: `maxiter` must be >= 0, got {maxiter}."
         raise ValueError(msg)
+    meta = sorted(k for k, v in b.items() if v.is_meta)
+    if meta:
+        msg = (
+            f"`cg`: entries {meta!r} of `b` are meta tensors, which hold no values, "
+            "and `cg` reads residual norms to decide when to stop. Solve on a real "
+            "device (`b.to(device)`)."
+        )
+        raise ValueError(msg)
     b_norm = float(b.norm()) if len(b) else 0.0
     tolerance = max(rtol * b_norm, atol)
     if x0 is None:
@@ -135,13 +145,23 @@ def cg(
         r = b - _applied(matvec, x, b)
     rr = r.dot(r)
     norms = [math.sqrt(float(rr))]
+    if not math.isfinite(norms[0]):
+        # A NaN or infinite right-hand side (or residual): the solution is not a
+        # number either; say so rather than return the initial guess.
+        x = x.add(r, alpha=math.nan)
     p = r
     iterations = 0
     while norms[-1] > tolerance and iterations < maxiter:
         ap = _applied(matvec, p, b)
         curvature = p.dot(ap)
         iterations += 1
-        if float(curvature) == 0 or not math.isfinite(float(curvature)):
+        if not math.isfinite(float(curvature)):
+            # `A` gave a NaN or infinity (a NaN loss behind a Hessian product):
+            # let it reach the solution, as a direct solve would, not hide it.
+            x = x.add(p, alpha=rr / curvature)
+            norms.append(math.nan)
+            break
+        if float(curvature) == 0:
             break  # breakdown: no step along `p` is defined
         alpha = rr / curvature
         x = x.add(p, alpha=alpha)

@@ -266,5 +266,5 @@ def test_the_meta_gradient_is_not_differentiated_again() -> None:
     phi = _exact_solution(a, c, theta)
     adapted = implicit_proximal(phi, theta, loss=_inner_loss(a, c), lam=LAM)
     grads = theta.grad(_outer_loss(adapted), create_graph=True)
-    with pytest.raises(ValueError, match=r"does not depend on \['b', 'w'\]"):
+    with pytest.raises(ValueError, match=r"no graph(?s:.*)cannot be differentiated"):
         theta.grad(grads.sum())

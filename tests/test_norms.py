@@ -388,8 +388,8 @@ def test_torch_only_repro_is_wrong_outside_call() -> None:
         torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-12)
 
 
-def test_torch_only_repro_through_call_is_refused() -> None:
-    """The repro's `F.batch_norm` inside a module run by `call`: refused, at once."""
+def test_torch_only_repro_through_call_is_refused_when_differentiated() -> None:
+    """The repro's `F.batch_norm` run by `call`: first order works, second raises."""
     module = _Scaled()
     params = ParamDict.from_module(module)
     x = torch.randn(3, 6, 4, dtype=D)
@@ -398,14 +398,21 @@ def test_torch_only_repro_through_call_is_refused() -> None:
         out: Tensor = p.call(module, x_t)
         return out
 
-    with pytest.raises(ValueError, match=r"the `batch_norm` given 'w'"):
-        torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
-    with torch.no_grad():
-        first = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
+    grads = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
     for t in range(3):
         torch.testing.assert_close(
-            first["w"][t], params.grad(loss(params, x[t]))["w"], rtol=1e-8, atol=1e-12
+            grads["w"][t].detach(),
+            params.grad(loss(params, x[t]))["w"],
+            rtol=1e-8,
+            atol=1e-12,
         )
+    for allow_unused in (False, True):
+        again = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
+        with pytest.raises(ValueError, match=r"the `batch_norm` given 'w'"):
+            params.grad((again["w"] ** 2).sum(), allow_unused=allow_unused)
+    with torch.no_grad():
+        first = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
+    torch.testing.assert_close(first["w"], grads["w"].detach(), rtol=0, atol=0)
 
 
 def test_batch_norm_with_an_outer_func_grad_is_refused() -> None:

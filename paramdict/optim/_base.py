@@ -11,6 +11,8 @@ defaults), its first state (`init_state`) and its rule (`update`).
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 
 import torch
@@ -99,6 +101,9 @@ class TorchOptimizer(Optimizer[S]):
     weight_decay: Rate
     maximize: bool
     state_type: ClassVar[type[Any]]
+    # The option that makes `init_state` fill each buffer it may leave empty,
+    # for the message when a state from another setting lacks it.
+    buffer_options: ClassVar[Mapping[str, str]] = {}
 
     def __attrs_post_init__(self) -> None:
         """Validate the shared fields (subclasses call this from their own)."""
@@ -182,8 +187,10 @@ class TorchOptimizer(Optimizer[S]):
         Raises:
             TypeError: If `state` is not an instance of `state_type`, or its step
                 is not a 0-dim tensor of the counters' dtype.
-            ValueError: If a buffer's keys, shapes or dtypes are not `params`', or
-                the step is on another device or not a whole number >= 0.
+            ValueError: If a buffer's keys, shapes or dtypes are not `params`',
+                a buffer this optimizer's options need is empty (a state from
+                other options), or the step is on another device or not a whole
+                number >= 0.
 
         Example:
             >>> from paramdict import optim
@@ -207,9 +214,16 @@ class TorchOptimizer(Optimizer[S]):
         if "schedule" in given._fields:
             check_slot(self, self.lr, given.schedule)
         for field, buffer in zip(given._fields, given):
-            if field in ("step", "schedule") or (
-                isinstance(buffer, ParamDict) and not buffer
-            ):
+            if field in ("step", "schedule"):
+                continue
+            if isinstance(buffer, ParamDict) and not buffer:
+                # Eager only: a cache filled while tracing would recompile.
+                if (
+                    params
+                    and not torch.compiler.is_compiling()
+                    and field in self._needed_buffers(params)
+                ):
+                    self._refuse_missing(field)
                 continue
             if isinstance(buffer, Tensor) and buffer.dim() == 0:
                 continue  # a scalar of the state, such as NAdam's `mu_product`
@@ -220,6 +234,40 @@ class TorchOptimizer(Optimizer[S]):
             if buffer.keys() != params.keys():
                 check_rate_keys(params, field, buffer)
             check_keyed(params, buffer, what=what)
+
+    def _needed_buffers(self, params: ParamDict) -> frozenset[str]:
+        """Return the fields that `init_state` fills for non-empty `params`.
+
+        Which buffers a state keeps depends on the options alone (`amsgrad`,
+        `centered`, `momentum`), so the verdict is computed once per optimizer,
+        from `init_state` on meta copies of `params` (nothing is allocated).
+        """
+        cached = _NEEDED.get(self)
+        if cached is not None:
+            return cached
+        probe = ParamDict(
+            {k: torch.empty_like(v, device="meta") for k, v in params.items()}
+        )
+        first: Any = self.init_state(probe)
+        needed = frozenset(
+            field
+            for field, buffer in zip(first._fields, first)
+            if isinstance(buffer, ParamDict) and buffer
+        )
+        _NEEDED[self] = needed
+        return needed
+
+    def _refuse_missing(self, field: str) -> None:
+        name = type(self).__name__
+        option = self.buffer_options.get(field)
+        why = f"`{option}` needs it" if option is not None else "its options need it"
+        msg = (
+            f"The state's `{field}` is empty, but `{name}` keeps that buffer: "
+            f"{why}, and the state comes from an optimizer without it. Start a new "
+            f"state with `init`, or add the buffer: "
+            f"`state._replace({field}=params.zeros_like())`."
+        )
+        raise ValueError(msg)
 
     # ------------------------------------------------------------ rule pieces
 
@@ -457,6 +505,11 @@ class TorchOptimizer(Optimizer[S]):
             tensor(0., dtype=torch.float64)
         """
         return new_counter(params)
+
+
+_NEEDED: weakref.WeakKeyDictionary[TorchOptimizer[Any], frozenset[str]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _check_rate_shapes(params: ParamDict, name: str, rate: ParamDict) -> None:

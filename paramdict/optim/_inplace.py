@@ -4,10 +4,11 @@
 anything is written, `check_writable` refuses what an in-place update would get
 wrong or could not finish: a differentiable optimizer, tensors autograd is
 recording, inference tensors outside inference mode, tensors whose elements
-overlap, and tensors shared between entries or with the gradients. After a rule
-has run, `write_back` and `written_state` copy any value the rule produced out of
-place (the step counter, a buffer it rebuilt) into the tensor it replaces, so the
-caller's ParamDicts and state keep holding the same tensors.
+overlap, meta tensors (which hold no data), and tensors shared between entries or
+with the gradients. After a rule has run, `write_back` and `written_state` copy any
+value the rule produced out of place (the step counter, a buffer it rebuilt) into
+the tensor it replaces, so the caller's ParamDicts and state keep holding the same
+tensors.
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ def check_writable(
 
     Raises:
         ValueError: If the optimizer is differentiable, or naming the entries that
-            autograd is recording (they have a `grad_fn`), that are inference
-            tensors outside inference mode, whose elements overlap (`expand`), or
-            that share memory with another entry or with a gradient.
+            are meta tensors, that autograd is recording (they have a `grad_fn`),
+            that are inference tensors outside inference mode, whose elements
+            overlap (`expand`), or that share memory with another entry or with a
+            gradient.
     """
     if differentiable:
         raise ValueError(_DIFFERENTIABLE)
@@ -94,13 +96,24 @@ def _check_tensors(
     recorded: list[int] = []
     inference: list[int] = []
     overlapping: list[int] = []
+    meta: list[int] = []
     for i, t in enumerate(tensors):
+        if t.is_meta:
+            meta.append(i)
         if t.grad_fn is not None:
             recorded.append(i)
         if not inference_mode and t.is_inference():
             inference.append(i)
         if torch._debug_has_internal_overlap(t) == 1:  # 1: overlap is certain
             overlapping.append(i)
+    if meta:
+        _refuse(
+            _names(params, state, meta),
+            "they are meta tensors, which have shapes and dtypes but no memory, "
+            "so there is nothing to write an update into",
+            "Step tensors on a real device: move the parameters there "
+            "(`params.to(device)`) and `init` the state from them",
+        )
     if recorded:
         _refuse(
             _names(params, state, recorded),

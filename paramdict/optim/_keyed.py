@@ -72,6 +72,8 @@ def check_real(params: ParamDict, /) -> None:
     Raises:
         TypeError: Naming the entries that are complex or not floating point.
     """
+    if all(d.is_floating_point for d in {v.dtype for v in params.values()}):
+        return  # complex dtypes are not `is_floating_point`; one set per call
     bad = sorted(
         k for k, v in params.items() if not v.is_floating_point() or v.is_complex()
     )
@@ -134,7 +136,12 @@ def check_keyed(params: ParamDict, other: ParamDict, /, *, what: str) -> None:
 
 
 def check_grads(params: ParamDict, grads: ParamDict, /) -> None:
-    """Raise unless each gradient has its parameter's shape, dtype and device."""
+    """Raise unless each gradient has its parameter's shape, dtype and device.
+
+    The parameters themselves must be real floating-point tensors (`check_real`):
+    an integer parameter is refused by key, not by a kernel's message.
+    """
+    check_real(params)
     check_keyed(params, grads, what="The gradients")
 
 

@@ -12,11 +12,11 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
-from ._hyper import Rate, check_number, check_rate_keys
+from ._hyper import Rate, check_counter, check_number, check_rate_keys
 from ._kernels import Kernels
 from ._keyed import check_keyed
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState
+from ._scheduled import LearningRate, SlotState, check_slot
 
 __all__ = ["Adafactor", "AdafactorState"]
 
@@ -124,6 +124,19 @@ def _col_shaped(p: Tensor) -> Tensor:
     return p[..., :1, :]
 
 
+def _check_not_empty(params: ParamDict) -> None:
+    """Raise unless every entry has elements (torch's Adafactor divides by them)."""
+    empty = sorted(k for k, v in params.items() if v.numel() == 0)
+    if empty:
+        msg = (
+            f"`Adafactor` cannot update entries without elements; {empty!r} have "
+            "none (their root mean square, by which the update is scaled, is "
+            "0 / 0; torch.optim.Adafactor fails on them too). Leave them out with "
+            "`.exclude(...)`."
+        )
+        raise ValueError(msg)
+
+
 @attrs.frozen(kw_only=True, eq=False)
 class Adafactor(TorchOptimizer[AdafactorState]):
     """Adafactor, the functional `torch.optim.Adafactor`.
@@ -201,6 +214,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
             tensor([[0.],
                     [0.]])
         """
+        _check_not_empty(params)
         matrices = params.filter(lambda _, v: v.dim() > 1)
         vectors = params.filter(lambda _, v: v.dim() <= 1)
         return AdafactorState(
@@ -219,13 +233,10 @@ class Adafactor(TorchOptimizer[AdafactorState]):
                 f"{type(state).__name__}. Use the state from this optimizer's `init`."
             )
             raise TypeError(msg)
-        step = cast(object, given.step)
-        if not (isinstance(step, Tensor) and step.dim() == 0):
-            msg = (
-                f"The state's `step` must be a 0-dim tensor, got {step!r}. Use "
-                "the state from this optimizer's `init`."
-            )
-            raise TypeError(msg)
+        check_counter(given.step, params, "step")
+        if "schedule" in given._fields:
+            check_slot(self, self.lr, given.schedule)
+        _check_not_empty(params)
         matrices = params.filter(lambda _, v: v.dim() > 1)
         templates = {
             "row_var": matrices.map(_row_shaped),

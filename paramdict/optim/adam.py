@@ -7,6 +7,7 @@ pieces are written once: the running moments and the weight-decay prologue.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import attrs
@@ -124,6 +125,7 @@ class _AdamFamily(TorchOptimizer[AdamState]):
     __slots__ = ()
 
     state_type: ClassVar[type[AdamState]] = AdamState
+    buffer_options: ClassVar[Mapping[str, str]] = {"max_exp_avg_sq": "amsgrad=True"}
 
     betas: tuple[float, float]
     eps: float

@@ -11,8 +11,9 @@ import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
-from ._hyper import check_non_negative, check_rate
+from ._hyper import check_non_negative
 from ._keyed import aligned_grads, check_grads, check_real
+from ._lbfgs_checks import Layout, check_lr, check_state, closure_result, layout_of
 from ._line_search import strong_wolfe
 from ._protocol import register_state
 
@@ -41,6 +42,8 @@ class LBFGSState(NamedTuple):
         H_diag: The scale of the initial inverse-Hessian estimate.
         prev_flat_grad: The last flat gradient.
         prev_loss: The last loss.
+        layout: The keys and shapes of the parameters the flat vectors stand
+            for (checked at every step; `()` in a state saved without it).
 
     Example:
         >>> from paramdict import optim
@@ -62,6 +65,7 @@ class LBFGSState(NamedTuple):
     H_diag: float | Tensor
     prev_flat_grad: Tensor | None
     prev_loss: float | None
+    layout: Layout = ()
 
 
 def _check_count(instance: object, attribute: Any, value: Any) -> None:
@@ -127,7 +131,7 @@ class LBFGS:
         tensor([1., 1.], dtype=torch.float64)
     """
 
-    lr: float = attrs.field(default=1, validator=check_rate)
+    lr: float = attrs.field(default=1, validator=check_lr)
     max_iter: int = attrs.field(default=20, validator=_check_count)
     max_eval: int | None = attrs.field(default=None, validator=_check_max_eval)
     tolerance_grad: float = attrs.field(default=1e-7, validator=check_non_negative)
@@ -155,7 +159,9 @@ class LBFGS:
             0
         """
         _check_params(params)
-        return LBFGSState(0, 0, None, None, (), (), (), 1, None, None)
+        return LBFGSState(
+            0, 0, None, None, (), (), (), 1, None, None, layout_of(params)
+        )
 
     def step(
         self, params: P, closure: Closure, state: LBFGSState, /
@@ -204,6 +210,7 @@ class LBFGS:
             raise TypeError(msg)
         if not params:
             return params, state
+        check_state(params, state)
         return _Run(self, params, closure).step(state)
 
 
@@ -248,12 +255,10 @@ class _Run:
         """Return the loss (a float) and the flat gradient at the flat point `x`."""
         point = self.unflat(x.detach()).map(lambda v: v.clone().requires_grad_())
         with torch.enable_grad():
-            result = self.closure(point)
-            if isinstance(result, tuple):
-                loss, given = result
+            loss, given = closure_result(self.closure(point))
+            if given is not None:
                 grads = aligned_grads(point, given)
             else:
-                loss = result
                 values: tuple[Tensor | None, ...] = torch.autograd.grad(
                     loss, list(point.values()), allow_unused=True
                 )  # None for an entry the loss does not use
@@ -382,4 +387,5 @@ class _Run:
             h_diag,
             prev_flat_grad,
             prev_loss,
+            layout_of(self.params),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
 
 import attrs
@@ -85,6 +86,10 @@ class RMSprop(TorchOptimizer[RMSpropState]):
     """
 
     state_type: ClassVar[type[RMSpropState]] = RMSpropState
+    buffer_options: ClassVar[Mapping[str, str]] = {
+        "momentum_buffer": "momentum > 0",
+        "grad_avg": "centered=True",
+    }
 
     lr: LearningRate = 1e-2
     alpha: float = attrs.field(default=0.99, validator=check_fraction)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
 
 import attrs
@@ -95,6 +96,7 @@ class SGD(TorchOptimizer[SGDState]):
     """
 
     state_type: ClassVar[type[SGDState]] = SGDState
+    buffer_options: ClassVar[Mapping[str, str]] = {"momentum_buffer": "momentum != 0"}
 
     lr: LearningRate = 1e-3
     momentum: float = attrs.field(default=0.0, validator=check_non_negative)
