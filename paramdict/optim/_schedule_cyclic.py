@@ -17,12 +17,14 @@ from torch import Tensor
 
 from ._protocol import register_state
 from ._schedule import (
+    INT64_MAX,
     LRSchedule,
     ScheduleState,
     _check_base_lr,  # pyright: ignore[reportPrivateUsage]  # this package's own
     base_of,
     check_float,
     check_int,
+    check_rate,
     cos,
     new_state,
     nonzero,
@@ -43,6 +45,11 @@ __all__ = [
 
 def _number(instance: object, attribute: Any, value: Any) -> None:
     check_float(attribute.name, value)
+
+
+def _rate(instance: object, attribute: Any, value: Any) -> None:
+    check_float(attribute.name, value)
+    check_rate(attribute.name, value)
 
 
 # ---------------------------------------------------------------- CyclicLR
@@ -86,8 +93,8 @@ class CyclicLR(LRSchedule):
 
     takes_base: ClassVar[bool] = False
 
-    base_lr: float = attrs.field(validator=_number)  # pyright: ignore[reportIncompatibleVariableOverride]  # required here, as in torch
-    max_lr: float = attrs.field(validator=_number)
+    base_lr: float = attrs.field(validator=_rate)  # pyright: ignore[reportIncompatibleVariableOverride]  # required here, as in torch
+    max_lr: float = attrs.field(validator=_rate)
     step_size_up: int = 2000
     step_size_down: int | None = None
     mode: Literal["triangular", "triangular2", "exp_range"] = "triangular"
@@ -95,8 +102,8 @@ class CyclicLR(LRSchedule):
     scale_fn: Callable[[Tensor], float | Tensor] | None = None
     scale_mode: Literal["cycle", "iterations"] = "cycle"
     cycle_momentum: bool = True
-    base_momentum: float = attrs.field(default=0.8, validator=_number)
-    max_momentum: float = attrs.field(default=0.9, validator=_number)
+    base_momentum: float = attrs.field(default=0.8, validator=_rate)
+    max_momentum: float = attrs.field(default=0.9, validator=_rate)
 
     def __attrs_post_init__(self) -> None:
         check_int("step_size_up", self.step_size_up, minimum=1)
@@ -201,22 +208,26 @@ class OneCycleLR(LRSchedule):
 
     takes_base: ClassVar[bool] = False
 
-    max_lr: float = attrs.field(validator=_number)
+    max_lr: float = attrs.field(validator=_rate)
     total_steps: int | None = None
     epochs: int | None = None
     steps_per_epoch: int | None = None
     pct_start: float = 0.3
     anneal_strategy: Literal["cos", "linear"] = "cos"
     cycle_momentum: bool = True
-    base_momentum: float = attrs.field(default=0.85, validator=_number)
-    max_momentum: float = attrs.field(default=0.95, validator=_number)
+    base_momentum: float = attrs.field(default=0.85, validator=_rate)
+    max_momentum: float = attrs.field(default=0.95, validator=_rate)
     div_factor: float = attrs.field(default=25.0, validator=_number)
     final_div_factor: float = attrs.field(default=1e4, validator=_number)
     three_phase: bool = False
 
     def __attrs_post_init__(self) -> None:
         def positive_int(value: object) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool) and value > 0
+            return (
+                isinstance(value, int)
+                and not isinstance(value, bool)
+                and 0 < value <= INT64_MAX
+            )
 
         if self.total_steps is not None:
             if not positive_int(self.total_steps):
@@ -337,6 +348,14 @@ class OneCycleLR(LRSchedule):
             >>> round(float(schedule.step(schedule.init(0.0)).momentum), 6)
             0.9
         """
+        from ._scheduled import check_schedule_state  # a cycle
+
+        check_schedule_state(self, state)
+        self.check_within(state)
+        return self._advance(state, state.lr)
+
+    def check_within(self, state: ScheduleState) -> None:
+        """Raise if one more step would pass `total_steps` (eagerly, on the CPU)."""
         epoch = state.last_epoch + 1
         if (
             not torch.compiler.is_compiling()
@@ -345,10 +364,10 @@ class OneCycleLR(LRSchedule):
         ):
             msg = (
                 f"Tried to step {int(epoch)} times. The specified number of total "
-                f"steps is {self.steps}."
+                f"steps is {self.steps}. Build the `OneCycleLR` with more "
+                "`total_steps` (or `epochs`) or stop stepping at the end of the cycle."
             )
             raise ValueError(msg)
-        return self._advance(state, state.lr)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         return self._values(state.last_epoch + 1)
@@ -430,8 +449,8 @@ class SequentialLR(LRSchedule):
                 "milestones."
             )
             raise ValueError(msg)
-        for m in self.milestones:
-            check_int("milestones[...]", m, minimum=0)
+        for i, m in enumerate(self.milestones):
+            check_int(f"milestones[{i}]", m, minimum=0)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         children = [s._initial(base, base) for s in self.schedulers]
@@ -537,6 +556,24 @@ class ChainedScheduler(LRSchedule):
 
 
 # ---------------------------------------------------------------- ReduceLROnPlateau
+
+
+def _metric(metrics: object) -> float:
+    """Return `metrics` read as torch's `float(metrics)` does (numpy scalars too)."""
+    if isinstance(metrics, (bool, str, bytes)) or not hasattr(metrics, "__float__"):
+        msg = (
+            f"`metrics` must be a number, got {type(metrics).__name__}. Pass the "
+            "metric as a float, a numpy scalar or a one-element tensor."
+        )
+        raise TypeError(msg)
+    try:
+        return float(cast(Any, metrics))
+    except (TypeError, ValueError) as error:
+        msg = (
+            f"`metrics` must be one number, got {type(metrics).__name__} that "
+            f"`float` cannot read ({error}). Pass a scalar."
+        )
+        raise ValueError(msg) from error
 
 
 @register_state
@@ -676,6 +713,9 @@ class ReduceLROnPlateau:
             >>> state.best
             tensor(0.5000, dtype=torch.float64)
         """
+        from ._scheduled import check_schedule_state  # a cycle
+
+        check_schedule_state(self, state)
         if isinstance(metrics, Tensor):
             if metrics.numel() != 1:
                 msg = (
@@ -689,8 +729,7 @@ class ReduceLROnPlateau:
                 .to(dtype=torch.float64, device=state.lr.device)
             )
         else:
-            check_float("metrics", metrics)
-            current = state.lr.new_full((), float(metrics))
+            current = state.lr.new_full((), _metric(metrics))
         best = state.best
         if self.mode == "min" and self.threshold_mode == "rel":
             better = current < best * (1.0 - self.threshold)

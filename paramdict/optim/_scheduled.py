@@ -12,6 +12,7 @@ the slot advances once per update: torch's `optimizer.step(); scheduler.step()`.
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeAlias, cast
 
 import torch
@@ -19,7 +20,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._hyper import Rate
+from ._hyper import Rate, is_traced
 from ._schedule import LRSchedule, ScheduleState
 from ._schedule_cyclic import (
     ChainedScheduler,
@@ -141,12 +142,15 @@ def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
 def advanced(schedule: Schedule, state: SlotState) -> SlotState:
     """Return the slot after one optimizer step: one `scheduler.step()`.
 
-    `ReduceLROnPlateau` moves only with a metric (`step_schedule`); past
-    `OneCycleLR`'s `total_steps` its last phase continues (torch raises; a
-    check here would read the step on the host at every step).
+    `ReduceLROnPlateau` moves only with a metric (`step_schedule`). Stepping
+    `OneCycleLR` past its `total_steps` raises, as torch does (eagerly on the
+    CPU, where reading the step is cheap; a compiled step continues its last
+    phase).
     """
     if isinstance(schedule, ReduceLROnPlateau) or not isinstance(state, ScheduleState):
         return state
+    if isinstance(schedule, OneCycleLR):
+        schedule.check_within(state)
     return schedule._advance(state, state.lr)  # pyright: ignore[reportPrivateUsage]  # this package's own
 
 
@@ -169,12 +173,99 @@ def _state_layout(state: object) -> tuple[object, ...] | None:
     return (state.momentum is not None, len(state.counters), children)
 
 
+def _fields(state: ScheduleState | PlateauState) -> list[tuple[str, object]]:
+    if isinstance(state, PlateauState):
+        return list(zip(state._fields, state))
+    names = ["last_epoch", "base_lr", "lr", "momentum"]
+    out: list[tuple[str, object]] = list(zip(names, state[:4]))
+    out += [(f"counters[{i}]", c) for i, c in enumerate(state.counters)]
+    return out
+
+
+def _bad_fields(
+    state: ScheduleState | PlateauState, prefix: str
+) -> tuple[list[str], list[str]]:
+    """Return the fields of `state` (and its children) of a wrong kind, and value.
+
+    Values are read on the CPU only (where torch reads its schedules' numbers as
+    Python floats anyway), never while tracing or on another device.
+    """
+    kinds: list[str] = []
+    values: list[str] = []
+    for field, value in _fields(state):
+        if value is None:
+            continue
+        if not (
+            isinstance(value, Tensor) and value.dim() == 0 and value.is_floating_point()
+        ):
+            kinds.append(prefix + field)
+            continue
+        if value.device.type != "cpu" or is_traced(value):
+            continue
+        number = value.item()
+        if field == "best":  # infinite before the first metric; never NaN
+            ok = not math.isnan(number)
+        else:
+            # A composed schedule's later children wait at torch's `last_epoch=-1`.
+            floor = -1.0 if prefix and field == "last_epoch" else 0.0
+            ok = math.isfinite(number) and number >= floor
+        if not ok:
+            values.append(prefix + field)
+    if isinstance(state, ScheduleState):
+        for i, child in enumerate(state.children):
+            child_kinds, child_values = _bad_fields(child, f"{prefix}children[{i}].")
+            kinds += child_kinds
+            values += child_values
+    return kinds, values
+
+
+def check_schedule_state(
+    schedule: Schedule, state: object, *, owner: str = "", field: str = ""
+) -> None:
+    """Raise unless `state` is a state of `schedule`'s kind with valid values.
+
+    The structure (the kind of state, its counters and children) is checked
+    always; the values (finite, not negative; `best` not NaN) on the CPU,
+    eagerly, not while tracing. `owner` names the optimizer holding the state
+    in its field `field` (`"schedule."`), for the message.
+    """
+    kind = type(schedule).__name__
+    got = _state_layout(state)
+    if got is None or got != _layout(schedule):
+        what = "a" if got is None else "the state of another schedule, a"
+        msg = (
+            f"`{kind}.step` takes a state of this `{kind}`, got {what} "
+            f"{type(state).__name__}. Use the state from this schedule's `init` "
+            "(or the `step` before)."
+        )
+        raise (TypeError if got is None else ValueError)(msg)
+    assert isinstance(state, (ScheduleState, PlateauState))
+    kinds, values = _bad_fields(state, "")
+    whose = f"`{owner}`'s state" if owner else f"The state of this `{kind}`"
+    fix = "Use the state from `init` or a saved one, unchanged."
+    if kinds:
+        names = ", ".join(f"`{field}{b}`" for b in sorted(kinds))
+        msg = (
+            f"{whose} holds values of the wrong kind in {names}: each must be a "
+            f"0-dim floating-point tensor. {fix}"
+        )
+        raise TypeError(msg)
+    if values:
+        names = ", ".join(f"`{field}{b}`" for b in sorted(values))
+        msg = (
+            f"{whose} holds invalid values in {names}: each must be finite and at "
+            f"least 0 (`best` may be infinite, a later child's `last_epoch` -1). "
+            f"{fix}"
+        )
+        raise ValueError(msg)
+
+
 def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
     """Raise unless `state` (a state's `schedule` field) belongs to `schedule`.
 
     The check is structural (the kind of state, its counters and children): two
     schedules with states of one shape, such as `StepLR` and `ExponentialLR`,
-    cannot be told apart.
+    cannot be told apart. The values are checked too (`check_schedule_state`).
     """
     name = type(owner).__name__
     if not is_schedule(schedule):
@@ -201,10 +292,11 @@ def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
             f"{what}. Use the state from this optimizer's `init`."
         )
         raise ValueError(msg)
-    tensor = state.lr if isinstance(state, (ScheduleState, PlateauState)) else None
-    if not (isinstance(tensor, Tensor) and tensor.dim() == 0):
-        msg = "The state's `schedule.lr` must be a 0-dim tensor."
-        raise TypeError(msg)
+    check_schedule_state(schedule, state, owner=name, field="schedule.")
+    tensor = cast("ScheduleState | PlateauState", state).lr
     if tensor.dtype != torch.float64 and tensor.device.type != "mps":
-        msg = f"The state's `schedule.lr` must be float64, got {tensor.dtype}."
+        msg = (
+            f"`{name}`'s state holds `schedule.lr` as {tensor.dtype}; it must be "
+            "float64. Use the state from `init` or a saved one, unchanged."
+        )
         raise TypeError(msg)

@@ -177,6 +177,8 @@ def _check_milestones(instance: object, attribute: Any, value: Any) -> None:
     ):
         msg = f"`{attribute.name}` must be a sequence of ints, got {value!r}."
         raise TypeError(msg)
+    for i, m in enumerate(cast("tuple[int, ...]", value)):
+        check_int(f"{attribute.name}[{i}]", m, minimum=-(2**63))
 
 
 def _to_int_tuple(value: Iterable[int]) -> tuple[int, ...]:
@@ -490,6 +492,8 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         if not _is_int(t_mult) or t_mult < 1:
             msg = f"Expected integer `T_mult` >= 1, but got {t_mult!r}."
             raise ValueError(msg)
+        check_int("T_0", t_0, minimum=1)
+        check_int("T_mult", t_mult, minimum=1)
         if isinstance(eta_min, bool) or not isinstance(eta_min, (int, float)):
             msg = f"Expected float or int `eta_min`, but got {eta_min!r}."
             raise ValueError(msg)
