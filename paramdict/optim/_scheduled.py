@@ -182,40 +182,51 @@ def _fields(state: ScheduleState | PlateauState) -> list[tuple[str, object]]:
     return out
 
 
-def _bad_fields(
-    state: ScheduleState | PlateauState, prefix: str
-) -> tuple[list[str], list[str]]:
+def _leaves(
+    state: ScheduleState | PlateauState, prefix: str, out: list[tuple[str, object]]
+) -> None:
+    """Append the fields of `state` and of its children to `out`, by full name."""
+    out += [(prefix + f, v) for f, v in _fields(state) if v is not None]
+    if isinstance(state, ScheduleState):
+        for i, child in enumerate(state.children):
+            _leaves(child, f"{prefix}children[{i}].", out)
+
+
+def _fine(field: str, number: float) -> bool:
+    if field.endswith("best"):  # infinite before the first metric; never NaN
+        return not math.isnan(number)
+    # A composed schedule's later children wait at torch's `last_epoch=-1`.
+    floor = -1.0 if field.startswith("children") and field.endswith("last_epoch") else 0
+    return math.isfinite(number) and number >= floor
+
+
+def _bad_fields(state: ScheduleState | PlateauState) -> tuple[list[str], list[str]]:
     """Return the fields of `state` (and its children) of a wrong kind, and value.
 
     Values are read on the CPU only (where torch reads its schedules' numbers as
-    Python floats anyway), never while tracing or on another device.
+    Python floats anyway), all in one read, never while tracing.
     """
+    leaves: list[tuple[str, object]] = []
+    _leaves(state, "", leaves)
     kinds: list[str] = []
-    values: list[str] = []
-    for field, value in _fields(state):
-        if value is None:
-            continue
+    tensors: list[tuple[str, Tensor]] = []
+    for field, value in leaves:
         if not (
             isinstance(value, Tensor) and value.dim() == 0 and value.is_floating_point()
         ):
-            kinds.append(prefix + field)
-            continue
-        if value.device.type != "cpu" or is_traced(value):
-            continue
-        number = value.item()
-        if field == "best":  # infinite before the first metric; never NaN
-            ok = not math.isnan(number)
-        else:
-            # A composed schedule's later children wait at torch's `last_epoch=-1`.
-            floor = -1.0 if prefix and field == "last_epoch" else 0.0
-            ok = math.isfinite(number) and number >= floor
-        if not ok:
-            values.append(prefix + field)
-    if isinstance(state, ScheduleState):
-        for i, child in enumerate(state.children):
-            child_kinds, child_values = _bad_fields(child, f"{prefix}children[{i}].")
-            kinds += child_kinds
-            values += child_values
+            kinds.append(field)
+        elif value.device.type == "cpu":
+            tensors.append((field, value))
+    if kinds or not tensors or torch.compiler.is_compiling():
+        return kinds, []
+    dtypes = {t.dtype for _, t in tensors}
+    if len(dtypes) > 1:
+        tensors = [(f, t.to(torch.float64)) for f, t in tensors]
+    stacked = torch.stack([t.detach() for _, t in tensors])
+    if is_traced(stacked):
+        return kinds, []
+    numbers: list[float] = stacked.tolist()
+    values = [f for (f, _), x in zip(tensors, numbers) if not _fine(f, x)]
     return kinds, values
 
 
@@ -240,7 +251,7 @@ def check_schedule_state(
         )
         raise (TypeError if got is None else ValueError)(msg)
     assert isinstance(state, (ScheduleState, PlateauState))
-    kinds, values = _bad_fields(state, "")
+    kinds, values = _bad_fields(state)
     whose = f"`{owner}`'s state" if owner else f"The state of this `{kind}`"
     fix = "Use the state from `init` or a saved one, unchanged."
     if kinds:
