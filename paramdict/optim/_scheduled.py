@@ -225,7 +225,7 @@ def _bad_fields(state: ScheduleState | PlateauState) -> tuple[list[str], list[st
     stacked = torch.stack([t.detach() for _, t in tensors])
     if is_traced(stacked):
         return kinds, []
-    numbers = cast("list[float]", stacked.tolist())
+    numbers = cast("list[float]", stacked.tolist())  # pyright: ignore[reportUnknownMemberType]
     values = [f for (f, _), x in zip(tensors, numbers) if not _fine(f, x)]
     return kinds, values
 
