@@ -57,6 +57,7 @@ from ._schedule_cyclic import (
     ReduceLROnPlateau,
     SequentialLR,
 )
+from ._schedule_swa import SWALR
 from ._scheduled import LearningRate
 from .adadelta import Adadelta, AdadeltaState
 from .adafactor import Adafactor, AdafactorState
@@ -96,6 +97,7 @@ __all__ = [
     "ASGD",
     "LBFGS",
     "SGD",
+    "SWALR",
     "ASGDState",
     "Adadelta",
     "AdadeltaState",

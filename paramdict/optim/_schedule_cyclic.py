@@ -351,10 +351,10 @@ class OneCycleLR(LRSchedule):
         from ._scheduled import check_schedule_state  # a cycle
 
         check_schedule_state(self, state)
-        self.check_within(state)
+        self._check_within(state)
         return self._advance(state, state.lr)
 
-    def check_within(self, state: ScheduleState) -> None:
+    def _check_within(self, state: ScheduleState) -> None:
         """Raise if one more step would pass `total_steps` (eagerly, on the CPU)."""
         epoch = state.last_epoch + 1
         if (

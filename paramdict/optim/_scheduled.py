@@ -150,7 +150,7 @@ def advanced(schedule: Schedule, state: SlotState) -> SlotState:
     if isinstance(schedule, ReduceLROnPlateau) or not isinstance(state, ScheduleState):
         return state
     if isinstance(schedule, OneCycleLR):
-        schedule.check_within(state)
+        schedule._check_within(state)
     return schedule._advance(state, state.lr)  # pyright: ignore[reportPrivateUsage]  # this package's own
 
 
