@@ -154,6 +154,18 @@ def check_rate(name: str, value: float | Tensor) -> None:
         raise ValueError(msg)
 
 
+def refuse_epoch(schedule: object, epoch: object) -> None:
+    """Raise unless `epoch` is None: only warm restarts step to an epoch."""
+    if epoch is not None:
+        kind = type(schedule).__name__
+        msg = (
+            f"`{kind}.step` takes no epoch (torch deprecates `step(epoch)` for "
+            f"it). Step it once per epoch with `{kind}.step(state)`; only "
+            "`CosineAnnealingWarmRestarts.step(state, epoch)` jumps to an epoch."
+        )
+        raise TypeError(msg)
+
+
 def check_base(lr: Any) -> None:
     """Raise unless `lr` is a number or a 0-dim floating-point tensor."""
     if isinstance(lr, ParamDict):
@@ -268,11 +280,16 @@ class LRSchedule(abc.ABC):
         base = scalar(base_of(self, lr))
         return self._initial(base, base)
 
-    def step(self, state: ScheduleState, /) -> ScheduleState:
+    def step(
+        self, state: ScheduleState, epoch: float | None = None, /
+    ) -> ScheduleState:
         """Return the state after one `scheduler.step()`; `state` is unchanged.
 
         Args:
             state: The state from `init` or from the previous `step`.
+            epoch: Only `CosineAnnealingWarmRestarts` steps to a given epoch
+                (torch's `step(epoch)`, not deprecated there); the others
+                refuse it, since torch deprecates their `step(epoch)`.
 
         Returns:
             The next state; its `lr` is torch's `get_last_lr()[0]` after as many
@@ -286,6 +303,7 @@ class LRSchedule(abc.ABC):
         """
         from ._scheduled import check_schedule_state  # a cycle
 
+        refuse_epoch(self, epoch)
         check_schedule_state(self, state)
         return self._advance(state, state.lr)
 

@@ -30,6 +30,7 @@ from ._schedule import (
     nonzero,
     pow_,
     rdiv,
+    refuse_epoch,
     scalar,
 )
 
@@ -329,11 +330,14 @@ class OneCycleLR(LRSchedule):
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return self._values(torch.zeros_like(base))
 
-    def step(self, state: ScheduleState, /) -> ScheduleState:
+    def step(
+        self, state: ScheduleState, epoch: float | None = None, /
+    ) -> ScheduleState:
         """Return the state after one `scheduler.step()`; `state` is unchanged.
 
         Args:
             state: The state from `init` or from the previous `step`.
+            epoch: Refused (torch deprecates `step(epoch)` here).
 
         Returns:
             The next state.
@@ -350,6 +354,7 @@ class OneCycleLR(LRSchedule):
         """
         from ._scheduled import check_schedule_state  # a cycle
 
+        refuse_epoch(self, epoch)
         check_schedule_state(self, state)
         self._check_within(state)
         return self._advance(state, state.lr)
