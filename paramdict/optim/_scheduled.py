@@ -61,7 +61,13 @@ def is_schedule(value: object) -> bool:
 
 
 def cycles_momentum(schedule: Schedule) -> bool:
-    """Return whether `schedule` sets the momentum (or first beta) too."""
+    """Return whether `schedule` sets the momentum (or first beta) too.
+
+    `SequentialLR` and `ChainedScheduler` do when one of their schedules does:
+    torch's schedulers write the momentum into the optimizer they share.
+    """
+    if isinstance(schedule, (SequentialLR, ChainedScheduler)):
+        return any(cycles_momentum(s) for s in schedule.schedulers)
     return isinstance(schedule, (CyclicLR, OneCycleLR)) and schedule.cycle_momentum
 
 
