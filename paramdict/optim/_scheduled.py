@@ -13,6 +13,7 @@ the slot advances once per update: torch's `optimizer.step(); scheduler.step()`.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, TypeAlias, cast
 
 import torch
@@ -160,7 +161,20 @@ def advanced(schedule: Schedule, state: SlotState) -> SlotState:
     return schedule._advance(state, state.lr)  # pyright: ignore[reportPrivateUsage]  # this package's own
 
 
+_LAYOUTS: weakref.WeakKeyDictionary[Schedule, tuple[object, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The layout of each schedule's state: schedules are immutable, so it is kept."""
+
+
 def _layout(schedule: Schedule) -> tuple[object, ...]:
+    known = _LAYOUTS.get(schedule)
+    if known is None:
+        known = _LAYOUTS[schedule] = _build_layout(schedule)
+    return known
+
+
+def _build_layout(schedule: Schedule) -> tuple[object, ...]:
     if isinstance(schedule, ReduceLROnPlateau):
         return ("plateau",)
     counters = 2 if isinstance(schedule, CosineAnnealingWarmRestarts) else 0
@@ -218,10 +232,12 @@ def _bad_fields(state: ScheduleState | PlateauState) -> tuple[list[str], list[st
     tensors: list[tuple[str, Tensor]] = []
     for field, value in leaves:
         if not (
-            isinstance(value, Tensor) and value.dim() == 0 and value.is_floating_point()
+            isinstance(value, Tensor)
+            and value.ndim == 0
+            and value.dtype.is_floating_point
         ):
             kinds.append(field)
-        elif value.device.type == "cpu":
+        elif value.is_cpu:
             tensors.append((field, value))
     if kinds or not tensors or torch.compiler.is_compiling():
         return kinds, []
@@ -237,17 +253,23 @@ def _bad_fields(state: ScheduleState | PlateauState) -> tuple[list[str], list[st
 
 
 def check_schedule_state(
-    schedule: Schedule, state: object, *, owner: str = "", field: str = ""
+    schedule: Schedule,
+    state: object,
+    *,
+    owner: str = "",
+    field: str = "",
+    structure: bool = True,
 ) -> None:
     """Raise unless `state` is a state of `schedule`'s kind with valid values.
 
     The structure (the kind of state, its counters and children) is checked
     always; the values (finite, not negative; `best` not NaN) on the CPU,
     eagerly, not while tracing. `owner` names the optimizer holding the state
-    in its field `field` (`"schedule."`), for the message.
+    in its field `field` (`"schedule."`), for the message; `structure=False`
+    skips the structure, which the caller checked.
     """
     kind = type(schedule).__name__
-    got = _state_layout(state)
+    got = _state_layout(state) if structure else _layout(schedule)
     if got is None or got != _layout(schedule):
         what = "a" if got is None else "the state of another schedule, a"
         msg = (
@@ -309,7 +331,9 @@ def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
             f"{what}. Use the state from this optimizer's `init`."
         )
         raise ValueError(msg)
-    check_schedule_state(schedule, state, owner=name, field="schedule.")
+    check_schedule_state(
+        schedule, state, owner=name, field="schedule.", structure=False
+    )
     tensor = cast("ScheduleState | PlateauState", state).lr
     if tensor.dtype != torch.float64 and tensor.device.type != "mps":
         msg = (
