@@ -168,6 +168,8 @@ _LAYOUTS: weakref.WeakKeyDictionary[Schedule, tuple[object, ...]] = (
 
 
 def _layout(schedule: Schedule) -> tuple[object, ...]:
+    if torch.compiler.is_compiling():  # a weak mapping would break the graph
+        return _build_layout(schedule)
     known = _LAYOUTS.get(schedule)
     if known is None:
         known = _LAYOUTS[schedule] = _build_layout(schedule)
