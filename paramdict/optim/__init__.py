@@ -57,6 +57,7 @@ from ._schedule_cyclic import (
     ReduceLROnPlateau,
     SequentialLR,
 )
+from ._schedule_swa import SWALR
 from ._scheduled import LearningRate
 from ._torch_scheduler import (
     load_torch_scheduler_state_dict,
@@ -101,6 +102,7 @@ __all__ = [
     "ASGD",
     "LBFGS",
     "SGD",
+    "SWALR",
     "ASGDState",
     "Adadelta",
     "AdadeltaState",

@@ -21,6 +21,7 @@ of a complex exponential, which the CPU computes with the C library's `cos`.
 from __future__ import annotations
 
 import abc
+import math
 from typing import Any, ClassVar, NamedTuple
 
 import attrs
@@ -107,20 +108,61 @@ def nonzero(x: Tensor) -> Tensor:
     return torch.where(x == 0, torch.ones_like(x), x)
 
 
+INT64_MAX = 2**63 - 1
+"""The largest setting a schedule's tensor arithmetic can hold as an integer."""
+
+
 def check_int(name: str, value: Any, *, minimum: int) -> None:
-    """Raise unless `value` is an `int` (not a bool) of at least `minimum`."""
+    """Raise unless `value` is an `int` (not a bool) from `minimum` to `INT64_MAX`."""
     if not isinstance(value, int) or isinstance(value, bool):
         msg = f"`{name}` must be an int, got {type(value).__name__}."
         raise TypeError(msg)
     if value < minimum:
         msg = f"`{name}` must be at least {minimum}, got {value!r}."
         raise ValueError(msg)
+    if value > INT64_MAX:
+        msg = f"`{name}` must be at most 2**63 - 1 (an int64), got {value!r}."
+        raise ValueError(msg)
 
 
 def check_float(name: str, value: Any) -> None:
-    """Raise `TypeError` unless `value` is a real number (not a bool)."""
+    """Raise unless `value` is a real number (not a bool) a float can hold."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         msg = f"`{name}` must be a number, got {type(value).__name__}."
+        raise TypeError(msg)
+    if isinstance(value, int) and not -(2**1023) <= value <= 2**1023:
+        msg = f"`{name}` is too large for a float: give a value below 1e308."
+        raise ValueError(msg)
+
+
+def check_rate(name: str, value: float | Tensor) -> None:
+    """Raise unless the rate `value` is finite and not negative, as an optimizer's `lr`.
+
+    A tensor is read once on the host (not while compiling, nor on the meta device).
+    """
+    if isinstance(value, Tensor):
+        if torch.compiler.is_compiling() or value.is_meta:
+            return
+        number = float(value.detach())
+    else:
+        number = float(value)
+    if not math.isfinite(number) or number < 0:
+        msg = (
+            f"`{name}` must be finite and at least 0, got {number!r}. Give the "
+            "value the optimizer would accept for its own `lr` (or momentum)."
+        )
+        raise ValueError(msg)
+
+
+def refuse_epoch(schedule: object, epoch: object) -> None:
+    """Raise unless `epoch` is None: only warm restarts step to an epoch."""
+    if epoch is not None:
+        kind = type(schedule).__name__
+        msg = (
+            f"`{kind}.step` takes no epoch (torch deprecates `step(epoch)` for "
+            f"it). Step it once per epoch with `{kind}.step(state)`; only "
+            "`CosineAnnealingWarmRestarts.step(state, epoch)` jumps to an epoch."
+        )
         raise TypeError(msg)
 
 
@@ -140,8 +182,10 @@ def check_base(lr: Any) -> None:
                 f"floating-point tensor, got shape {tuple(lr.shape)} and {lr.dtype}."
             )
             raise ValueError(msg)
+        check_rate("base_lr", lr)
         return
     check_float("lr", lr)
+    check_rate("base_lr", lr)
 
 
 def _check_base_lr(instance: object, attribute: Any, value: Any) -> None:
@@ -236,11 +280,16 @@ class LRSchedule(abc.ABC):
         base = scalar(base_of(self, lr))
         return self._initial(base, base)
 
-    def step(self, state: ScheduleState, /) -> ScheduleState:
+    def step(
+        self, state: ScheduleState, epoch: float | None = None, /
+    ) -> ScheduleState:
         """Return the state after one `scheduler.step()`; `state` is unchanged.
 
         Args:
             state: The state from `init` or from the previous `step`.
+            epoch: Only `CosineAnnealingWarmRestarts` steps to a given epoch
+                (torch's `step(epoch)`, not deprecated there); the others
+                refuse it, since torch deprecates their `step(epoch)`.
 
         Returns:
             The next state; its `lr` is torch's `get_last_lr()[0]` after as many
@@ -252,6 +301,10 @@ class LRSchedule(abc.ABC):
             >>> schedule.step(schedule.init(1.0)).lr
             tensor(0.5000, dtype=torch.float64)
         """
+        from ._scheduled import check_schedule_state  # a cycle
+
+        refuse_epoch(self, epoch)
+        check_schedule_state(self, state)
         return self._advance(state, state.lr)
 
     @abc.abstractmethod

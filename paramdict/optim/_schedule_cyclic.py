@@ -17,17 +17,20 @@ from torch import Tensor
 
 from ._protocol import register_state
 from ._schedule import (
+    INT64_MAX,
     LRSchedule,
     ScheduleState,
     _check_base_lr,  # pyright: ignore[reportPrivateUsage]  # this package's own
     base_of,
     check_float,
     check_int,
+    check_rate,
     cos,
     new_state,
     nonzero,
     pow_,
     rdiv,
+    refuse_epoch,
     scalar,
 )
 
@@ -45,6 +48,29 @@ def _number(instance: object, attribute: Any, value: Any) -> None:
     check_float(attribute.name, value)
 
 
+def _read(value: float | Tensor) -> float:
+    """Return a one-element real tensor as the number it holds, as torch reads it.
+
+    torch's `CyclicLR` and `OneCycleLR` take tensors where they take numbers;
+    the value is read once, when the schedule is built. Anything else is
+    returned as given, for the validator to judge.
+    """
+    if (
+        isinstance(value, Tensor)
+        and value.numel() == 1
+        and not value.is_complex()
+        and not value.is_meta
+        and value.dtype != torch.bool
+    ):
+        return float(value.detach())
+    return cast(float, value)
+
+
+def _rate(instance: object, attribute: Any, value: Any) -> None:
+    check_float(attribute.name, value)
+    check_rate(attribute.name, value)
+
+
 # ---------------------------------------------------------------- CyclicLR
 
 
@@ -60,7 +86,9 @@ class CyclicLR(LRSchedule):
     with `base_lr`.
 
     Attributes:
-        base_lr: The lower rate of the cycle.
+        base_lr: The lower rate of the cycle. This and the other numbers
+            may be given as one-element tensors, as torch takes them; each is
+            read as a number when the schedule is built.
         max_lr: The upper rate of the cycle.
         step_size_up: Iterations in the increasing half of a cycle.
         step_size_down: Iterations in the decreasing half (default: `step_size_up`).
@@ -86,17 +114,17 @@ class CyclicLR(LRSchedule):
 
     takes_base: ClassVar[bool] = False
 
-    base_lr: float = attrs.field(validator=_number)  # pyright: ignore[reportIncompatibleVariableOverride]  # required here, as in torch
-    max_lr: float = attrs.field(validator=_number)
+    base_lr: float = attrs.field(converter=_read, validator=_rate)  # pyright: ignore[reportIncompatibleVariableOverride]  # required here, as in torch
+    max_lr: float = attrs.field(converter=_read, validator=_rate)
     step_size_up: int = 2000
     step_size_down: int | None = None
     mode: Literal["triangular", "triangular2", "exp_range"] = "triangular"
-    gamma: float = attrs.field(default=1.0, validator=_number)
+    gamma: float = attrs.field(converter=_read, default=1.0, validator=_number)
     scale_fn: Callable[[Tensor], float | Tensor] | None = None
     scale_mode: Literal["cycle", "iterations"] = "cycle"
     cycle_momentum: bool = True
-    base_momentum: float = attrs.field(default=0.8, validator=_number)
-    max_momentum: float = attrs.field(default=0.9, validator=_number)
+    base_momentum: float = attrs.field(converter=_read, default=0.8, validator=_rate)
+    max_momentum: float = attrs.field(converter=_read, default=0.9, validator=_rate)
 
     def __attrs_post_init__(self) -> None:
         check_int("step_size_up", self.step_size_up, minimum=1)
@@ -174,7 +202,9 @@ class OneCycleLR(LRSchedule):
     compiled step cannot raise; there the last phase continues).
 
     Attributes:
-        max_lr: The peak rate.
+        max_lr: The peak rate. This and the other numbers may be given as
+            one-element tensors, as torch takes them; each is read as a number
+            when the schedule is built.
         total_steps: The number of steps; or give `epochs` and `steps_per_epoch`.
         epochs: The number of epochs (with `steps_per_epoch`).
         steps_per_epoch: The number of steps per epoch (with `epochs`).
@@ -201,22 +231,28 @@ class OneCycleLR(LRSchedule):
 
     takes_base: ClassVar[bool] = False
 
-    max_lr: float = attrs.field(validator=_number)
+    max_lr: float = attrs.field(converter=_read, validator=_rate)
     total_steps: int | None = None
     epochs: int | None = None
     steps_per_epoch: int | None = None
     pct_start: float = 0.3
     anneal_strategy: Literal["cos", "linear"] = "cos"
     cycle_momentum: bool = True
-    base_momentum: float = attrs.field(default=0.85, validator=_number)
-    max_momentum: float = attrs.field(default=0.95, validator=_number)
-    div_factor: float = attrs.field(default=25.0, validator=_number)
-    final_div_factor: float = attrs.field(default=1e4, validator=_number)
+    base_momentum: float = attrs.field(converter=_read, default=0.85, validator=_rate)
+    max_momentum: float = attrs.field(converter=_read, default=0.95, validator=_rate)
+    div_factor: float = attrs.field(converter=_read, default=25.0, validator=_number)
+    final_div_factor: float = attrs.field(
+        converter=_read, default=1e4, validator=_number
+    )
     three_phase: bool = False
 
     def __attrs_post_init__(self) -> None:
         def positive_int(value: object) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool) and value > 0
+            return (
+                isinstance(value, int)
+                and not isinstance(value, bool)
+                and 0 < value <= INT64_MAX
+            )
 
         if self.total_steps is not None:
             if not positive_int(self.total_steps):
@@ -318,11 +354,14 @@ class OneCycleLR(LRSchedule):
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return self._values(torch.zeros_like(base))
 
-    def step(self, state: ScheduleState, /) -> ScheduleState:
+    def step(
+        self, state: ScheduleState, epoch: float | None = None, /
+    ) -> ScheduleState:
         """Return the state after one `scheduler.step()`; `state` is unchanged.
 
         Args:
             state: The state from `init` or from the previous `step`.
+            epoch: Refused (torch deprecates `step(epoch)` here).
 
         Returns:
             The next state.
@@ -337,6 +376,15 @@ class OneCycleLR(LRSchedule):
             >>> round(float(schedule.step(schedule.init(0.0)).momentum), 6)
             0.9
         """
+        from ._scheduled import check_schedule_state  # a cycle
+
+        refuse_epoch(self, epoch)
+        check_schedule_state(self, state)
+        self._check_within(state)
+        return self._advance(state, state.lr)
+
+    def _check_within(self, state: ScheduleState) -> None:
+        """Raise if one more step would pass `total_steps` (eagerly, on the CPU)."""
         epoch = state.last_epoch + 1
         if (
             not torch.compiler.is_compiling()
@@ -345,10 +393,10 @@ class OneCycleLR(LRSchedule):
         ):
             msg = (
                 f"Tried to step {int(epoch)} times. The specified number of total "
-                f"steps is {self.steps}."
+                f"steps is {self.steps}. Build the `OneCycleLR` with more "
+                "`total_steps` (or `epochs`) or stop stepping at the end of the cycle."
             )
             raise ValueError(msg)
-        return self._advance(state, state.lr)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         return self._values(state.last_epoch + 1)
@@ -430,8 +478,8 @@ class SequentialLR(LRSchedule):
                 "milestones."
             )
             raise ValueError(msg)
-        for m in self.milestones:
-            check_int("milestones[...]", m, minimum=0)
+        for i, m in enumerate(self.milestones):
+            check_int(f"milestones[{i}]", m, minimum=0)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         children = [s._initial(base, base) for s in self.schedulers]
@@ -441,12 +489,17 @@ class SequentialLR(LRSchedule):
         first = bisect_right(self.milestones, 0)
         children[first] = self.schedulers[first]._initial(base, base)
         lr = children[first].lr.clone()  # not aliased: see `new_state`
-        return new_state(base, lr, children=tuple(children))
+        # The momentum the optimizer holds: the last one a cycling child wrote
+        # (each child's constructor writes it; then the first child again).
+        momenta = [c.momentum for c in (*children, children[first])]
+        momentum = _last(momenta)
+        return new_state(base, lr, momentum=momentum, children=tuple(children))
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = state.last_epoch + 1
         children = list(state.children)
         lr = current
+        momentum = state.momentum
         # The active schedule is found with `where` over all of them, so the
         # step count stays a tensor; each child computes both of its cases.
         bounds = [-math.inf, *self.milestones, math.inf]
@@ -460,7 +513,17 @@ class SequentialLR(LRSchedule):
                 stepped = _select(at_milestone, restarted, stepped)
             children[i] = _select(active, stepped, child)
             lr = torch.where(active, stepped.lr, lr)
-        return state._replace(last_epoch=epoch, lr=lr, children=tuple(children))
+            if stepped.momentum is not None and momentum is not None:
+                momentum = torch.where(active, stepped.momentum, momentum)
+        return state._replace(
+            last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
+        )
+
+
+def _last(momenta: Sequence[Tensor | None]) -> Tensor | None:
+    """Return a copy of the last momentum that is not None (None if none is)."""
+    found = [m for m in momenta if m is not None]
+    return found[-1].clone() if found else None
 
 
 def _select(condition: Tensor, a: ScheduleState, b: ScheduleState) -> ScheduleState:
@@ -523,7 +586,8 @@ class ChainedScheduler(LRSchedule):
             child = schedule._initial(base, lr.clone())
             children.append(child)
             lr = child.lr
-        return new_state(base, lr, children=tuple(children))
+        momentum = _last([c.momentum for c in children])
+        return new_state(base, lr, momentum=momentum, children=tuple(children))
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         children: list[ScheduleState] = []
@@ -533,10 +597,31 @@ class ChainedScheduler(LRSchedule):
             children.append(child)
             lr = child.lr
         epoch = state.last_epoch + 1
-        return state._replace(last_epoch=epoch, lr=lr, children=tuple(children))
+        momentum = _last([c.momentum for c in children])
+        return state._replace(
+            last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
+        )
 
 
 # ---------------------------------------------------------------- ReduceLROnPlateau
+
+
+def _metric(metrics: object) -> float:
+    """Return `metrics` read as torch's `float(metrics)` does (numpy scalars too)."""
+    if isinstance(metrics, (bool, str, bytes)) or not hasattr(metrics, "__float__"):
+        msg = (
+            f"`metrics` must be a number, got {type(metrics).__name__}. Pass the "
+            "metric as a float, a numpy scalar or a one-element tensor."
+        )
+        raise TypeError(msg)
+    try:
+        return float(cast(Any, metrics))
+    except (TypeError, ValueError) as error:
+        msg = (
+            f"`metrics` must be one number, got {type(metrics).__name__} that "
+            f"`float` cannot read ({error}). Pass a scalar."
+        )
+        raise ValueError(msg) from error
 
 
 @register_state
@@ -676,6 +761,9 @@ class ReduceLROnPlateau:
             >>> state.best
             tensor(0.5000, dtype=torch.float64)
         """
+        from ._scheduled import check_schedule_state  # a cycle
+
+        check_schedule_state(self, state)
         if isinstance(metrics, Tensor):
             if metrics.numel() != 1:
                 msg = (
@@ -689,8 +777,7 @@ class ReduceLROnPlateau:
                 .to(dtype=torch.float64, device=state.lr.device)
             )
         else:
-            check_float("metrics", metrics)
-            current = state.lr.new_full((), float(metrics))
+            current = state.lr.new_full((), _metric(metrics))
         best = state.best
         if self.mode == "min" and self.threshold_mode == "rel":
             better = current < best * (1.0 - self.threshold)

@@ -12,6 +12,8 @@ the slot advances once per update: torch's `optimizer.step(); scheduler.step()`.
 
 from __future__ import annotations
 
+import math
+import weakref
 from typing import Any, TypeAlias, cast
 
 import torch
@@ -19,7 +21,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._hyper import Rate
+from ._hyper import Rate, is_traced
 from ._schedule import LRSchedule, ScheduleState
 from ._schedule_cyclic import (
     ChainedScheduler,
@@ -60,7 +62,13 @@ def is_schedule(value: object) -> bool:
 
 
 def cycles_momentum(schedule: Schedule) -> bool:
-    """Return whether `schedule` sets the momentum (or first beta) too."""
+    """Return whether `schedule` sets the momentum (or first beta) too.
+
+    `SequentialLR` and `ChainedScheduler` do when one of their schedules does:
+    torch's schedulers write the momentum into the optimizer they share.
+    """
+    if isinstance(schedule, (SequentialLR, ChainedScheduler)):
+        return any(cycles_momentum(s) for s in schedule.schedulers)
     return isinstance(schedule, (CyclicLR, OneCycleLR)) and schedule.cycle_momentum
 
 
@@ -141,16 +149,34 @@ def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
 def advanced(schedule: Schedule, state: SlotState) -> SlotState:
     """Return the slot after one optimizer step: one `scheduler.step()`.
 
-    `ReduceLROnPlateau` moves only with a metric (`step_schedule`); past
-    `OneCycleLR`'s `total_steps` its last phase continues (torch raises; a
-    check here would read the step on the host at every step).
+    `ReduceLROnPlateau` moves only with a metric (`step_schedule`). Stepping
+    `OneCycleLR` past its `total_steps` raises, as torch does (eagerly on the
+    CPU, where reading the step is cheap; a compiled step continues its last
+    phase).
     """
     if isinstance(schedule, ReduceLROnPlateau) or not isinstance(state, ScheduleState):
         return state
+    if isinstance(schedule, OneCycleLR):
+        schedule._check_within(state)
     return schedule._advance(state, state.lr)  # pyright: ignore[reportPrivateUsage]  # this package's own
 
 
+_LAYOUTS: weakref.WeakKeyDictionary[Schedule, tuple[object, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The layout of each schedule's state: schedules are immutable, so it is kept."""
+
+
 def _layout(schedule: Schedule) -> tuple[object, ...]:
+    if torch.compiler.is_compiling():  # a weak mapping would break the graph
+        return _build_layout(schedule)
+    known = _LAYOUTS.get(schedule)
+    if known is None:
+        known = _LAYOUTS[schedule] = _build_layout(schedule)
+    return known
+
+
+def _build_layout(schedule: Schedule) -> tuple[object, ...]:
     if isinstance(schedule, ReduceLROnPlateau):
         return ("plateau",)
     counters = 2 if isinstance(schedule, CosineAnnealingWarmRestarts) else 0
@@ -169,12 +195,118 @@ def _state_layout(state: object) -> tuple[object, ...] | None:
     return (state.momentum is not None, len(state.counters), children)
 
 
+def _fields(state: ScheduleState | PlateauState) -> list[tuple[str, object]]:
+    if isinstance(state, PlateauState):
+        return list(zip(state._fields, state))
+    names = ["last_epoch", "base_lr", "lr", "momentum"]
+    out: list[tuple[str, object]] = list(zip(names, state[:4]))
+    out += [(f"counters[{i}]", c) for i, c in enumerate(state.counters)]
+    return out
+
+
+def _leaves(
+    state: ScheduleState | PlateauState, prefix: str, out: list[tuple[str, object]]
+) -> None:
+    """Append the fields of `state` and of its children to `out`, by full name."""
+    out += [(prefix + f, v) for f, v in _fields(state) if v is not None]
+    if isinstance(state, ScheduleState):
+        for i, child in enumerate(state.children):
+            _leaves(child, f"{prefix}children[{i}].", out)
+
+
+def _fine(field: str, number: float) -> bool:
+    if field.endswith("best"):  # infinite before the first metric; never NaN
+        return not math.isnan(number)
+    # A composed schedule's later children wait at torch's `last_epoch=-1`.
+    floor = -1.0 if field.startswith("children") and field.endswith("last_epoch") else 0
+    return math.isfinite(number) and number >= floor
+
+
+def _bad_fields(state: ScheduleState | PlateauState) -> tuple[list[str], list[str]]:
+    """Return the fields of `state` (and its children) of a wrong kind, and value.
+
+    Values are read on the CPU only (where torch reads its schedules' numbers as
+    Python floats anyway), all in one read, never while tracing.
+    """
+    leaves: list[tuple[str, object]] = []
+    _leaves(state, "", leaves)
+    kinds: list[str] = []
+    tensors: list[tuple[str, Tensor]] = []
+    for field, value in leaves:
+        if not (
+            isinstance(value, Tensor)
+            and value.ndim == 0
+            and value.dtype.is_floating_point
+        ):
+            kinds.append(field)
+        elif value.is_cpu:
+            tensors.append((field, value))
+    if kinds or not tensors or torch.compiler.is_compiling():
+        return kinds, []
+    dtypes = {t.dtype for _, t in tensors}
+    if len(dtypes) > 1:
+        tensors = [(f, t.to(torch.float64)) for f, t in tensors]
+    stacked = torch.stack([t.detach() for _, t in tensors])
+    if is_traced(stacked):
+        return kinds, []
+    numbers = cast("list[float]", stacked.tolist())  # pyright: ignore[reportUnknownMemberType]
+    values = [f for (f, _), x in zip(tensors, numbers) if not _fine(f, x)]
+    return kinds, values
+
+
+def check_schedule_state(
+    schedule: Schedule,
+    state: object,
+    *,
+    owner: str = "",
+    field: str = "",
+    structure: bool = True,
+) -> None:
+    """Raise unless `state` is a state of `schedule`'s kind with valid values.
+
+    The structure (the kind of state, its counters and children) is checked
+    always; the values (finite, not negative; `best` not NaN) on the CPU,
+    eagerly, not while tracing. `owner` names the optimizer holding the state
+    in its field `field` (`"schedule."`), for the message; `structure=False`
+    skips the structure, which the caller checked.
+    """
+    kind = type(schedule).__name__
+    got = _state_layout(state) if structure else _layout(schedule)
+    if got is None or got != _layout(schedule):
+        what = "a" if got is None else "the state of another schedule, a"
+        msg = (
+            f"`{kind}.step` takes a state of this `{kind}`, got {what} "
+            f"{type(state).__name__}. Use the state from this schedule's `init` "
+            "(or the `step` before)."
+        )
+        raise (TypeError if got is None else ValueError)(msg)
+    assert isinstance(state, (ScheduleState, PlateauState))
+    kinds, values = _bad_fields(state)
+    whose = f"`{owner}`'s state" if owner else f"The state of this `{kind}`"
+    fix = "Use the state from `init` or a saved one, unchanged."
+    if kinds:
+        names = ", ".join(f"`{field}{b}`" for b in sorted(kinds))
+        msg = (
+            f"{whose} holds values of the wrong kind in {names}: each must be a "
+            f"0-dim floating-point tensor. {fix}"
+        )
+        raise TypeError(msg)
+    if values:
+        names = ", ".join(f"`{field}{b}`" for b in sorted(values))
+        msg = (
+            f"{whose} holds invalid values in {names}: each must be finite and at "
+            f"least 0 (`best` may be infinite, a later child's `last_epoch` -1). "
+            f"{fix}"
+        )
+        raise ValueError(msg)
+
+
 def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
     """Raise unless `state` (a state's `schedule` field) belongs to `schedule`.
 
     The check is structural (the kind of state, its counters and children): two
     schedules with states of one shape, such as `StepLR` and `ExponentialLR`,
-    cannot be told apart.
+    cannot be told apart. The values are checked too (`check_schedule_state`).
     """
     name = type(owner).__name__
     if not is_schedule(schedule):
@@ -201,10 +333,13 @@ def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
             f"{what}. Use the state from this optimizer's `init`."
         )
         raise ValueError(msg)
-    tensor = state.lr if isinstance(state, (ScheduleState, PlateauState)) else None
-    if not (isinstance(tensor, Tensor) and tensor.dim() == 0):
-        msg = "The state's `schedule.lr` must be a 0-dim tensor."
-        raise TypeError(msg)
+    check_schedule_state(
+        schedule, state, owner=name, field="schedule.", structure=False
+    )
+    tensor = cast("ScheduleState | PlateauState", state).lr
     if tensor.dtype != torch.float64 and tensor.device.type != "mps":
-        msg = f"The state's `schedule.lr` must be float64, got {tensor.dtype}."
+        msg = (
+            f"`{name}`'s state holds `schedule.lr` as {tensor.dtype}; it must be "
+            "float64. Use the state from `init` or a saved one, unchanged."
+        )
         raise TypeError(msg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, TypeAlias, TypeVar, cast
+from typing import Any, NamedTuple, NoReturn, TypeAlias, TypeVar, cast
 
 import attrs
 import torch
@@ -212,6 +212,35 @@ class LBFGS:
             return params, state
         check_state(params, state)
         return _Run(self, params, closure).step(state)
+
+    def step_(self, params: object, closure: object, state: object, /) -> NoReturn:
+        """Refuse: L-BFGS has no in-place step; use `step`.
+
+        Each L-BFGS step evaluates the closure at several trial points and keeps
+        its history as flat vectors, so the parameters cannot be written once,
+        in place, after every check as `step_` promises. `step` returns the new
+        parameters: assign them back (`params, state = opt.step(params,
+        closure, state)`).
+
+        Raises:
+            TypeError: Always; the message says what to use.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict(w=torch.ones(1))
+            >>> opt = optim.LBFGS()
+            >>> opt.step_(params, lambda p: p["w"].sum(), opt.init(params))
+            Traceback (most recent call last):
+            ...
+            TypeError: `LBFGS` has no in-place `step_`: ...
+        """
+        msg = (
+            "`LBFGS` has no in-place `step_`: each step evaluates the closure at "
+            "several trial points before it knows the new parameters. Use "
+            "`params, state = opt.step(params, closure, state)` and assign the "
+            "result back (or copy it into your tensors with `copy_`)."
+        )
+        raise TypeError(msg)
 
 
 def _check_params(params: ParamDict) -> None:

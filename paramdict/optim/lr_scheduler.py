@@ -177,6 +177,8 @@ def _check_milestones(instance: object, attribute: Any, value: Any) -> None:
     ):
         msg = f"`{attribute.name}` must be a sequence of ints, got {value!r}."
         raise TypeError(msg)
+    for i, m in enumerate(cast("tuple[int, ...]", value)):
+        check_int(f"{attribute.name}[{i}]", m, minimum=-(2**63))
 
 
 def _to_int_tuple(value: Iterable[int]) -> tuple[int, ...]:
@@ -490,9 +492,71 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         if not _is_int(t_mult) or t_mult < 1:
             msg = f"Expected integer `T_mult` >= 1, but got {t_mult!r}."
             raise ValueError(msg)
+        check_int("T_0", t_0, minimum=1)
+        check_int("T_mult", t_mult, minimum=1)
         if isinstance(eta_min, bool) or not isinstance(eta_min, (int, float)):
             msg = f"Expected float or int `eta_min`, but got {eta_min!r}."
             raise ValueError(msg)
+
+    def step(
+        self, state: ScheduleState, epoch: float | None = None, /
+    ) -> ScheduleState:
+        """Return the state after `scheduler.step()`, or `scheduler.step(epoch)`.
+
+        Args:
+            state: The state from `init` or from the previous `step`.
+            epoch: `None` for the next epoch; else the epoch to go to, an int or
+                a float (such as `epoch + i / iters` within an epoch), at least
+                0: torch's `step(epoch)`, with its arithmetic. The next plain
+                `step` continues from there.
+
+        Returns:
+            The new state; `state` is unchanged.
+
+        Raises:
+            TypeError: If `epoch` is not a number.
+            ValueError: If `epoch` is negative or not finite.
+
+        Example:
+            >>> from paramdict import optim
+            >>> schedule = optim.CosineAnnealingWarmRestarts(T_0=4)
+            >>> state = schedule.step(schedule.init(1.0), 2.0)
+            >>> state.lr, state.last_epoch
+            (tensor(0.5000, dtype=torch.float64), tensor(2., dtype=torch.float64))
+        """
+        from ._scheduled import check_schedule_state  # a cycle
+
+        check_schedule_state(self, state)
+        if epoch is None:
+            return self._advance(state, state.lr)
+        given = cast(object, epoch)
+        if isinstance(given, bool) or not isinstance(given, (int, float)):
+            msg = (
+                f"`epoch` must be a number, got {type(given).__name__}. Pass the "
+                "epoch as an int or a float."
+            )
+            raise TypeError(msg)
+        if not math.isfinite(epoch) or epoch < 0:
+            msg = f"Expected non-negative epoch, but got {epoch!r}."
+            raise ValueError(msg)
+        t_0, t_mult = self.T_0, self.T_mult
+        t_cur_old, t_i_old = state.counters
+        t_i: float | Tensor = t_i_old
+        if epoch >= t_0:
+            if t_mult == 1:
+                t_cur: float = epoch % t_0
+            else:
+                n = int(math.log((epoch / t_0 * (t_mult - 1) + 1), t_mult))
+                t_cur = epoch - t_0 * (t_mult**n - 1) / (t_mult - 1)
+                t_i = float(t_0 * t_mult**n)
+        else:
+            t_i, t_cur = float(t_0), epoch
+        like = t_cur_old
+        t_cur_t = like.new_full((), float(t_cur))
+        t_i_t = t_i if isinstance(t_i, Tensor) else like.new_full((), t_i)
+        lr = self._value(state.base_lr, t_cur_t, t_i_t)
+        last = like.new_full((), float(math.floor(epoch)))
+        return state._replace(last_epoch=last, lr=lr, counters=(t_cur_t, t_i_t))
 
     def _value(self, base: Tensor, t_cur: Tensor, t_i: Tensor) -> Tensor:
         eta_min = self.eta_min
