@@ -43,7 +43,7 @@ GOALS = [
     "CNN MAML (first order, loop) within 1.02x of plain dicts",
     "CNN MAML peak memory (second order, loop) within 1.02x of plain dicts",
     "iMAML peak memory flat from 5 to 100 inner steps",
-    "`import paramdict` under 50 ms",
+    "`import paramdict` under 30 ms",
 ]
 
 
