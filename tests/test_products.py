@@ -65,7 +65,8 @@ def test_hvp_equals_the_dense_hessian_through_call() -> None:
 
 # torch.func's forward mode scripts a helper on first use (torch's own warning).
 @pytest.mark.filterwarnings(
-    "ignore:`torch.jit.script` is deprecated:DeprecationWarning"
+    "ignore:`torch.jit.script` is deprecated:DeprecationWarning",
+    "ignore:`torch.jit.script` is deprecated:FutureWarning",  # torch 2.14
 )
 def test_torch_route_fails_where_hvp_works() -> None:
     """`torch.func.jvp(torch.func.grad(f))` fails on this loss; `hvp` does not."""

@@ -41,7 +41,7 @@ class LBFGSState(NamedTuple):
         ro: `1 / (y . s)` for each kept pair.
         H_diag: The scale of the initial inverse-Hessian estimate.
         prev_flat_grad: The last flat gradient.
-        prev_loss: The last loss.
+        prev_loss: The last loss (negated under `maximize`, as torch keeps it).
         layout: The keys and shapes of the parameters the flat vectors stand
             for (checked at every step; `()` in a state saved without it).
 
@@ -88,6 +88,12 @@ def _check_line_search(instance: object, attribute: Any, value: Any) -> None:
         raise ValueError(msg)
 
 
+def _check_flag(instance: object, attribute: Any, value: Any) -> None:
+    if not isinstance(value, bool):
+        msg = f"`{attribute.name}` must be True or False, got {value!r}."
+        raise TypeError(msg)
+
+
 @attrs.frozen(kw_only=True, eq=False)
 class LBFGS:
     """L-BFGS, the functional `torch.optim.LBFGS`.
@@ -115,6 +121,8 @@ class LBFGS:
         tolerance_change: Stop when the loss or the step changes less.
         history_size: The number of past updates kept.
         line_search_fn: `None` or `"strong_wolfe"`.
+        maximize: Maximize the closure's value instead of minimizing it (as
+            `torch.optim.LBFGS(maximize=True)`, torch 2.14 or newer).
 
     Raises:
         ValueError: If a hyperparameter is out of range; the message names it.
@@ -138,6 +146,7 @@ class LBFGS:
     tolerance_change: float = attrs.field(default=1e-9, validator=check_non_negative)
     history_size: int = attrs.field(default=100, validator=_check_count)
     line_search_fn: str | None = attrs.field(default=None, validator=_check_line_search)
+    maximize: bool = attrs.field(default=False, validator=_check_flag)
 
     def init(self, params: ParamDict, /) -> LBFGSState:
         """Return the state before the first step (empty history).
@@ -299,6 +308,8 @@ class _Run:
                 )
         check_grads(point, grads)
         flat = torch.cat([g.detach().reshape(-1) for g in grads.values()])
+        if self.opt.maximize:  # as torch: minimize the negated loss
+            return -float(loss), flat.neg()
         return float(loss), flat
 
     def evaluate_along(self, x: Tensor, d: Tensor, t: Any) -> tuple[float, Tensor]:

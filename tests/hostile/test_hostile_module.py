@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import script
 from _unchanged import Case, check, operands, unique_ids
 from torch import Tensor, nn
 
@@ -212,11 +213,7 @@ def _cases() -> list[Case]:
 
 
 def _scripted() -> Any:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit in 2.13
-        return torch.jit.script(nn.Linear(2, 2))
+    return script(nn.Linear(2, 2))
 
 
 ALL = unique_ids(_cases())

@@ -10,6 +10,7 @@ import attrs
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import needs_torch, torch_at_least
 from optim_cases import batches, forward, make_model
 from torch import Tensor
 
@@ -57,6 +58,48 @@ def test_rosenbrock_matches_torch(kwargs: dict[str, Any]) -> None:
     torch_state = torch_opt.state[theirs]
     assert state.n_iter == torch_state["n_iter"]
     assert state.func_evals == torch_state["func_evals"]
+
+
+@needs_torch(2, 14, "torch.optim.LBFGS(maximize=True)")
+@pytest.mark.parametrize("kwargs", SETTINGS)
+def test_maximize_matches_torch(kwargs: dict[str, Any]) -> None:
+    """Five steps maximizing the negated Rosenbrock equal torch's `maximize=True`."""
+    start = torch.tensor([-1.5, 2.0], dtype=torch.float64)
+    theirs = start.clone().requires_grad_()
+    torch_opt = torch.optim.LBFGS([theirs], **{**kwargs, "maximize": True})  # 2.14
+
+    def closure() -> Tensor:
+        torch_opt.zero_grad()
+        gain = -_rosenbrock(theirs)
+        torch.autograd.backward(gain)
+        return gain
+
+    opt = optim.LBFGS(maximize=True, **kwargs)
+    params = ParamDict(xy=start.clone())
+    state = opt.init(params)
+    for _ in range(5):
+        torch_opt.step(closure)  # type: ignore[no-untyped-call]  # torch's annotation
+        params, state = opt.step(params, lambda p: -_rosenbrock(p["xy"]), state)
+        torch.testing.assert_close(params["xy"], theirs.detach(), rtol=1e-10, atol=0)
+    torch_state = torch_opt.state[theirs]
+    assert state.n_iter == torch_state["n_iter"]
+    assert state.func_evals == torch_state["func_evals"]
+    assert state.prev_loss == torch_state["prev_loss"]
+
+
+@pytest.mark.parametrize("kwargs", SETTINGS)
+def test_maximizing_the_negated_loss_is_minimizing_it(kwargs: dict[str, Any]) -> None:
+    """`maximize=True` on `-f` takes the steps that the default takes on `f`."""
+    start = ParamDict(xy=torch.tensor([-1.5, 2.0], dtype=torch.float64))
+    low, high = optim.LBFGS(**kwargs), optim.LBFGS(maximize=True, **kwargs)
+    down, down_state = start, low.init(start)
+    up, up_state = start, high.init(start)
+    for _ in range(3):
+        down, down_state = low.step(down, lambda p: _rosenbrock(p["xy"]), down_state)
+        up, up_state = high.step(up, lambda p: -_rosenbrock(p["xy"]), up_state)
+    torch.testing.assert_close(up["xy"], down["xy"], rtol=0, atol=0)
+    assert up_state.func_evals == down_state.func_evals
+    assert not torch.equal(up["xy"], start["xy"])
 
 
 @pytest.mark.parametrize("kwargs", SETTINGS)
@@ -127,6 +170,8 @@ def test_hyperparameters_are_torchs_names_and_defaults() -> None:
     """Every field is named and defaulted as in torch.optim.LBFGS's signature."""
     signature = inspect.signature(torch.optim.LBFGS)
     fields = attrs.fields_dict(optim.LBFGS)
+    if not torch_at_least(2, 14):
+        del fields["maximize"]  # torch.optim.LBFGS has it from 2.14
     assert set(signature.parameters) - {"params"} == set(fields)
     for name, field in fields.items():
         assert field.default == signature.parameters[name].default, name
@@ -139,6 +184,7 @@ BAD = [
     ({"history_size": True}, TypeError, r"`history_size` must be an int"),
     ({"lr": -1.0}, ValueError, r"`lr`"),
     ({"tolerance_grad": -1.0}, ValueError, r"`tolerance_grad` must be non-negative"),
+    ({"maximize": 1}, TypeError, r"`maximize` must be True or False"),
 ]
 
 

@@ -20,7 +20,8 @@ from paramdict import ParamDict
 
 # torch's forward-mode AD scripts its decompositions on first use (torch 2.13).
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:`torch.jit.script` is deprecated:DeprecationWarning"
+    "ignore:`torch.jit.script` is deprecated:DeprecationWarning",
+    "ignore:`torch.jit.script` is deprecated:FutureWarning",  # torch 2.14
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import script, trace
 from torch import Tensor, nn
 from torch.nn.utils import stateless
 
@@ -115,13 +116,12 @@ def test_identity_parameters_give_the_input(fcall: Callable[..., Any]) -> None:
     torch.testing.assert_close(out, x)
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
 @CALLERS
 def test_jit_modules_are_refused_before_running(fcall: Callable[..., Any]) -> None:
     """Scripted and traced modules are refused with a clear error, nothing runs."""
     module = Mock()
     x = torch.rand(1, 1)
-    for jitted in (torch.jit.script(module), torch.jit.trace(module, x)):  # type: ignore[no-untyped-call]  # untyped in torch
+    for jitted in (script(module), trace(module, x)):
         kind = TypeError if fcall is _call else RuntimeError
         match = "TorchScript" if fcall is _call else "Jitted modules"
         with unchanged(module), pytest.raises(kind, match=match):
