@@ -32,9 +32,10 @@ from ._kernels import Kernels
 from ._keyed import check_keyed, check_real
 from ._protocol import Optimizer, recall, remember
 from ._schedule import ScheduleState
-from ._schedule_cyclic import PlateauState, ReduceLROnPlateau
+from ._schedule_cyclic import PlateauState
 from ._scheduled import (
     LearningRate,
+    Schedule,
     SlotState,
     advanced,
     check_fits,
@@ -42,6 +43,8 @@ from ._scheduled import (
     cycles_momentum,
     first_state,
     is_schedule,
+    stepped_with_metric,
+    takes_metric,
 )
 
 __all__ = ["HasStep", "TorchOptimizer"]
@@ -382,8 +385,11 @@ class TorchOptimizer(Optimizer[S]):
 
     @property
     def takes_metric(self) -> bool:
-        """Whether the `lr` is a `ReduceLROnPlateau`, moved by `step_schedule`."""
-        return isinstance(self.lr, ReduceLROnPlateau)
+        """Whether the `lr` moves with a metric (`step_schedule`).
+
+        A `ReduceLROnPlateau`, or a `ChainedScheduler` holding one.
+        """
+        return takes_metric(self.lr)
 
     @override
     def last_lr(self, state: S, /) -> list[float]:
@@ -411,7 +417,8 @@ class TorchOptimizer(Optimizer[S]):
             The state with the schedule's new rate and counters.
 
         Raises:
-            ValueError: If the `lr` is not a `ReduceLROnPlateau`.
+            ValueError: If the `lr` takes no metric (neither a
+                `ReduceLROnPlateau` nor a `ChainedScheduler` holding one).
 
         Example:
             >>> from paramdict import optim
@@ -423,18 +430,20 @@ class TorchOptimizer(Optimizer[S]):
             >>> state.schedule.lr
             tensor(0.1000, dtype=torch.float64)
         """
-        if not isinstance(self.lr, ReduceLROnPlateau):
+        if not takes_metric(self.lr):
             kind = type(self.lr).__name__
             msg = (
-                f"`step_schedule` takes a metric for a `ReduceLROnPlateau` `lr`; "
-                f"`{type(self).__name__}`'s `lr` is a {kind}, which "
-                "takes no metric (a schedule advances with every `step`)."
+                f"`step_schedule` takes a metric for a `ReduceLROnPlateau` `lr` (or "
+                f"a `ChainedScheduler` holding one); `{type(self).__name__}`'s `lr` "
+                f"is a {kind}, which takes no metric (a schedule advances with "
+                "every `step`)."
             )
             raise ValueError(msg)
         given: Any = state
         slot = getattr(given, "schedule", None)
-        check_slot(self, self.lr, slot)
-        new_slot = self.lr.step(cast(PlateauState, slot), metrics)
+        schedule = cast("Schedule", self.lr)
+        check_slot(self, schedule, slot)
+        new_slot = stepped_with_metric(schedule, slot, metrics)
         result: S = given._replace(schedule=new_slot)
         return result
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import attrs
 import torch
@@ -30,6 +30,9 @@ from torch import Tensor
 
 from .._paramdict import ParamDict
 from ._protocol import register_state
+
+if TYPE_CHECKING:
+    from ._schedule_cyclic import PlateauState
 
 __all__ = ["LRSchedule", "ScheduleState"]
 
@@ -66,7 +69,7 @@ class ScheduleState(NamedTuple):
     lr: Tensor
     momentum: Tensor | None
     counters: tuple[Tensor, ...]
-    children: tuple[ScheduleState, ...]
+    children: tuple[ScheduleState | PlateauState, ...]
 
 
 # ---------------------------------------------------------------- exact scalars
@@ -328,7 +331,7 @@ def new_state(
     last_epoch: Tensor | None = None,
     momentum: Tensor | None = None,
     counters: tuple[Tensor, ...] = (),
-    children: tuple[ScheduleState, ...] = (),
+    children: tuple[ScheduleState | PlateauState, ...] = (),
 ) -> ScheduleState:
     """Return a `ScheduleState`, at epoch 0 unless `last_epoch` is given."""
     if last_epoch is None:

@@ -405,18 +405,22 @@ class OneCycleLR(LRSchedule):
 # ---------------------------------------------------------------- combinators
 
 
-def _check_children(name: str, schedulers: Sequence[Any]) -> None:
+def _check_children(
+    name: str, schedulers: Sequence[Any], *, metric: bool = False
+) -> None:
     if len(schedulers) < 1:
         msg = f"{name} expects at least one schedule, but got none."
         raise ValueError(msg)
     for i, schedule in enumerate(schedulers):
-        if isinstance(schedule, ReduceLROnPlateau):
+        if isinstance(schedule, ReduceLROnPlateau) and not metric:
             msg = (
                 f"{name} does not support `ReduceLROnPlateau` (its `step` takes the "
-                f"metric), but got one at index {i}."
+                f"metric), but got one at index {i}. Chain it with the others in a "
+                "`ChainedScheduler`, which the optimizer's `step_schedule` steps "
+                "with the metric."
             )
             raise ValueError(msg)
-        if not isinstance(schedule, LRSchedule):
+        if not isinstance(schedule, (LRSchedule, ReduceLROnPlateau)):
             msg = (
                 f"{name} takes schedules from `paramdict.optim`; the one at index "
                 f"{i} is a {type(schedule).__name__}."
@@ -497,7 +501,8 @@ class SequentialLR(LRSchedule):
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = state.last_epoch + 1
-        children = list(state.children)
+        # A SequentialLR refuses plateaus: its children are schedule states.
+        children = [cast(ScheduleState, c) for c in state.children]
         lr = current
         momentum = state.momentum
         # The active schedule is found with `where` over all of them, so the
@@ -556,12 +561,20 @@ class ChainedScheduler(LRSchedule):
 
     Each schedule starts from the rate the previous one set, as in torch.
 
+    A `ReduceLROnPlateau` may be one of them: this is torch's pattern of two
+    schedulers stepped on one optimizer (`StepLR` every step and
+    `ReduceLROnPlateau` with the loss), since torch's own `ChainedScheduler`
+    cannot step a plateau. The other schedules advance with every `step` (the
+    plateau passes the rate on unchanged); the plateau advances when the
+    metric is given, through `step_metric` (the optimizer's `step_schedule`),
+    from the rate the others set, as torch's plateau reads the optimizer's.
+
     Attributes:
         schedulers: The schedules, applied in order at every step.
 
     Raises:
         TypeError: If a schedule is not a `paramdict.optim` schedule.
-        ValueError: If there is no schedule or one is a `ReduceLROnPlateau`.
+        ValueError: If there is no schedule.
 
     Example:
         >>> from paramdict import optim
@@ -572,35 +585,104 @@ class ChainedScheduler(LRSchedule):
         tensor(0.2500, dtype=torch.float64)
     """
 
-    schedulers: tuple[LRSchedule, ...] = attrs.field(converter=_tuple)
+    schedulers: tuple[LRSchedule | ReduceLROnPlateau, ...] = attrs.field(
+        converter=_tuple
+    )
 
     def __attrs_post_init__(self) -> None:
-        _check_children("ChainedScheduler", self.schedulers)
+        _check_children("ChainedScheduler", self.schedulers, metric=True)
+
+    @property
+    def takes_metric(self) -> bool:
+        """Whether a `ReduceLROnPlateau` is chained (`step_metric` moves it)."""
+        return any(isinstance(s, ReduceLROnPlateau) for s in self.schedulers)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        children: list[ScheduleState] = []
+        children: list[ScheduleState | PlateauState] = []
         lr = current
         for schedule in self.schedulers:
             # A copy, so no two children start out sharing one tensor (a
             # compiled `step` would see the aliasing change and recompile).
-            child = schedule._initial(base, lr.clone())
+            child: ScheduleState | PlateauState
+            if isinstance(schedule, ReduceLROnPlateau):
+                child = schedule.init(lr.clone())
+            else:
+                child = schedule._initial(base, lr.clone())
             children.append(child)
             lr = child.lr
-        momentum = _last([c.momentum for c in children])
+        momentum = _last([_momentum(c) for c in children])
         return new_state(base, lr, momentum=momentum, children=tuple(children))
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        children: list[ScheduleState] = []
+        children: list[ScheduleState | PlateauState] = []
         lr = current
         for schedule, child in zip(self.schedulers, state.children, strict=True):
-            child = schedule._advance(child, lr)
+            if isinstance(child, PlateauState):
+                # Moves with the metric only; a copy, so no two fields alias.
+                child = child._replace(lr=lr.clone())
+            else:
+                child = cast(LRSchedule, schedule)._advance(child, lr)
             children.append(child)
             lr = child.lr
         epoch = state.last_epoch + 1
-        momentum = _last([c.momentum for c in children])
+        momentum = _last([_momentum(c) for c in children])
         return state._replace(
             last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
         )
+
+    def step_metric(
+        self, state: ScheduleState, metrics: float | Tensor, /
+    ) -> ScheduleState:
+        """Return the state after the chained plateaus saw `metrics`.
+
+        torch's `plateau.step(metrics)` beside the other schedulers' `step()`:
+        each `ReduceLROnPlateau` of the chain reduces the current rate when the
+        metric stopped improving; the other schedules keep their positions.
+
+        Args:
+            state: The state from `init` or the previous step.
+            metrics: The metric: a number or a one-element tensor.
+
+        Returns:
+            The next state; `state` is unchanged.
+
+        Raises:
+            ValueError: If no `ReduceLROnPlateau` is chained.
+
+        Example:
+            >>> from paramdict import optim
+            >>> schedule = optim.ChainedScheduler(schedulers=[
+            ...     optim.StepLR(step_size=10, gamma=0.9),
+            ...     optim.ReduceLROnPlateau(patience=0, factor=0.5)])
+            >>> state = schedule.init(1.0)
+            >>> for loss in (3.0, 3.0):
+            ...     state = schedule.step_metric(schedule.step(state), loss)
+            >>> state.lr
+            tensor(0.5000, dtype=torch.float64)
+        """
+        from ._scheduled import check_schedule_state  # a cycle
+
+        if not self.takes_metric:
+            msg = (
+                "`step_metric` moves the `ReduceLROnPlateau` of a chain, and this "
+                "ChainedScheduler has none; its schedules advance with `step`."
+            )
+            raise ValueError(msg)
+        check_schedule_state(self, state)
+        children: list[ScheduleState | PlateauState] = []
+        lr = state.lr
+        for schedule, child in zip(self.schedulers, state.children, strict=True):
+            if isinstance(schedule, ReduceLROnPlateau):
+                plateau = schedule.step(
+                    cast(PlateauState, child)._replace(lr=lr), metrics
+                )
+                child, lr = plateau, plateau.lr
+            children.append(child)
+        return state._replace(lr=lr.clone(), children=tuple(children))
+
+
+def _momentum(state: ScheduleState | PlateauState) -> Tensor | None:
+    return None if isinstance(state, PlateauState) else state.momentum
 
 
 # ---------------------------------------------------------------- ReduceLROnPlateau

@@ -146,6 +146,24 @@ def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
     return first_state(lr, params).lr
 
 
+def takes_metric(lr: object) -> bool:
+    """Whether `lr` moves with a metric: a plateau, or a chain holding one."""
+    return isinstance(lr, ReduceLROnPlateau) or (
+        isinstance(lr, ChainedScheduler) and lr.takes_metric
+    )
+
+
+def stepped_with_metric(
+    schedule: Schedule, state: object, metrics: float | Tensor
+) -> ScheduleState | PlateauState:
+    """Return the slot `state` after the plateau(s) of `schedule` saw `metrics`."""
+    if isinstance(schedule, ReduceLROnPlateau):
+        return schedule.step(cast(PlateauState, state), metrics)
+    return cast(ChainedScheduler, schedule).step_metric(
+        cast(ScheduleState, state), metrics
+    )
+
+
 def advanced(schedule: Schedule, state: SlotState) -> SlotState:
     """Return the slot after one optimizer step: one `scheduler.step()`.
 
