@@ -17,6 +17,7 @@ from torch import Tensor
 
 from .._paramdict import ParamDict
 from ._hyper import check_rate
+from ._scheduled import is_schedule
 
 __all__ = ["Layout", "check_lr", "check_state", "closure_result", "layout_of"]
 
@@ -33,6 +34,14 @@ def check_lr(instance: object, attribute: Any, value: Any) -> None:
             "`lr` of `LBFGS` must be a number: L-BFGS steps all entries as one flat "
             "vector, so per-key learning rates (a ParamDict) do not apply. Pass one "
             "number, or optimize the groups with separate `LBFGS` instances."
+        )
+        raise TypeError(msg)
+    if is_schedule(value):
+        msg = (
+            f"`lr` of `LBFGS` must be a number, got a {type(value).__name__}: "
+            "`LBFGS` takes no schedule (its step runs a line search at a fixed "
+            "rate). Step the schedule yourself and give each step its rate: "
+            "`attrs.evolve(opt, lr=float(schedule_state.lr))` keeps the state valid."
         )
         raise TypeError(msg)
     check_rate(instance, attribute, value)

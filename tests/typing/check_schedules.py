@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import torch
 from torch import Tensor, nn
 from typing_extensions import assert_type
 
 from paramdict import ParamDict, optim
+
+Children: TypeAlias = "tuple[optim.ScheduleState | optim.PlateauState, ...]"
 
 
 class MyParams(ParamDict):
@@ -39,7 +43,7 @@ def check_schedules(t: Tensor) -> None:
         assert_type(schedule.step(state), optim.ScheduleState)
         assert_type(state.lr, Tensor)
         assert_type(state.momentum, Tensor | None)
-        assert_type(state.children, tuple[optim.ScheduleState, ...])
+        assert_type(state.children, Children)
     plateau = optim.ReduceLROnPlateau(mode="max")
     p_state = plateau.init(0.1)
     assert_type(p_state, optim.PlateauState)
