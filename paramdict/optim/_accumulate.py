@@ -11,10 +11,10 @@ from torch.utils import _pytree as pytree
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._hyper import check_counter, new_counter
+from ._hyper import check_counter, is_traced, new_counter
 from ._kernels import Kernels
 from ._keyed import check_keyed
-from ._protocol import Optimizer, register_state
+from ._protocol import Optimizer, _traced, recall, register_state, remember
 
 __all__ = ["MultiSteps", "MultiStepsState"]
 
@@ -83,12 +83,22 @@ class MultiSteps(Optimizer[MultiStepsState]):
     `reduction="sum"`) and the accumulator starts again from zero. On the other
     calls the parameters and the wrapped optimizer's state come back unchanged.
 
-    The wrapped optimizer is used only through its public `init`, `update` and
-    `check_state`, so any optimizer works, and `differentiable` is the wrapped
-    one's. The choice
-    between the two outcomes is a `torch.where` on a step-count tensor: nothing
-    is read back to the host and a compiled step is one graph, at the price of
-    computing the inner update at every call.
+    Any optimizer works, and `differentiable` is the wrapped one's. What a call
+    costs depends on where the count of calls can be read:
+
+    - Eager (the usual loop): the count is read on the host (on an accelerator,
+      one device sync per call), and it decides. A call that only accumulates
+      adds `grads` into the accumulator (`step_`: in place; `step`: into a new
+      one, and returns a copy of the parameters), and the wrapped optimizer does
+      not run; the `every_k`-th call runs it once, on its best path (torch's
+      fused kernel where it has one, for `step_`), then zeroes the accumulator.
+    - Traced (`torch.compile`, `torch.func` transforms such as `vmap`): the count
+      stays a tensor and the choice is a `torch.where` on it, so nothing is read
+      back and a compiled step is one graph without a guard on the count, at the
+      price of computing the wrapped update, and discarding it, on every call
+      that only accumulates.
+
+    Both forms give bitwise the same parameters and state.
 
     Attributes:
         optimizer: The optimizer to step every `every_k` calls.
@@ -179,11 +189,45 @@ class MultiSteps(Optimizer[MultiStepsState]):
     def step_count(self, state: MultiStepsState, /) -> int:
         return self.optimizer.step_count(state.inner_state)
 
+    def _calls(self, state: MultiStepsState) -> int | None:
+        """Return the count of calls with this one, read on the host; None if traced."""
+        counter = state.mini_step
+        if is_traced(counter) or _traced():
+            return None
+        return int(counter.item()) + 1
+
     @override
     def _prepare(
         self, params: ParamDict, grads: ParamDict, state: MultiStepsState
     ) -> None:
-        self.optimizer._prepare(params, grads, state.inner_state)
+        calls = self._calls(state)
+        remember(state, calls)
+        if calls is None or calls >= self.every_k:  # the wrapped optimizer steps
+            self.optimizer._prepare(params, grads, state.inner_state)
+
+    @override
+    def _step_in_place(
+        self, params: ParamDict, grads: ParamDict, state: MultiStepsState
+    ) -> MultiStepsState:
+        known, prepared = recall(state)
+        calls = cast("int | None", prepared) if known else self._calls(state)
+        if calls is None:  # traced: the `where` form of `update`, in place
+            return super()._step_in_place(params, grads, state)
+        acc = list(state.acc_grads.values())
+        torch._foreach_add_(acc, list(grads.values()))
+        if calls < self.every_k:  # accumulate only
+            state.mini_step.add_(1)
+            return state
+        if self.reduction == "mean":
+            torch._foreach_div_(acc, self.every_k)
+        inner = self.optimizer._step_in_place(
+            params, state.acc_grads, state.inner_state
+        )
+        torch._foreach_zero_(acc)
+        state.mini_step.zero_()
+        if inner is state.inner_state:
+            return state
+        return state._replace(inner_state=inner)
 
     @override
     def update(
@@ -194,6 +238,26 @@ class MultiSteps(Optimizer[MultiStepsState]):
         ops: Kernels,
         /,
     ) -> tuple[ParamDict, MultiStepsState]:
+        calls = self._calls(state)
+        if calls is None:
+            return self._selected(params, grads, state, ops)
+        acc = state.acc_grads.add(grads)
+        if calls < self.every_k:  # accumulate only
+            kept = MultiStepsState(state.mini_step + 1, acc, state.inner_state)
+            return params.clone(), kept
+        update = acc.div(self.every_k) if self.reduction == "mean" else acc
+        stepped, inner = self.optimizer.update(params, update, state.inner_state, ops)
+        restart = torch.zeros_like(state.mini_step)
+        return stepped, MultiStepsState(restart, acc.zeros_like(), inner)
+
+    def _selected(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        state: MultiStepsState,
+        ops: Kernels,
+    ) -> tuple[ParamDict, MultiStepsState]:
+        """The traced form: both outcomes computed, one chosen by `torch.where`."""
         acc = state.acc_grads.add(grads)
         mini_step = state.mini_step + 1
         # At least, not equal: a state saved with a larger `every_k` steps on its
