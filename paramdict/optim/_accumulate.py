@@ -11,6 +11,7 @@ from torch.utils import _pytree as pytree
 from typing_extensions import override
 
 from .._paramdict import ParamDict
+from ._clip import ClipGradNorm
 from ._hyper import check_counter, is_traced, new_counter
 from ._kernels import Kernels
 from ._keyed import check_keyed
@@ -220,9 +221,15 @@ class MultiSteps(Optimizer[MultiStepsState]):
             return state
         if self.reduction == "mean":
             torch._foreach_div_(acc, self.every_k)
-        inner = self.optimizer._step_in_place(
-            params, state.acc_grads, state.inner_state
+        # The mean is this step's own scratch (zeroed next): a clip in front of
+        # the wrapped optimizer scales it in place instead of copying it.
+        inner_opt = self.optimizer
+        step = (
+            inner_opt._step_in_place_clipping
+            if isinstance(inner_opt, ClipGradNorm)
+            else inner_opt._step_in_place
         )
+        inner = step(params, state.acc_grads, state.inner_state)
         torch._foreach_zero_(acc)
         state.mini_step.zero_()
         if inner is state.inner_state:

@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any, TypeVar, cast
 
 import attrs
+import torch
 from torch import Tensor
 from typing_extensions import override
 
+from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
+from .._reduce import _CLIP_EPS
 from ._hyper import check_non_negative, check_number
 from ._kernels import Kernels
 from ._protocol import Optimizer
@@ -120,6 +123,22 @@ class ClipGradNorm(Optimizer[S]):
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
         return self.optimizer._step_in_place(params, clipped, state)
+
+    def _step_in_place_clipping(
+        self, params: ParamDict, grads: ParamDict, state: S
+    ) -> S:
+        """`_step_in_place` that clips `grads` in place: scratch the caller owns.
+
+        For a wrapper whose gradients are its own buffer (`MultiSteps`' mean): the
+        same numbers as `clip_norm`'s copy, without allocating one.
+        """
+        values = list(grads.values())
+        if not values or holds_dtensors(values):
+            return self._step_in_place(params, grads, state)
+        total = grads.norm(self.norm_type)
+        coef = torch.clamp(self.max_norm / (total + _CLIP_EPS), max=1.0)
+        torch._foreach_mul_(values, [coef] * len(values))  # as `clip_norm`'s
+        return self.optimizer._step_in_place(params, grads, state)
 
     @override
     def update(
