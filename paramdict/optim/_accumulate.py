@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, cast
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 import attrs
 import torch
@@ -14,10 +15,12 @@ from .._paramdict import ParamDict
 from ._clip import ClipGradNorm
 from ._hyper import check_counter, is_traced, new_counter
 from ._kernels import Kernels
-from ._keyed import check_keyed
+from ._keyed import check_keyed, requires_grad_like
 from ._protocol import Optimizer, _traced, recall, register_state, remember
 
 __all__ = ["MultiSteps", "MultiStepsState"]
+
+P = TypeVar("P", bound=ParamDict)
 
 
 @register_state
@@ -235,6 +238,57 @@ class MultiSteps(Optimizer[MultiStepsState]):
         if inner is state.inner_state:
             return state
         return state._replace(inner_state=inner)
+
+    @override
+    def step(
+        self, params: P, grads: Mapping[str, Tensor], state: MultiStepsState, /
+    ) -> tuple[P, MultiStepsState]:
+        """Return the parameters after one call, and the next state.
+
+        As `Optimizer.step`. Eager and not differentiable, a call that only
+        accumulates returns the parameters' values as they are (new tensors
+        sharing their memory) and the new sum; the `every_k`-th hands the mean
+        to the wrapped optimizer's own `step`, so it steps on its best path
+        (torch's fused kernel on copies where it has one). Traced or
+        differentiable, `update` runs (see the class).
+
+        Args:
+            params: The parameters.
+            grads: Their gradients (a mapping with the same keys).
+            state: The state from `init` or a previous call.
+
+        Returns:
+            `(new_params, new_state)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.MultiSteps(optim.SGD(lr=1.0), every_k=2)
+            >>> params = ParamDict(w=torch.zeros(1))
+            >>> state = opt.init(params)
+            >>> for g in (1.0, 3.0):
+            ...     params, state = opt.step(params, {"w": torch.tensor([g])}, state)
+            >>> params["w"], state.mini_step
+            (tensor([-2.]), tensor(0., dtype=torch.float64))
+        """
+        if self.differentiable or _traced():
+            return super().step(params, grads, state)
+        aligned = self._checked(params, grads, state)
+        calls = self._calls(state)
+        if not params or calls is None:
+            return super().step(params, grads, state)
+        with torch.no_grad():
+            acc = state.acc_grads.add(aligned)
+            if calls < self.every_k:  # accumulate only
+                kept = requires_grad_like(params.detach(), params)
+                return kept, state._replace(
+                    mini_step=state.mini_step + 1, acc_grads=acc
+                )
+            update = acc.div(self.every_k) if self.reduction == "mean" else acc
+            restart = MultiStepsState(
+                torch.zeros_like(state.mini_step), acc.zeros_like(), state.inner_state
+            )
+        new_params, inner = self.optimizer.step(params, update, state.inner_state)
+        return new_params, restart._replace(inner_state=inner)
 
     @override
     def update(

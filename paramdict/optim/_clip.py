@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 import attrs
@@ -14,11 +15,12 @@ from .._paramdict import ParamDict
 from .._reduce import _CLIP_EPS
 from ._hyper import check_non_negative, check_number
 from ._kernels import Kernels
-from ._protocol import Optimizer
+from ._protocol import Optimizer, _traced
 
 __all__ = ["ClipGradNorm"]
 
 S = TypeVar("S")
+P = TypeVar("P", bound=ParamDict)
 
 
 def _check_norm_type(instance: object, attribute: Any, value: Any) -> None:
@@ -123,6 +125,40 @@ class ClipGradNorm(Optimizer[S]):
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
         return self.optimizer._step_in_place(params, clipped, state)
+
+    @override
+    def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
+        """Return the parameters after one update, and the next state.
+
+        As `Optimizer.step`. Eager and not differentiable, the clipped gradients
+        go to the wrapped optimizer's own `step`, so it steps on its best path
+        (torch's fused kernel on copies where it has one); otherwise (traced, or
+        differentiable) its rule runs on them.
+
+        Args:
+            params: The parameters.
+            grads: Their gradients (a mapping with the same keys).
+            state: The state from `init` or a previous step.
+
+        Returns:
+            `(new_params, new_state)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.ClipGradNorm(optim.SGD(lr=1.0), max_norm=10.0)
+            >>> params = ParamDict(w=torch.zeros(2))
+            >>> grads = {"w": torch.tensor([3.0, 4.0])}  # norm 5: not clipped
+            >>> opt.step(params, grads, opt.init(params))[0]["w"]
+            tensor([-3., -4.])
+        """
+        if self.differentiable or _traced():
+            return super().step(params, grads, state)
+        aligned = self._checked(params, grads, state)
+        if not params:
+            return params, state
+        with torch.no_grad():
+            clipped = aligned.clip_norm(self.max_norm, p=self.norm_type)
+        return self.optimizer.step(params, clipped, state)
 
     def _step_in_place_clipping(
         self, params: ParamDict, grads: ParamDict, state: S

@@ -66,37 +66,42 @@ CASES = [(2, "mean"), (3, "mean"), (3, "sum"), (1, "mean")]
 
 
 @pytest.mark.parametrize(("every_k", "reduction"), CASES)
-def test_eager_step_equals_the_where_form_bitwise(every_k: int, reduction: str) -> None:
-    """`step` gives the `where` form's parameters and state, bit for bit."""
+def test_eager_rule_equals_the_where_form_bitwise(every_k: int, reduction: str) -> None:
+    """The host-decided `update` gives the `where` form's results, bit for bit."""
     opt = _recipe(every_k, reduction)
     start = _params()
     ref, ref_state = start.clone(), opt.init(start)
-    pure, pure_state = start.clone(), opt.init(start)
+    mine, mine_state = start.clone(), opt.init(start)
     for grads in _grads(start, 4 * every_k + 1):
         ref, ref_state = _where_form(opt, ref, grads, ref_state)
-        pure, pure_state = opt.step(pure, grads, pure_state)
-        got, want = _leaves((pure, pure_state)), _leaves((ref, ref_state))
+        with torch.no_grad():
+            ops = optim.Kernels.for_params(mine)
+            mine, mine_state = opt.update(mine, grads, mine_state, ops)
+        got, want = _leaves((mine, mine_state)), _leaves((ref, ref_state))
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
-    assert opt.step_count(pure_state) == 4 + (every_k == 1)
+    assert opt.step_count(mine_state) == 4 + (every_k == 1)
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["step", "step_"])
 @pytest.mark.parametrize(("every_k", "reduction"), CASES)
-def test_step_in_place_equals_the_wrapped_step_on_the_mean(
-    every_k: int, reduction: str
+def test_step_equals_the_wrapped_step_on_the_mean(
+    every_k: int, reduction: str, in_place: bool
 ) -> None:
-    """`step_` is the wrapped `step_` on the accumulated mean, once per `every_k`."""
+    """`step`/`step_` is the wrapped one on the accumulated mean, once per `every_k`."""
     opt = _recipe(every_k, reduction)
     start = _params()
     mine, mine_state = start.clone(), opt.init(start)
     ref, ref_state = start.clone(), opt.optimizer.init(start)
+    step = opt.step_ if in_place else opt.step
+    ref_step = opt.optimizer.step_ if in_place else opt.optimizer.step
     total = [torch.zeros_like(v) for v in start.values()]
     for call, grads in enumerate(_grads(start, 4 * every_k + 1), start=1):
-        mine, mine_state = opt.step_(mine, grads, mine_state)
+        mine, mine_state = step(mine, grads, mine_state)
         total = [t + g for t, g in zip(total, grads.values(), strict=True)]
         if call % every_k == 0:
             scale = every_k if reduction == "mean" else 1
             mean = ParamDict(zip(start, [t / scale for t in total], strict=True))
-            ref, ref_state = opt.optimizer.step_(ref, mean, ref_state)
+            ref, ref_state = ref_step(ref, mean, ref_state)
             total = [torch.zeros_like(t) for t in total]
         got, want = _leaves((mine, mine_state.inner_state)), _leaves((ref, ref_state))
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
@@ -176,7 +181,7 @@ def test_failing_wrapped_step_writes_nothing() -> None:
     reason="torch.compile traces a ParamDict in one graph from torch 2.8 on",
 )
 def test_compiled_step_takes_the_where_form_and_equals_eager() -> None:
-    """Compiled, one graph serves every call and equals the eager steps bitwise."""
+    """Compiled, one graph serves every call and equals the eager rule bitwise."""
     torch._dynamo.reset()
     opt = optim.MultiSteps(optim.Adam(lr=0.01), every_k=2)
     compiled = torch.compile(opt.step, fullgraph=True, backend="eager")
@@ -184,7 +189,9 @@ def test_compiled_step_takes_the_where_form_and_equals_eager() -> None:
     eager, eager_state = start, opt.init(start)
     traced, traced_state = start, opt.init(start)
     for i, grads in enumerate(_grads(start, 5)):
-        eager, eager_state = opt.step(eager, grads, eager_state)
+        with torch.no_grad():
+            ops = optim.Kernels.for_params(eager)
+            eager, eager_state = opt.update(eager, grads, eager_state, ops)
         if i >= 2:  # compiled once: the count is not guarded on
             with torch._dynamo.config.patch(error_on_recompile=True):
                 traced, traced_state = compiled(traced, grads, traced_state)
