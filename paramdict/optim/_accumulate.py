@@ -283,12 +283,18 @@ class MultiSteps(Optimizer[MultiStepsState]):
                 return kept, state._replace(
                     mini_step=state.mini_step + 1, acc_grads=acc
                 )
-            update = acc.div(self.every_k) if self.reduction == "mean" else acc
-            restart = MultiStepsState(
-                torch.zeros_like(state.mini_step), acc.zeros_like(), state.inner_state
-            )
-        new_params, inner = self.optimizer.step(params, update, state.inner_state)
-        return new_params, restart._replace(inner_state=inner)
+            if self.reduction == "mean":  # `acc` is this call's own: divided in place
+                torch._foreach_div_(list(acc.values()), self.every_k)
+            restart = torch.zeros_like(state.mini_step)
+        new_params, inner = self.optimizer.step(params, acc, state.inner_state)
+        with torch.no_grad():
+            if isinstance(self.optimizer, ClipGradNorm):
+                # It stepped on a clipped copy, so `acc` is still this call's
+                # own: it becomes the next accumulator.
+                torch._foreach_zero_(list(acc.values()))
+            else:  # the wrapped state may hold the gradients it was given
+                acc = acc.zeros_like()
+        return new_params, MultiStepsState(restart, acc, inner)
 
     @override
     def update(
