@@ -222,17 +222,18 @@ class MultiSteps(Optimizer[MultiStepsState]):
         if calls < self.every_k:  # accumulate only
             state.mini_step.add_(1)
             return state
-        if self.reduction == "mean":
-            torch._foreach_div_(acc, self.every_k)
-        # The mean is this step's own scratch (zeroed next): a clip in front of
-        # the wrapped optimizer scales it in place instead of copying it.
+        divisor = self.every_k if self.reduction == "mean" else 1
         inner_opt = self.optimizer
-        step = (
-            inner_opt._step_in_place_clipping
-            if isinstance(inner_opt, ClipGradNorm)
-            else inner_opt._step_in_place
-        )
-        inner = step(params, state.acc_grads, state.inner_state)
+        if isinstance(inner_opt, ClipGradNorm):
+            # The sum is this step's own scratch (zeroed next): a clip in front
+            # of the wrapped optimizer scales it in place instead of copying it.
+            inner = inner_opt._step_in_place_clipping(
+                params, state.acc_grads, state.inner_state, divisor
+            )
+        else:
+            if divisor != 1:
+                torch._foreach_div_(acc, divisor)
+            inner = inner_opt._step_in_place(params, state.acc_grads, state.inner_state)
         torch._foreach_zero_(acc)
         state.mini_step.zero_()
         if inner is state.inner_state:

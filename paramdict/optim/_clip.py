@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
@@ -161,18 +162,33 @@ class ClipGradNorm(Optimizer[S]):
         return self.optimizer.step(params, clipped, state)
 
     def _step_in_place_clipping(
-        self, params: ParamDict, grads: ParamDict, state: S
+        self, params: ParamDict, grads: ParamDict, state: S, divisor: int = 1
     ) -> S:
-        """`_step_in_place` that clips `grads` in place: scratch the caller owns.
+        """`_step_in_place` on `grads / divisor`, clipping `grads` in place.
 
-        For a wrapper whose gradients are its own buffer (`MultiSteps`' mean): the
-        same numbers as `clip_norm`'s copy, without allocating one.
+        For a wrapper whose gradients are its own scratch (`MultiSteps`' sum of
+        `divisor` micro-batches): the same numbers as dividing, then
+        `clip_norm`'s copy, without the copy. Where `divisor` is a power of two
+        and the norm is the 2-norm or the largest value, the division is folded
+        into the clipping factor (both scale by a power of two, exactly, for
+        values in the normal range), which saves a pass over the gradients.
         """
         values = list(grads.values())
-        if not values or holds_dtensors(values):
-            return self._step_in_place(params, grads, state)
+        folded = divisor == 1 or (
+            divisor & (divisor - 1) == 0 and self.norm_type in (2.0, math.inf)
+        )
+        if not values or holds_dtensors(values) or not folded:
+            if divisor != 1:
+                torch._foreach_div_(values, divisor)
+            if not values or holds_dtensors(values):
+                return self._step_in_place(params, grads, state)
+            divisor = 1
         total = grads.norm(self.norm_type)
+        if divisor != 1:
+            total = total / divisor  # the norm of `grads / divisor`, exactly
         coef = torch.clamp(self.max_norm / (total + _CLIP_EPS), max=1.0)
+        if divisor != 1:
+            coef = coef / divisor
         torch._foreach_mul_(values, [coef] * len(values))  # as `clip_norm`'s
         return self.optimizer._step_in_place(params, grads, state)
 

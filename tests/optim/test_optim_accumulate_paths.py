@@ -18,7 +18,9 @@ def _warmup_cosine(epoch: Any) -> float:
     return (e + 1) / 3 if e < 3 else 0.5 * (1 + math.cos(math.pi * (e - 3) / 10))
 
 
-def _recipe(every_k: int, reduction: Any = "mean") -> optim.MultiSteps:
+def _recipe(
+    every_k: int, reduction: Any = "mean", max_norm: float = 0.5
+) -> optim.MultiSteps:
     """Clipping in front of decay / no-decay AdamW groups on a schedule."""
 
     def lr() -> optim.LambdaLR:
@@ -28,7 +30,7 @@ def _recipe(every_k: int, reduction: Any = "mean") -> optim.MultiSteps:
         {lambda _, t: t.dim() >= 2: optim.AdamW(lr=lr(), weight_decay=0.1)},
         default=optim.AdamW(lr=lr(), weight_decay=0.0),
     )
-    inner = optim.ClipGradNorm(groups, max_norm=0.5)
+    inner = optim.ClipGradNorm(groups, max_norm=max_norm)
     return optim.MultiSteps(inner, every_k=every_k, reduction=reduction)
 
 
@@ -62,7 +64,7 @@ def _leaves(tree: object) -> list[Tensor]:
     return [t for t in pytree.tree_leaves(tree) if isinstance(t, Tensor)]
 
 
-CASES = [(2, "mean"), (3, "mean"), (3, "sum"), (1, "mean")]
+CASES = [(2, "mean"), (3, "mean"), (4, "mean"), (3, "sum"), (1, "mean")]
 
 
 @pytest.mark.parametrize(("every_k", "reduction"), CASES)
@@ -82,13 +84,14 @@ def test_eager_rule_equals_the_where_form_bitwise(every_k: int, reduction: str) 
     assert opt.step_count(mine_state) == 4 + (every_k == 1)
 
 
+@pytest.mark.parametrize("max_norm", [0.5, 1e3], ids=["clipped", "unclipped"])
 @pytest.mark.parametrize("in_place", [False, True], ids=["step", "step_"])
 @pytest.mark.parametrize(("every_k", "reduction"), CASES)
 def test_step_equals_the_wrapped_step_on_the_mean(
-    every_k: int, reduction: str, in_place: bool
+    every_k: int, reduction: str, in_place: bool, max_norm: float
 ) -> None:
     """`step`/`step_` is the wrapped one on the accumulated mean, once per `every_k`."""
-    opt = _recipe(every_k, reduction)
+    opt = _recipe(every_k, reduction, max_norm)
     start = _params()
     mine, mine_state = start.clone(), opt.init(start)
     ref, ref_state = start.clone(), opt.optimizer.init(start)
