@@ -93,16 +93,21 @@ class MultiSteps(Optimizer[MultiStepsState]):
     - Eager (the usual loop): the count is read on the host (on an accelerator,
       one device sync per call), and it decides. A call that only accumulates
       adds `grads` into the accumulator (`step_`: in place; `step`: into a new
-      one, and returns a copy of the parameters), and the wrapped optimizer does
-      not run; the `every_k`-th call runs it once, on its best path (torch's
-      fused kernel where it has one, for `step_`), then zeroes the accumulator.
-    - Traced (`torch.compile`, `torch.func` transforms such as `vmap`): the count
-      stays a tensor and the choice is a `torch.where` on it, so nothing is read
-      back and a compiled step is one graph without a guard on the count, at the
-      price of computing the wrapped update, and discarding it, on every call
-      that only accumulates.
+      one, returning the parameters' values as they are) and the wrapped
+      optimizer does not run, nor its schedule; the `every_k`-th call runs the
+      wrapped optimizer's own `step_` or `step` once on the mean, on its best
+      path (torch's fused kernel where it has one), then zeroes the
+      accumulator. Behind a `ClipGradNorm`, `step_` clips the mean in place.
+      A differentiable step decides the same way and runs the wrapped rule.
+    - Traced (`torch.compile`, `torch.func` transforms such as `vmap`): the
+      count stays a tensor and the choice is a `torch.where` on it, so nothing is read back and a compiled step is one
+      graph without a guard on the count, at the price of computing the
+      wrapped rule, and discarding its result, on every call that only
+      accumulates.
 
-    Both forms give bitwise the same parameters and state.
+    Eager, the parameters and state are bitwise those of the wrapped
+    optimizer's `step_` (or `step`) on the mean gradient; the traced form is
+    bitwise the wrapped rule (`update`) on it.
 
     Attributes:
         optimizer: The optimizer to step every `every_k` calls.
