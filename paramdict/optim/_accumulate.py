@@ -100,10 +100,10 @@ class MultiSteps(Optimizer[MultiStepsState]):
       accumulator. Behind a `ClipGradNorm`, `step_` clips the mean in place.
       A differentiable step decides the same way and runs the wrapped rule.
     - Traced (`torch.compile`, `torch.func` transforms such as `vmap`): the
-      count stays a tensor and the choice is a `torch.where` on it, so nothing is read back and a compiled step is one
-      graph without a guard on the count, at the price of computing the
-      wrapped rule, and discarding its result, on every call that only
-      accumulates.
+      count stays a tensor and the choice is a `torch.where` on it, so nothing
+      is read back and a compiled step is one graph without a guard on the
+      count, at the price of computing the wrapped rule, and discarding its
+      result, on every call that only accumulates.
 
     Eager, the parameters and state are bitwise those of the wrapped
     optimizer's `step_` (or `step`) on the mean gradient; the traced form is
