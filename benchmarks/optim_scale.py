@@ -37,6 +37,13 @@ history as `2 * history_size` flat vectors of all 124M parameters (5 GB at
 with other jobs, and a step would take tens of seconds; the 50 x 400,000 rows show
 the costs per flat vector already.
 
+The nanoGPT recipe (`--optimizers "nanoGPT recipe"`) times the optimizer work of
+one training step at GPT-2 small's shapes, its 2 micro-batches' gradients given:
+`MultiSteps(ClipGradNorm(ParamGroups(...)))` with AdamW groups (decay on the
+entries of 2 or more dimensions) at a warm-up + cosine rate, then an EMA, against
+torch.optim's `AdamW(fused=True)` + `LambdaLR` + `clip_grad_norm_(foreach=True)` and
+the same EMA (see `_recipe_row`).
+
 On one thread of the 2-core machine of the docs, shared with other jobs, a full run
 of this section took about 37 minutes: 10 for the four optimizers with targets
 (compile and peak memory included), 27 for the others, of which Muon (about 12 s a
