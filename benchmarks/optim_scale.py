@@ -37,6 +37,13 @@ history as `2 * history_size` flat vectors of all 124M parameters (5 GB at
 with other jobs, and a step would take tens of seconds; the 50 x 400,000 rows show
 the costs per flat vector already.
 
+The nanoGPT recipe (`--optimizers "nanoGPT recipe"`) times the optimizer work of
+one training step at GPT-2 small's shapes, its 2 micro-batches' gradients given:
+`MultiSteps(ClipGradNorm(ParamGroups(...)))` with AdamW groups (decay on the
+entries of 2 or more dimensions) at a warm-up + cosine rate, then an EMA, against
+torch.optim's `AdamW(fused=True)` + `LambdaLR` + `clip_grad_norm_(foreach=True)` and
+the same EMA (see `_recipe_row`).
+
 On one thread of the 2-core machine of the docs, shared with other jobs, a full run
 of this section took about 37 minutes: 10 for the four optimizers with targets
 (compile and peak memory included), 27 for the others, of which Muon (about 12 s a
@@ -55,7 +62,7 @@ import math
 import os
 import statistics
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -99,7 +106,9 @@ CLOSURE = small.TORCH_CLOSURE
 LBFGS: dict[str, Any] = {"max_iter": 5, "history_size": 5}
 SCHEDULED = "AdamW warm-up + cosine"
 """AdamW whose rate follows a warm-up + cosine `LambdaLR`, stepped every call."""
-OPTIMIZERS = (*SETTINGS, "LBFGS", SCHEDULED)
+RECIPE = "nanoGPT recipe"
+"""The optimizer work of a nanoGPT step: clip, AdamW groups, EMA, 2 micro-batches."""
+OPTIMIZERS = (*SETTINGS, "LBFGS", SCHEDULED, RECIPE)
 """Every optimizer of this section, the names `--optimizers` takes."""
 WIDE = "50 x 400,000"
 GPT2 = "GPT-2 small (148 tensors)"
@@ -357,6 +366,27 @@ def measure(config: Config) -> Section:
                 1.10,
             )
         )
+    if RECIPE in _chosen([RECIPE], config):
+        row = _recipe_row(timing)
+        section.rows.append(row)
+        section.targets += [
+            ratio_target(
+                f"{RECIPE}: `step_` within 1.10x of torch.optim fused with the same "
+                f"clip, schedule and EMA, {GPT2}",
+                row,
+                IN_PLACE,
+                FUSED,
+                1.10,
+            ),
+            ratio_target(
+                f"{RECIPE}: default `step` within 1.30x of torch.optim fused with "
+                f"the same clip, schedule and EMA, {GPT2}",
+                row,
+                OURS,
+                FUSED,
+                1.30,
+            ),
+        ]
     measured = [n for n in SETTINGS if n not in TARGETED]
     for name in _chosen(measured, config):
         section.rows += _measured_rows(name, timing)
@@ -419,6 +449,125 @@ def _scheduled_torch(
     def run() -> object:
         opt.step()
         sched.step()
+        return tensors
+
+    return run
+
+
+RECIPE_ADAMW: dict[str, Any] = {"betas": (0.9, 0.95), "eps": 1e-8}
+RECIPE_LR = 6e-4
+RECIPE_DECAY = 0.1
+RECIPE_EMA = 0.999
+RECIPE_MICRO = 2
+
+
+def _recipe_row(timing: Config, size: str = GPT2) -> Row:
+    """One optimizer step of nanoGPT's recipe, its 2 micro-batches' gradients given.
+
+    Each call takes one optimizer step: 2 micro-batches' gradients accumulated,
+    clipped to a global norm of 1.0, AdamW in two groups (weight decay 0.1 on the
+    entries of 2 or more dimensions, none on the others) at a warm-up + cosine
+    rate, then an EMA (decay 0.999) of the parameters. Ours: `MultiSteps(
+    ClipGradNorm(ParamGroups(...)), every_k=2)` called once per micro-batch, the
+    EMA a `ParamDict.lerp` (`step`) or `torch._foreach_lerp_` (`step_`). torch's:
+    one accumulating op per micro-batch into `.grad` (a copy, then an add: what
+    backward does when it writes and then accumulates the micro-batch gradients,
+    each scaled by 1/2 as the loss is), `clip_grad_norm_(foreach=True)`,
+    `AdamW(fused=True)`, `LambdaLR`, and the same `torch._foreach_lerp_`.
+    """
+    keys, values, grads = _data(size)
+    gen = torch.Generator().manual_seed(1)
+    second = [torch.randn(g.shape, generator=gen) * 0.01 for g in grads]
+    micro = [ParamDict(zip(keys, grads)), ParamDict(zip(keys, second))]
+    scaled = [[g / RECIPE_MICRO for g in grads], [g / RECIPE_MICRO for g in second]]
+    candidates: dict[str, Callable[[], object]] = {}
+    with torch.inference_mode(False):
+        for mode in (OURS, IN_PLACE):
+            params = ParamDict(zip(keys, [v.clone() for v in values]))
+            candidates[mode] = _recipe_ours(params, micro, mode)
+        del micro
+        candidates[FUSED] = _recipe_torch(values, scaled)
+        del scaled
+        _agree(candidates)
+        return Row.from_timings(
+            f"{RECIPE} step (clip, AdamW groups, warm-up + cosine, "
+            f"{RECIPE_MICRO} micro-batches, EMA)",
+            size,
+            timing.time(candidates),
+        )
+
+
+def _recipe_optimizer() -> optim.Optimizer[Any]:
+    def lr() -> optim.LambdaLR:
+        return optim.LambdaLR(base_lr=RECIPE_LR, lr_lambda=_warmup_cosine)
+
+    def decayed(key: str, value: Tensor) -> bool:
+        return value.dim() >= 2
+
+    groups = optim.ParamGroups(
+        {decayed: optim.AdamW(lr=lr(), weight_decay=RECIPE_DECAY, **RECIPE_ADAMW)},
+        default=optim.AdamW(lr=lr(), weight_decay=0.0, **RECIPE_ADAMW),
+    )
+    inner = optim.ClipGradNorm(groups, max_norm=1.0)
+    return optim.MultiSteps(inner, every_k=RECIPE_MICRO)
+
+
+def _recipe_ours(
+    params: ParamDict, micro: list[ParamDict], mode: str
+) -> Callable[[], object]:
+    opt = _recipe_optimizer()
+    carried: list[Any] = [params, opt.init(params), params.clone()]
+    if mode == IN_PLACE:
+        ema = list(carried[2].values())
+        values = list(params.values())  # `step_` writes into these
+
+        def run_() -> object:
+            for grads in micro:
+                carried[0], carried[1] = opt.step_(carried[0], grads, carried[1])
+            torch._foreach_lerp_(ema, values, 1 - RECIPE_EMA)
+            return carried[0]
+
+        return run_
+
+    def run() -> object:
+        for grads in micro:
+            carried[0], carried[1] = opt.step(carried[0], grads, carried[1])
+        carried[2] = carried[2].lerp(carried[0], 1 - RECIPE_EMA)
+        return carried[0]
+
+    return run
+
+
+def _recipe_torch(
+    values: list[Tensor], scaled: list[list[Tensor]]
+) -> Callable[[], object]:
+    tensors = [v.clone().requires_grad_() for v in values]
+    for tensor in tensors:
+        tensor.grad = torch.zeros_like(tensor)
+    decay = [t for t in tensors if t.dim() >= 2]
+    no_decay = [t for t in tensors if t.dim() < 2]
+    opt = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": RECIPE_DECAY},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=RECIPE_LR,
+        fused=True,
+        **RECIPE_ADAMW,
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine)
+    grads = [cast(Tensor, t.grad) for t in tensors]
+    ema = [t.detach().clone() for t in tensors]
+    detached = [t.detach() for t in tensors]
+
+    def run() -> object:
+        torch._foreach_copy_(grads, scaled[0])
+        for more in scaled[1:]:
+            torch._foreach_add_(grads, more)
+        torch.nn.utils.clip_grad_norm_(tensors, 1.0, foreach=True)
+        opt.step()
+        sched.step()
+        torch._foreach_lerp_(ema, detached, 1 - RECIPE_EMA)
         return tensors
 
     return run

@@ -10,10 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import _runner, optim_scale
 from benchmarks import optim as small
 from benchmarks._report import OURS, Config
+from paramdict import ParamDict
 
 TINY_GPT2 = [
     ("wte.weight", (40, 8)),
@@ -50,7 +52,10 @@ def test_every_optimizer_is_in_a_section() -> None:
         "Adamax", "Adadelta", "Rprop", "ASGD", "Adafactor", "Muon", "LBFGS",
     }  # fmt: skip
     assert set(small.OPTIMIZERS) == everything
-    assert set(optim_scale.OPTIMIZERS) == everything | {optim_scale.SCHEDULED}
+    assert set(optim_scale.OPTIMIZERS) == everything | {
+        optim_scale.SCHEDULED,
+        optim_scale.RECIPE,
+    }
 
 
 @pytest.mark.parametrize("name", MEASURED)
@@ -100,6 +105,46 @@ def test_model_scale_scheduled_row_agrees_and_is_timed(
         optim_scale.FUSED,
     ]
     assert all(m > 0 for m in row.medians.values())
+
+
+def test_model_scale_recipe_row_agrees_and_is_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The nanoGPT recipe is timed, `step` and `step_` against torch's fused path."""
+    monkeypatch.setattr(optim_scale, "shapes", _tiny)
+    row = optim_scale._recipe_row(_config())
+    assert row.case.startswith(f"{optim_scale.RECIPE} step")
+    assert row.size == optim_scale.GPT2
+    assert list(row.medians) == [OURS, optim_scale.IN_PLACE, optim_scale.FUSED]
+    assert all(m > 0 for m in row.medians.values())
+
+
+def test_model_scale_recipe_candidates_agree_with_torch_over_rounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ours and torch's recipe give the same parameters over 5 steps (1e-5)."""
+    monkeypatch.setattr(optim_scale, "shapes", _tiny)
+    keys, values, grads = optim_scale._data(optim_scale.GPT2)
+    second = [g.flip(0) for g in grads]
+    micro = [dict(zip(keys, grads)), dict(zip(keys, second))]
+    scaled = [[g / 2 for g in grads], [g / 2 for g in second]]
+    ours = {
+        mode: optim_scale._recipe_ours(
+            ParamDict(zip(keys, [v.clone() for v in values])),
+            [ParamDict(m) for m in micro],
+            mode,
+        )
+        for mode in (OURS, optim_scale.IN_PLACE)
+    }
+    theirs = optim_scale._recipe_torch(values, scaled)
+    for _ in range(5):
+        expected = theirs()
+        assert isinstance(expected, list)
+        for run in ours.values():
+            got = run()
+            assert isinstance(got, ParamDict)
+            for a, b in zip(got.values(), expected, strict=True):
+                torch.testing.assert_close(a, b.detach(), rtol=1e-5, atol=1e-6)
 
 
 def test_muon_matrices_keep_each_size_s_element_count() -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, cast
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 import attrs
 import torch
@@ -11,12 +12,15 @@ from torch.utils import _pytree as pytree
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._hyper import check_counter, new_counter
+from ._clip import ClipGradNorm
+from ._hyper import check_counter, is_traced, new_counter
 from ._kernels import Kernels
-from ._keyed import check_keyed
-from ._protocol import Optimizer, register_state
+from ._keyed import check_keyed, requires_grad_like
+from ._protocol import Optimizer, _traced, recall, register_state, remember
 
 __all__ = ["MultiSteps", "MultiStepsState"]
+
+P = TypeVar("P", bound=ParamDict)
 
 
 @register_state
@@ -83,12 +87,27 @@ class MultiSteps(Optimizer[MultiStepsState]):
     `reduction="sum"`) and the accumulator starts again from zero. On the other
     calls the parameters and the wrapped optimizer's state come back unchanged.
 
-    The wrapped optimizer is used only through its public `init`, `update` and
-    `check_state`, so any optimizer works, and `differentiable` is the wrapped
-    one's. The choice
-    between the two outcomes is a `torch.where` on a step-count tensor: nothing
-    is read back to the host and a compiled step is one graph, at the price of
-    computing the inner update at every call.
+    Any optimizer works, and `differentiable` is the wrapped one's. What a call
+    costs depends on where the count of calls can be read:
+
+    - Eager (the usual loop): the count is read on the host (on an accelerator,
+      one device sync per call), and it decides. A call that only accumulates
+      adds `grads` into the accumulator (`step_`: in place; `step`: into a new
+      one, returning the parameters' values as they are) and the wrapped
+      optimizer does not run, nor its schedule; the `every_k`-th call runs the
+      wrapped optimizer's own `step_` or `step` once on the mean, on its best
+      path (torch's fused kernel where it has one), then zeroes the
+      accumulator. Behind a `ClipGradNorm`, `step_` clips the mean in place.
+      A differentiable step decides the same way and runs the wrapped rule.
+    - Traced (`torch.compile`, `torch.func` transforms such as `vmap`): the
+      count stays a tensor and the choice is a `torch.where` on it, so nothing
+      is read back and a compiled step is one graph without a guard on the
+      count, at the price of computing the wrapped rule, and discarding its
+      result, on every call that only accumulates.
+
+    Eager, the parameters and state are bitwise those of the wrapped
+    optimizer's `step_` (or `step`) on the mean gradient; the traced form is
+    bitwise the wrapped rule (`update`) on it.
 
     Attributes:
         optimizer: The optimizer to step every `every_k` calls.
@@ -179,11 +198,109 @@ class MultiSteps(Optimizer[MultiStepsState]):
     def step_count(self, state: MultiStepsState, /) -> int:
         return self.optimizer.step_count(state.inner_state)
 
+    def _calls(self, state: MultiStepsState) -> int | None:
+        """Return the count of calls with this one, read on the host; None if traced."""
+        counter = state.mini_step
+        if is_traced(counter) or _traced():
+            return None
+        return int(counter.item()) + 1
+
     @override
     def _prepare(
         self, params: ParamDict, grads: ParamDict, state: MultiStepsState
     ) -> None:
-        self.optimizer._prepare(params, grads, state.inner_state)
+        calls = self._calls(state)
+        remember(state, calls)
+        if calls is None or calls >= self.every_k:  # the wrapped optimizer steps
+            self.optimizer._prepare(params, grads, state.inner_state)
+
+    @override
+    def _step_in_place(
+        self, params: ParamDict, grads: ParamDict, state: MultiStepsState
+    ) -> MultiStepsState:
+        known, prepared = recall(state)
+        calls = cast("int | None", prepared) if known else self._calls(state)
+        if calls is None:  # traced: the `where` form of `update`, in place
+            return super()._step_in_place(params, grads, state)
+        acc = list(state.acc_grads.values())
+        torch._foreach_add_(acc, list(grads.values()))
+        if calls < self.every_k:  # accumulate only
+            state.mini_step.add_(1)
+            return state
+        divisor = self.every_k if self.reduction == "mean" else 1
+        inner_opt = self.optimizer
+        if isinstance(inner_opt, ClipGradNorm):
+            # The sum is this step's own scratch (zeroed next): a clip in front
+            # of the wrapped optimizer scales it in place instead of copying it.
+            inner = inner_opt._step_in_place_clipping(
+                params, state.acc_grads, state.inner_state, divisor
+            )
+        else:
+            if divisor != 1:
+                torch._foreach_div_(acc, divisor)
+            inner = inner_opt._step_in_place(params, state.acc_grads, state.inner_state)
+        torch._foreach_zero_(acc)
+        state.mini_step.zero_()
+        if inner is state.inner_state:
+            return state
+        return state._replace(inner_state=inner)
+
+    @override
+    def step(
+        self, params: P, grads: Mapping[str, Tensor], state: MultiStepsState, /
+    ) -> tuple[P, MultiStepsState]:
+        """Return the parameters after one call, and the next state.
+
+        As `Optimizer.step`. Eager and not differentiable, a call that only
+        accumulates returns the parameters' values as they are (new tensors
+        sharing their memory) and the new sum; the `every_k`-th hands the mean
+        to the wrapped optimizer's own `step`, so it steps on its best path
+        (torch's fused kernel on copies where it has one). Traced or
+        differentiable, `update` runs (see the class).
+
+        Args:
+            params: The parameters.
+            grads: Their gradients (a mapping with the same keys).
+            state: The state from `init` or a previous call.
+
+        Returns:
+            `(new_params, new_state)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.MultiSteps(optim.SGD(lr=1.0), every_k=2)
+            >>> params = ParamDict(w=torch.zeros(1))
+            >>> state = opt.init(params)
+            >>> for g in (1.0, 3.0):
+            ...     params, state = opt.step(params, {"w": torch.tensor([g])}, state)
+            >>> params["w"], state.mini_step
+            (tensor([-2.]), tensor(0., dtype=torch.float64))
+        """
+        if self.differentiable or _traced():
+            return super().step(params, grads, state)
+        aligned = self._checked(params, grads, state)
+        calls = self._calls(state)
+        if not params or calls is None:
+            return super().step(params, grads, state)
+        with torch.no_grad():
+            acc = state.acc_grads.add(aligned)
+            if calls < self.every_k:  # accumulate only
+                kept = requires_grad_like(params.detach(), params)
+                return kept, state._replace(
+                    mini_step=state.mini_step + 1, acc_grads=acc
+                )
+            if self.reduction == "mean":  # `acc` is this call's own: divided in place
+                torch._foreach_div_(list(acc.values()), self.every_k)
+            restart = torch.zeros_like(state.mini_step)
+        new_params, inner = self.optimizer.step(params, acc, state.inner_state)
+        with torch.no_grad():
+            if isinstance(self.optimizer, ClipGradNorm):
+                # It stepped on a clipped copy, so `acc` is still this call's
+                # own: it becomes the next accumulator.
+                torch._foreach_zero_(list(acc.values()))
+            else:  # the wrapped state may hold the gradients it was given
+                acc = acc.zeros_like()
+        return new_params, MultiStepsState(restart, acc, inner)
 
     @override
     def update(
@@ -194,6 +311,26 @@ class MultiSteps(Optimizer[MultiStepsState]):
         ops: Kernels,
         /,
     ) -> tuple[ParamDict, MultiStepsState]:
+        calls = self._calls(state)
+        if calls is None:
+            return self._selected(params, grads, state, ops)
+        acc = state.acc_grads.add(grads)
+        if calls < self.every_k:  # accumulate only
+            kept = MultiStepsState(state.mini_step + 1, acc, state.inner_state)
+            return params.clone(), kept
+        update = acc.div(self.every_k) if self.reduction == "mean" else acc
+        stepped, inner = self.optimizer.update(params, update, state.inner_state, ops)
+        restart = torch.zeros_like(state.mini_step)
+        return stepped, MultiStepsState(restart, acc.zeros_like(), inner)
+
+    def _selected(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        state: MultiStepsState,
+        ops: Kernels,
+    ) -> tuple[ParamDict, MultiStepsState]:
+        """The traced form: both outcomes computed, one chosen by `torch.where`."""
         acc = state.acc_grads.add(grads)
         mini_step = state.mini_step + 1
         # At least, not equal: a state saved with a larger `every_k` steps on its

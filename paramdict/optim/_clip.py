@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 import attrs
+import torch
 from torch import Tensor
 from typing_extensions import override
 
+from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
+from .._reduce import _CLIP_EPS
 from ._hyper import check_non_negative, check_number
 from ._kernels import Kernels
-from ._protocol import Optimizer
+from ._protocol import Optimizer, _traced
 
 __all__ = ["ClipGradNorm"]
 
 S = TypeVar("S")
+P = TypeVar("P", bound=ParamDict)
 
 
 def _check_norm_type(instance: object, attribute: Any, value: Any) -> None:
@@ -120,6 +126,71 @@ class ClipGradNorm(Optimizer[S]):
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
         return self.optimizer._step_in_place(params, clipped, state)
+
+    @override
+    def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
+        """Return the parameters after one update, and the next state.
+
+        As `Optimizer.step`. Eager and not differentiable, the clipped gradients
+        go to the wrapped optimizer's own `step`, so it steps on its best path
+        (torch's fused kernel on copies where it has one); otherwise (traced, or
+        differentiable) its rule runs on them.
+
+        Args:
+            params: The parameters.
+            grads: Their gradients (a mapping with the same keys).
+            state: The state from `init` or a previous step.
+
+        Returns:
+            `(new_params, new_state)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.ClipGradNorm(optim.SGD(lr=1.0), max_norm=10.0)
+            >>> params = ParamDict(w=torch.zeros(2))
+            >>> grads = {"w": torch.tensor([3.0, 4.0])}  # norm 5: not clipped
+            >>> opt.step(params, grads, opt.init(params))[0]["w"]
+            tensor([-3., -4.])
+        """
+        if self.differentiable or _traced():
+            return super().step(params, grads, state)
+        aligned = self._checked(params, grads, state)
+        if not params:
+            return params, state
+        with torch.no_grad():
+            clipped = aligned.clip_norm(self.max_norm, p=self.norm_type)
+        return self.optimizer.step(params, clipped, state)
+
+    def _step_in_place_clipping(
+        self, params: ParamDict, grads: ParamDict, state: S, divisor: int = 1
+    ) -> S:
+        """`_step_in_place` on `grads / divisor`, clipping `grads` in place.
+
+        For a wrapper whose gradients are its own scratch (`MultiSteps`' sum of
+        `divisor` micro-batches): the same numbers as dividing, then
+        `clip_norm`'s copy, without the copy. Where `divisor` is a power of two
+        and the norm is the 2-norm or the largest value, the division is folded
+        into the clipping factor (both scale by a power of two, exactly, for
+        values in the normal range), which saves a pass over the gradients.
+        """
+        values = list(grads.values())
+        folded = divisor == 1 or (
+            divisor & (divisor - 1) == 0 and self.norm_type in (2.0, math.inf)
+        )
+        if not values or holds_dtensors(values) or not folded:
+            if divisor != 1:
+                torch._foreach_div_(values, divisor)
+            if not values or holds_dtensors(values):
+                return self._step_in_place(params, grads, state)
+            divisor = 1
+        total = grads.norm(self.norm_type)
+        if divisor != 1:
+            total = total / divisor  # the norm of `grads / divisor`, exactly
+        coef = torch.clamp(self.max_norm / (total + _CLIP_EPS), max=1.0)
+        if divisor != 1:
+            coef = coef / divisor
+        torch._foreach_mul_(values, [coef] * len(values))  # as `clip_norm`'s
+        return self.optimizer._step_in_place(params, grads, state)
 
     @override
     def update(

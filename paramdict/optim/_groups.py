@@ -15,7 +15,9 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._kernels import Kernels
 from ._keyed import subset
-from ._protocol import Optimizer
+from ._protocol import Optimizer, _traced
+
+P = TypeVar("P", bound=ParamDict)
 
 __all__ = ["ParamGroups"]
 
@@ -333,6 +335,53 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 )
             states.append(sub_state)
         return tuple(states)
+
+    @override
+    def step(
+        self, params: P, grads: Mapping[str, Tensor], state: tuple[S, ...], /
+    ) -> tuple[P, tuple[S, ...]]:
+        """Return the parameters after one update, and the next state.
+
+        As `Optimizer.step`. Eager and not differentiable, each group takes its
+        own `step` on its entries, so each steps on its best path (torch's fused
+        kernel on copies where its optimizer has one); otherwise (traced, or
+        differentiable) the groups' rules run as one `update`.
+
+        Args:
+            params: The parameters.
+            grads: Their gradients (a mapping with the same keys).
+            state: The state from `init` or a previous step.
+
+        Returns:
+            `(new_params, new_state)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> opt = optim.ParamGroups(
+            ...     {"b": optim.SGD(lr=1.0)}, default=optim.SGD(lr=0.5)
+            ... )
+            >>> params = ParamDict(w=torch.ones(1), b=torch.ones(1))
+            >>> new, _ = opt.step(params, params, opt.init(params))
+            >>> new["w"], new["b"]
+            (tensor([0.5000]), tensor([0.]))
+        """
+        if self.differentiable or _traced():
+            return super().step(params, grads, state)
+        aligned = self._checked(params, grads, state)
+        if not params:
+            return params, state
+        routes = self._routes_for(params)
+        merged: dict[str, Tensor] = {}
+        states: list[S] = []
+        for opt, keys, sub_state in zip(self._members(), routes, state):
+            if keys:
+                new, sub_state = opt.step(
+                    subset(params, keys), subset(aligned, keys), sub_state
+                )
+                merged.update(new)
+            states.append(sub_state)
+        updated = params._derive([merged.get(k, v) for k, v in params.items()])
+        return updated, tuple(states)
 
     @override
     def update(
