@@ -45,6 +45,7 @@ compared with torch's two schedulers side by side instead.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -79,13 +80,18 @@ def _torch_rates(make: Sequence[TorchMake], lr: float, n: int) -> list[float]:
     """The same with torch's schedulers, all stepped on one SGD each time."""
     param = torch.zeros(1, requires_grad=True)
     opt = torch.optim.SGD([param], lr=lr, momentum=0.9)
-    scheds = [m(opt) for m in make]
-    out = [float(opt.param_groups[0]["lr"])]
-    for _ in range(n - 1):
-        opt.step()
-        for sched in scheds:
-            sched.step()
-        out.append(float(opt.param_groups[0]["lr"]))
+    with warnings.catch_warnings():
+        # torch's SequentialLR steps a chained child before any optimizer step.
+        warnings.filterwarnings(
+            "ignore", "Detected call of `lr_scheduler.step", UserWarning
+        )
+        scheds = [m(opt) for m in make]
+        out = [float(opt.param_groups[0]["lr"])]
+        for _ in range(n - 1):
+            opt.step()
+            for sched in scheds:
+                sched.step()
+            out.append(float(opt.param_groups[0]["lr"]))
     return out
 
 
@@ -227,6 +233,331 @@ CASES: list[Case] = [
         20,
         lambda b: [_cos(b, e, 5) for e in range(20)],
     ),
+    # SequentialLR: `test_sequentiallr1..3,5`, `test_get_last_lr_sequentiallr`.
+    (
+        "sequentiallr1",
+        optim.SequentialLR(
+            schedulers=[optim.ExponentialLR(gamma=0.8), optim.StepLR(step_size=4)],
+            milestones=[3],
+        ),
+        [
+            lambda o: tls.SequentialLR(
+                o,
+                schedulers=[tls.ExponentialLR(o, 0.8), tls.StepLR(o, step_size=4)],
+                milestones=[3],
+            )
+        ],
+        19,
+        lambda b: (
+            [b, b * 0.8, b * 0.64] + [b * 0.1**i for i in range(4) for _ in "1234"]
+        ),
+    ),
+    (
+        "sequentiallr2",
+        optim.SequentialLR(
+            schedulers=[
+                optim.ConstantLR(factor=0.1, total_iters=3),
+                optim.ExponentialLR(gamma=0.9),
+            ],
+            milestones=[3],
+        ),
+        [
+            lambda o: tls.SequentialLR(
+                o,
+                schedulers=[
+                    tls.ConstantLR(o, factor=0.1, total_iters=3),
+                    tls.ExponentialLR(o, gamma=0.9),
+                ],
+                milestones=[3],
+            )
+        ],
+        13,
+        lambda b: [b * 0.1] * 3 + [b * 0.9**x for x in range(10)],
+    ),
+    (
+        "sequentiallr3",
+        optim.SequentialLR(
+            schedulers=[
+                optim.ConstantLR(factor=0.1, total_iters=3),
+                optim.ExponentialLR(gamma=0.8),
+                optim.StepLR(step_size=2, gamma=0.1),
+            ],
+            milestones=[3, 6],
+        ),
+        [
+            lambda o: tls.SequentialLR(
+                o,
+                schedulers=[
+                    tls.ConstantLR(o, factor=0.1, total_iters=3),
+                    tls.ExponentialLR(o, gamma=0.8),
+                    tls.StepLR(o, step_size=2, gamma=0.1),
+                ],
+                milestones=[3, 6],
+            )
+        ],
+        12,
+        lambda b: (
+            [b * 0.1] * 3
+            + [b, b * 0.8, b * 0.64]
+            + [b, b, b * 0.1, b * 0.1, b * 0.01, b * 0.01]
+        ),
+    ),
+    (
+        "sequentiallr5",
+        optim.SequentialLR(
+            schedulers=[
+                optim.ChainedScheduler(
+                    schedulers=[
+                        optim.LinearLR(start_factor=0.1, total_iters=5),
+                        optim.ConstantLR(factor=0.1, total_iters=5),
+                    ]
+                ),
+                optim.ConstantLR(factor=0.5, total_iters=5),
+            ],
+            milestones=[5],
+        ),
+        [
+            lambda o: tls.SequentialLR(
+                o,
+                schedulers=[
+                    tls.ChainedScheduler(
+                        [
+                            tls.LinearLR(o, start_factor=0.1, total_iters=5),
+                            tls.ConstantLR(o, factor=0.1, total_iters=5),
+                        ]
+                    ),
+                    tls.ConstantLR(o, factor=0.5, total_iters=5),
+                ],
+                milestones=[5],
+            )
+        ],
+        10,
+        lambda b: [b * f for f in (0.01, 0.028, 0.046, 0.064, 0.082)] + [b * 0.5] * 5,
+    ),
+    # ChainedScheduler: `test_chained_lr1..5`.
+    (
+        "chained_lr1",
+        optim.ChainedScheduler(schedulers=[optim.StepLR(step_size=3, gamma=0.1)]),
+        [lambda o: tls.ChainedScheduler([tls.StepLR(o, step_size=3, gamma=0.1)])],
+        10,
+        lambda b: [b * 0.1 ** (i // 3) for i in range(10)],
+    ),
+    (
+        "chained_lr2",
+        optim.ChainedScheduler(
+            schedulers=[optim.LinearLR(start_factor=0.4, total_iters=3)]
+        ),
+        [
+            lambda o: tls.ChainedScheduler(
+                [tls.LinearLR(o, start_factor=0.4, total_iters=3)]
+            )
+        ],
+        10,
+        lambda b: [b * 0.4, b * 0.6, b * 0.8] + [b] * 7,
+    ),
+    (
+        "chained_lr3",
+        optim.ChainedScheduler(
+            schedulers=[
+                optim.LinearLR(start_factor=0.4, total_iters=3),
+                optim.MultiStepLR(milestones=[4, 8, 10], gamma=0.1),
+            ]
+        ),
+        [
+            lambda o: tls.ChainedScheduler(
+                [
+                    tls.LinearLR(o, start_factor=0.4, total_iters=3),
+                    tls.MultiStepLR(o, milestones=[4, 8, 10], gamma=0.1),
+                ]
+            )
+        ],
+        10,
+        lambda b: [b * 0.4, b * 0.6, b * 0.8, b] + [b * 0.1] * 4 + [b * 0.01] * 2,
+    ),
+    (
+        "chained_lr4",
+        optim.ChainedScheduler(
+            schedulers=[
+                optim.ExponentialLR(gamma=0.9),
+                optim.ConstantLR(factor=0.2, total_iters=4),
+                optim.StepLR(step_size=3, gamma=0.1),
+            ]
+        ),
+        [
+            lambda o: tls.ChainedScheduler(
+                [
+                    tls.ExponentialLR(o, gamma=0.9),
+                    tls.ConstantLR(o, factor=0.2, total_iters=4),
+                    tls.StepLR(o, step_size=3, gamma=0.1),
+                ]
+            )
+        ],
+        9,
+        lambda b: (
+            [b * 0.2 * 0.9**x for x in range(3)]
+            + [b * 0.2 * 0.9**3 * 0.1]
+            + [b * 0.9**x * 0.1 for x in (4, 5)]
+            + [b * 0.9**x * 0.01 for x in (6, 7, 8)]
+        ),
+    ),
+    (
+        "chained_lr5",
+        optim.ChainedScheduler(
+            schedulers=[
+                optim.PolynomialLR(power=0.9, total_iters=5),
+                optim.ConstantLR(factor=0.1),
+            ]
+        ),
+        [
+            lambda o: tls.ChainedScheduler(
+                [
+                    tls.PolynomialLR(o, power=0.9, total_iters=5),
+                    tls.ConstantLR(o, factor=0.1),
+                ]
+            )
+        ],
+        10,
+        lambda b: [0.1 * x for x in _poly(b, 0.9, 5, 10)],
+    ),
+]
+
+
+def _pair(a: Any, b: Any, ta: TorchMake, tb: TorchMake) -> tuple[Any, list[TorchMake]]:
+    """Two schedulers on one optimizer: ours chained, torch's stepped in turn."""
+    return optim.ChainedScheduler(schedulers=[a, b]), [ta, tb]
+
+
+def _lin_factor(i: int, start: float, end: float = 1.0, iters: int = 4) -> float:
+    return start + i / iters * (end - start) if i < iters else end
+
+
+# `test_compound_*`: (id, (ours, torch's), targets), 10 epochs each.
+COMPOUND: list[tuple[str, tuple[Any, list[TorchMake]], Callable[[float], list[float]]]]
+COMPOUND = [
+    (
+        "step_and_multistep_lr",
+        _pair(
+            optim.StepLR(step_size=3, gamma=0.1),
+            optim.MultiStepLR(milestones=[2, 5, 9], gamma=0.1),
+            lambda o: tls.StepLR(o, step_size=3, gamma=0.1),
+            lambda o: tls.MultiStepLR(o, milestones=[2, 5, 9], gamma=0.1),
+        ),
+        lambda b: (
+            [b] * 2
+            + [b * 0.1]
+            + [b * 1e-2] * 2
+            + [b * 1e-3]
+            + [b * 1e-4] * 3
+            + [b * 1e-6]
+        ),
+    ),
+    (
+        "step_and_exp_lr",
+        _pair(
+            optim.StepLR(step_size=3, gamma=0.1),
+            optim.ExponentialLR(gamma=0.9),
+            lambda o: tls.StepLR(o, step_size=3, gamma=0.1),
+            lambda o: tls.ExponentialLR(o, gamma=0.9),
+        ),
+        lambda b: [b * 0.1 ** (i // 3) * 0.9**i for i in range(10)],
+    ),
+    (
+        "exp_and_multistep_lr",
+        _pair(
+            optim.MultiStepLR(milestones=[2, 5, 9], gamma=0.1),
+            optim.ExponentialLR(gamma=0.9),
+            lambda o: tls.MultiStepLR(o, milestones=[2, 5, 9], gamma=0.1),
+            lambda o: tls.ExponentialLR(o, gamma=0.9),
+        ),
+        lambda b: [
+            b * 0.1 ** sum(i >= m for m in (2, 5, 9)) * 0.9**i for i in range(10)
+        ],
+    ),
+    (
+        "exp_and_linearlr",
+        _pair(
+            optim.LinearLR(start_factor=0.4, end_factor=0.9, total_iters=4),
+            optim.ExponentialLR(gamma=0.9),
+            lambda o: tls.LinearLR(o, start_factor=0.4, end_factor=0.9, total_iters=4),
+            lambda o: tls.ExponentialLR(o, gamma=0.9),
+        ),
+        lambda b: [b * 0.9**i * _lin_factor(i, 0.4, 0.9) for i in range(10)],
+    ),
+    (
+        "step_and_constantlr",
+        _pair(
+            optim.StepLR(step_size=3, gamma=0.1),
+            optim.ConstantLR(factor=0.4, total_iters=4),
+            lambda o: tls.StepLR(o, step_size=3, gamma=0.1),
+            lambda o: tls.ConstantLR(o, factor=0.4, total_iters=4),
+        ),
+        lambda b: (
+            [b * 0.4] * 3
+            + [b * 0.1 * 0.4]
+            + [b * 0.1] * 2
+            + [b * 0.01] * 3
+            + [b * 0.001]
+        ),
+    ),
+    (
+        "linearlr_and_multistep_lr",
+        _pair(
+            optim.MultiStepLR(milestones=[2, 5, 9], gamma=0.1),
+            optim.LinearLR(start_factor=0.4, total_iters=4),
+            lambda o: tls.MultiStepLR(o, milestones=[2, 5, 9], gamma=0.1),
+            lambda o: tls.LinearLR(o, start_factor=0.4, total_iters=4),
+        ),
+        lambda b: [
+            b * 0.1 ** sum(i >= m for m in (2, 5, 9)) * _lin_factor(i, 0.4)
+            for i in range(10)
+        ],
+    ),
+    (
+        "cosanneal_and_step_lr",
+        _pair(
+            optim.CosineAnnealingLR(T_max=10, eta_min=ETA),
+            optim.StepLR(step_size=3, gamma=0.1),
+            lambda o: tls.CosineAnnealingLR(o, T_max=10, eta_min=ETA),
+            lambda o: tls.StepLR(o, step_size=3, gamma=0.1),
+        ),
+        lambda b: [_cos(b, i, 10) * 0.1 ** (i // 3) for i in range(10)],
+    ),
+    (
+        "cosanneal_and_multistep_lr",
+        _pair(
+            optim.CosineAnnealingLR(T_max=10, eta_min=ETA),
+            optim.MultiStepLR(milestones=[2, 5, 9], gamma=0.1),
+            lambda o: tls.CosineAnnealingLR(o, T_max=10, eta_min=ETA),
+            lambda o: tls.MultiStepLR(o, milestones=[2, 5, 9], gamma=0.1),
+        ),
+        lambda b: [
+            _cos(b, i, 10) * 0.1 ** sum(i >= m for m in (2, 5, 9)) for i in range(10)
+        ],
+    ),
+    (
+        "cosanneal_and_linearlr",
+        _pair(
+            optim.LinearLR(start_factor=0.4, total_iters=4),
+            optim.CosineAnnealingLR(T_max=10, eta_min=ETA),
+            lambda o: tls.LinearLR(o, start_factor=0.4, total_iters=4),
+            lambda o: tls.CosineAnnealingLR(o, T_max=10, eta_min=ETA),
+        ),
+        lambda b: [_cos(b, i, 10) * _lin_factor(i, 0.4) for i in range(10)],
+    ),
+    (
+        "cosanneal_and_exp_lr",
+        _pair(
+            optim.CosineAnnealingLR(T_max=10, eta_min=ETA),
+            optim.ExponentialLR(gamma=0.1),
+            lambda o: tls.CosineAnnealingLR(o, T_max=10, eta_min=ETA),
+            lambda o: tls.ExponentialLR(o, gamma=0.1),
+        ),
+        lambda b: [_cos(b, i, 10) * 0.1**i for i in range(10)],
+    ),
+]
+CASES += [
+    (f"compound_{name}", pair[0], pair[1], 10, targets)
+    for name, pair, targets in COMPOUND
 ]
 
 
@@ -246,3 +577,43 @@ def test_schedule_targets(
     """Each rate meets upstream's target and equals torch's scheduler bitwise."""
     _close(_rates(schedule, _base(lr), epochs), targets(lr))
     _bitwise(_rates(schedule, lr, epochs), _torch_rates(torch_make, lr, epochs))
+
+
+def test_sequentiallr_keeps_the_initial_rate() -> None:
+    """`test_sequentiallr4`: the later schedules leave the starting rate alone."""
+    schedule = optim.SequentialLR(
+        schedulers=[optim.ConstantLR(factor=1), optim.ConstantLR(factor=0.1)],
+        milestones=[10],
+    )
+    assert float(schedule.init(0.1).lr) == 0.1
+
+
+def test_sequentiallr_from_a_tensor_rate() -> None:
+    """`test_sequentiallr_does_not_alias_lr_and_initial_lr`, from a tensor 2.0."""
+    schedule = optim.SequentialLR(
+        schedulers=[
+            optim.LinearLR(start_factor=0.1, end_factor=0.8, total_iters=4),
+            optim.LinearLR(start_factor=0.8, end_factor=0.1, total_iters=4),
+        ],
+        milestones=[4],
+    )
+    lr = torch.tensor(2.0)
+    expected = [0.2, 0.55, 0.9, 1.25, 1.6, 1.25, 0.9, 0.55]
+    _close(_rates(schedule, lr, 8), expected)
+    assert float(lr) == 2.0
+
+
+@pytest.mark.parametrize("steps", [0, 10])
+def test_chained_lr_is_its_last_schedule_rate(steps: int) -> None:
+    """`test_chained_lr2_get_last_lr_before_step`: the chain's rate is the last's."""
+    schedule = optim.ChainedScheduler(
+        schedulers=[
+            optim.LinearLR(start_factor=0.4, total_iters=3),
+            optim.MultiStepLR(milestones=[4, 8, 10], gamma=0.1),
+        ]
+    )
+    state = schedule.init(0.05)
+    for _ in range(steps):
+        state = schedule.step(state)
+    last = state.children[-1]
+    assert float(state.lr) == float(last.lr)
