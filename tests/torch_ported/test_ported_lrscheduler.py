@@ -617,3 +617,191 @@ def test_chained_lr_is_its_last_schedule_rate(steps: int) -> None:
         state = schedule.step(state)
     last = state.children[-1]
     assert float(state.lr) == float(last.lr)
+
+
+def _plateau_rates(
+    schedule: Any, lr: float | torch.Tensor, metrics: list[float]
+) -> list[float]:
+    """The rate after each `step(state, metric)`, as upstream checks it."""
+    state = schedule.init(lr)
+    out = []
+    for metric in metrics:
+        state = schedule.step(state, metric)
+        out.append(float(state.lr))
+    return out
+
+
+def _torch_plateau_rates(kwargs: dict[str, Any], metrics: list[float]) -> list[float]:
+    param = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([param], lr=0.5)
+    sched = tls.ReduceLROnPlateau(opt, **kwargs)
+    out = []
+    for metric in metrics:
+        opt.step()
+        sched.step(metric)
+        out.append(float(opt.param_groups[0]["lr"]))
+    return out
+
+
+ABS_MIN = {"threshold_mode": "abs", "mode": "min"}
+REL_MAX = {"threshold_mode": "rel", "mode": "max", "threshold": 0.1}
+# `test_reduce_lr_on_plateau1..8`: (settings, metrics, targets), from rate 0.5.
+PLATEAU: list[tuple[dict[str, Any], list[float], list[float]]] = [
+    (
+        {**ABS_MIN, "threshold": 0.01, "patience": 5, "cooldown": 5},
+        [10 - i * 0.0167 for i in range(10)],
+        [0.5] * 10,
+    ),
+    (
+        {**ABS_MIN, "threshold": 0.1, "patience": 5, "cooldown": 0},
+        [10 - i * 0.0165 for i in range(22)],
+        [0.5] * 6 + [0.05] * 7 + [0.005] * 7 + [0.0005] * 2,
+    ),
+    (
+        {"mode": "max", "threshold_mode": "abs", "patience": 5, "cooldown": 5},
+        [-0.8] * 2 + [-0.234] * 20,
+        [0.5] * 8 + [0.05] * 11 + [0.005] * 3,
+    ),
+    (
+        {**REL_MAX, "patience": 3},
+        [1.5 * 1.025**i for i in range(20)],
+        [0.5] * 20,
+    ),
+    (
+        {**REL_MAX, "patience": 5, "cooldown": 5},
+        [1.5 * 1.005**i for i in range(20)],
+        [0.5] * 6 + [0.05] * 11 + [0.005] * 3,
+    ),
+    (
+        {"mode": "min", "threshold_mode": "rel", "threshold": 0.1},
+        [1.5 * 0.85**i for i in range(20)],
+        [0.5] * 20,
+    ),
+    (
+        {
+            "mode": "min",
+            "threshold_mode": "rel",
+            "threshold": 0.1,
+            "patience": 5,
+            "cooldown": 5,
+        },
+        [1.0] * 7 + [0.6] + [0.5] * 12,
+        [0.5] * 6 + [0.05] * 11 + [0.005] * 3,
+    ),
+    (
+        {**REL_MAX, "patience": 5, "cooldown": 5, "min_lr": 0.4},
+        [1.5 * 1.005**i for i in range(20)],
+        [0.5] * 6 + [0.4] * 14,
+    ),
+    (  # upstream's second group of the same test
+        {**REL_MAX, "patience": 5, "cooldown": 5, "min_lr": 0.3},
+        [1.5 * 1.005**i for i in range(20)],
+        [0.5] * 6 + [0.3] * 14,
+    ),
+]
+
+
+@pytest.mark.parametrize("tensor", [False, True])
+@pytest.mark.parametrize(
+    ("kwargs", "metrics", "targets"),
+    PLATEAU,
+    ids=["1", "2", "3", "4", "5", "6", "7", "8-group0", "8-group1"],
+)
+def test_reduce_lr_on_plateau(
+    kwargs: dict[str, Any], metrics: list[float], targets: list[float], tensor: bool
+) -> None:
+    """Each rate meets upstream's target and equals torch's plateau bitwise."""
+    schedule = optim.ReduceLROnPlateau(**kwargs)
+    lr = torch.tensor(0.5) if tensor else 0.5
+    _close(_plateau_rates(schedule, lr, metrics), targets)
+    _bitwise(
+        _plateau_rates(schedule, 0.5, metrics), _torch_plateau_rates(kwargs, metrics)
+    )
+
+
+def test_reduce_lr_on_plateau_rate_before_step() -> None:
+    """`test_reduce_lr_on_plateau_get_last_lr_before_step`: the rate given."""
+    assert float(optim.ReduceLROnPlateau().init(0.5).lr) == 0.5
+
+
+def test_reduce_lr_on_plateau_keeps_the_rate_a_0_dim_tensor() -> None:
+    """`test_reduce_lr_on_plateau_preserves_lr_type`, through a reduction."""
+    schedule = optim.ReduceLROnPlateau(mode="min", patience=0)
+    state = schedule.init(torch.tensor(0.5))
+    kind = (type(state.lr), state.lr.dtype, state.lr.shape)
+    state = schedule.step(schedule.step(state, 1.0), 2.0)
+    assert float(state.lr) == 0.5 * 0.1
+    assert (type(state.lr), state.lr.dtype, state.lr.shape) == kind
+
+
+# `test_compound_reduce_lr_on_plateau1..5`: (plateau settings, torch's other
+# scheduler, ours, metrics, rate); compared with torch side by side.
+COMPOUND_PLATEAU: list[tuple[dict[str, Any], TorchMake, Any, list[float], float]] = [
+    (
+        {**ABS_MIN, "threshold": 0.01, "patience": 5, "cooldown": 5},
+        lambda o: tls.StepLR(o, gamma=0.1, step_size=3),
+        optim.StepLR(gamma=0.1, step_size=3),
+        [10 - i * 0.0167 for i in range(10)],
+        0.5,
+    ),
+    (
+        {**ABS_MIN, "threshold": 0.1, "patience": 5, "cooldown": 0},
+        lambda o: tls.MultiStepLR(o, gamma=0.1, milestones=[3, 8, 12]),
+        optim.MultiStepLR(gamma=0.1, milestones=[3, 8, 12]),
+        [10 - i * 0.0165 for i in range(22)],
+        0.5,
+    ),
+    (
+        {"mode": "max", "threshold_mode": "abs", "patience": 5, "cooldown": 5},
+        lambda o: tls.ExponentialLR(o, gamma=0.1),
+        optim.ExponentialLR(gamma=0.1),
+        [-0.8] * 2 + [-0.234] * 20,
+        0.5,
+    ),
+    (
+        {**REL_MAX, "patience": 3},
+        lambda o: tls.CosineAnnealingLR(o, 10, ETA),
+        optim.CosineAnnealingLR(T_max=10, eta_min=ETA),
+        [1.5 * 1.025**i for i in range(10)],
+        0.05,
+    ),
+    (
+        {**ABS_MIN, "threshold": 0.1, "patience": 5, "cooldown": 0},
+        lambda o: tls.LinearLR(o, start_factor=0.4, total_iters=4),
+        optim.LinearLR(start_factor=0.4, total_iters=4),
+        [10 - i * 0.0165 for i in range(22)],
+        0.5,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "torch_other", "other", "metrics", "lr"),
+    COMPOUND_PLATEAU,
+    ids=["1", "2", "3", "4", "5"],
+)
+def test_compound_reduce_lr_on_plateau(
+    kwargs: dict[str, Any],
+    torch_other: TorchMake,
+    other: Any,
+    metrics: list[float],
+    lr: float,
+) -> None:
+    """A plateau stepped before another schedule gives torch's rates bitwise."""
+    param = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([param], lr=lr)
+    plateau = tls.ReduceLROnPlateau(opt, **kwargs)
+    sched = torch_other(opt)
+    schedule = optim.ChainedScheduler(
+        schedulers=[optim.ReduceLROnPlateau(**kwargs), other]
+    )
+    state = schedule.init(lr)
+    got, expected = [], []
+    for metric in metrics:
+        opt.step()
+        plateau.step(metric)
+        sched.step()
+        expected.append(float(opt.param_groups[0]["lr"]))
+        state = schedule.step(schedule.step_metric(state, metric))
+        got.append(float(state.lr))
+    _bitwise(got, expected)
