@@ -805,3 +805,239 @@ def test_compound_reduce_lr_on_plateau(
         state = schedule.step(schedule.step_metric(state, metric))
         got.append(float(state.lr))
     _bitwise(got, expected)
+
+
+def _cycle(schedule: Any, n: int) -> tuple[list[float], list[float | None]]:
+    """The rates and momenta of `n` steps, from `init`."""
+    state = schedule.init()
+    lrs: list[float] = []
+    moms: list[float | None] = []
+    for _ in range(n):
+        lrs.append(float(state.lr))
+        moms.append(None if state.momentum is None else float(state.momentum))
+        state = schedule.step(state)
+    return lrs, moms
+
+
+def _torch_cycle(
+    make: TorchMake, n: int, *, adam: bool = False
+) -> tuple[list[float], list[float]]:
+    param = torch.zeros(1, requires_grad=True)
+    opt: torch.optim.Optimizer
+    if adam:
+        opt = torch.optim.Adam([param], lr=0.05)
+    else:
+        opt = torch.optim.SGD([param], lr=0.05, momentum=0.9)
+    sched = make(opt)
+    group = opt.param_groups[0]
+    lrs, moms = [], []
+    for _ in range(n):
+        lrs.append(float(group["lr"]))
+        moms.append(float(group["betas"][0] if adam else group["momentum"]))
+        opt.step()
+        sched.step()
+    return lrs, moms
+
+
+_TRI2 = [
+    1,
+    2,
+    3,
+    4,
+    5,
+    4,
+    3,
+    2,
+    1,
+    1.5,
+    2,
+    2.5,
+    3,
+    2.5,
+    2,
+    1.5,
+    1,
+    1.25,
+    1.5,
+    1.75,
+    2,
+    1.75,
+]
+_TRI2_UD = [1, 3, 5, 13 / 3, 11 / 3, 3, 7 / 3, 5 / 3, 1, 2, 3, 8 / 3, 7 / 3, 2, 5 / 3]
+_TRI2_UD += [4 / 3, 1, 1.5, 2, 11 / 6, 10 / 6, 9 / 6, 8 / 6, 7 / 6]
+_XS = [0, 0.25, 0.5, 0.75, 1, 0.75, 0.5, 0.25, 0, 0.25, 0.5, 0.75, 1]
+_XS_UD = [0, 0.5, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0, 0.5, 1, 5 / 6, 4 / 6]
+
+
+def _cyclic_case(
+    mode: str, base: float, top: float, xs: list[float], **kwargs: Any
+) -> tuple[dict[str, Any], list[float], list[float]]:
+    """Settings and targets: rates `base + x * (top - base)`, momenta mirrored."""
+    gamma = 0.9 if mode == "exp_range" else 1.0
+    scale = [gamma**i for i in range(len(xs))]
+    settings = {
+        "base_lr": base,
+        "max_lr": top,
+        "base_momentum": base,
+        "max_momentum": top,
+        "mode": mode,
+        "gamma": gamma,
+        **kwargs,
+    }
+    lrs = [base + x * (top - base) * s for x, s in zip(xs, scale, strict=True)]
+    moms = [top - x * (top - base) * s for x, s in zip(xs, scale, strict=True)]
+    return settings, lrs, moms
+
+
+_TRI = [0, 0.25, 0.5, 0.75, 1, 0.75, 0.5, 0.25, 0, 0.25, 0.5]
+_UP_DOWN = [0, 0.25, 0.5, 0.75, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0]
+# `test_cycle_lr_*`: each of upstream's groups is a row (base and max rates);
+# a group equal to the one-rate test's is not repeated.
+CYCLIC = {
+    "triangular_one_lr": _cyclic_case("triangular", 1, 5, _TRI, step_size_up=4),
+    "triangular_group1": _cyclic_case("triangular", 2, 6, _TRI, step_size_up=4),
+    "triangular2_one_lr": _cyclic_case(
+        "triangular2", 1, 5, [(v - 1) / 4 for v in _TRI2], step_size_up=4
+    ),
+    "triangular2_group1": _cyclic_case(
+        "triangular2", 3, 7, [(v - 1) / 4 for v in _TRI2], step_size_up=4
+    ),
+    "exp_range_one_lr": _cyclic_case("exp_range", 1, 5, _XS, step_size_up=4),
+    "exp_range_group1": _cyclic_case("exp_range", 5, 12, _XS, step_size_up=4),
+    "triangular_step_size_up_down": _cyclic_case(
+        "triangular", 1, 5, _UP_DOWN, step_size_up=4, step_size_down=6
+    ),
+    "triangular2_step_size_up_down_group0": _cyclic_case(
+        "triangular2",
+        1,
+        5,
+        [(v - 1) / 4 for v in _TRI2_UD],
+        step_size_up=2,
+        step_size_down=6,
+    ),
+    "triangular2_step_size_up_down_group1": _cyclic_case(
+        "triangular2",
+        3,
+        7,
+        [(v - 1) / 4 for v in _TRI2_UD],
+        step_size_up=2,
+        step_size_down=6,
+    ),
+    "exp_range_step_size_up_down": _cyclic_case(
+        "exp_range", 1, 5, _XS_UD, step_size_up=2, step_size_down=6
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("settings", "lrs", "moms"), CYCLIC.values(), ids=CYCLIC.keys()
+)
+def test_cycle_lr(
+    settings: dict[str, Any], lrs: list[float], moms: list[float]
+) -> None:
+    """Rates and momenta meet upstream's targets and equal torch's bitwise."""
+    schedule = optim.CyclicLR(**settings)
+    got_lrs, got_moms = _cycle(schedule, len(lrs))
+    _close(got_lrs, lrs)
+    _close([m if m is not None else math.nan for m in got_moms], moms)
+    torch_lrs, torch_moms = _torch_cycle(
+        lambda o: tls.CyclicLR(o, **settings), len(lrs)
+    )
+    _bitwise(got_lrs, torch_lrs)
+    _bitwise([m if m is not None else math.nan for m in got_moms], torch_moms)
+
+
+def test_cycle_lr_without_momentum() -> None:
+    """`..._no_momentum` and `..._with_momentumless_optimizer`: rates, no momentum."""
+    schedule = optim.CyclicLR(base_lr=1, max_lr=5, step_size_up=4, cycle_momentum=False)
+    lrs, moms = _cycle(schedule, 11)
+    _close(lrs, [1, 2, 3, 4, 5, 4, 3, 2, 1, 2, 3])
+    assert moms == [None] * 11
+    optim.Adam(lr=schedule)  # the optimizer of upstream's test takes it
+
+
+def test_cycle_lr_momentum_needs_an_optimizer_with_one() -> None:
+    """`..._cycle_momentum_fail_with_momentumless_optimizer` and `..._with_beta1`."""
+    schedule = optim.CyclicLR(base_lr=1, max_lr=5, cycle_momentum=True)
+    with pytest.raises(ValueError, match="`Rprop` has neither"):
+        optim.Rprop(lr=schedule)
+    optim.Adam(lr=schedule)
+
+
+def test_cycle_lr_invalid_mode() -> None:
+    """`test_cycle_lr_invalid_mode`: an unknown mode is refused."""
+    with pytest.raises(ValueError, match="`mode` 'CATS' is unknown"):
+        _loose.CyclicLR(base_lr=0, max_lr=0, mode="CATS")
+
+
+def _anneal_cos(start: float, end: float, pct: float) -> float:
+    return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+
+
+_ONE_CYCLE = {"max_lr": 25, "base_momentum": 1, "max_momentum": 22, "total_steps": 10}
+ONE_CYCLE: dict[str, tuple[dict[str, Any], list[float], list[float]]] = {
+    "linear_annealing": (
+        {**_ONE_CYCLE, "final_div_factor": 2, "anneal_strategy": "linear"},
+        [1, 13, 25, 21.5, 18, 14.5, 11, 7.5, 4, 0.5],
+        [22, 11.5, 1, 4, 7, 10, 13, 16, 19, 22],
+    ),
+    "linear_annealing_three_phases": (
+        {
+            **_ONE_CYCLE,
+            "div_factor": 25,
+            "anneal_strategy": "linear",
+            "pct_start": 0.4,
+            "final_div_factor": 4,
+            "three_phase": True,
+        },
+        [1, 9, 17, 25, 17, 9, 1, 0.75, 0.5, 0.25],
+        [22, 15, 8, 1, 8, 15, 22, 22, 22, 22],
+    ),
+    "cosine_annealing": (
+        {**_ONE_CYCLE, "final_div_factor": 2},
+        [1, 13, 25] + [_anneal_cos(25, 0.5, i / 7) for i in range(1, 7)] + [0.5],
+        [22, 11.5, 1] + [_anneal_cos(1, 22, i / 7) for i in range(1, 7)] + [22],
+    ),
+}
+
+
+@pytest.mark.parametrize("adam", [False, True], ids=["sgd", "adam"])
+@pytest.mark.parametrize(
+    ("settings", "lrs", "moms"), ONE_CYCLE.values(), ids=ONE_CYCLE.keys()
+)
+def test_onecycle_lr(
+    settings: dict[str, Any], lrs: list[float], moms: list[float], adam: bool
+) -> None:
+    """`test_onecycle_lr_*`, `test_cycle_lr_with_adam`: targets, and torch's bitwise.
+
+    With Adam, torch cycles the first beta; the schedule's momentum is compared
+    with it.
+    """
+    schedule = optim.OneCycleLR(**settings)
+    got_lrs, got_moms = _cycle(schedule, 10)
+    _close(got_lrs, lrs)
+    _close([m if m is not None else math.nan for m in got_moms], moms)
+    torch_lrs, torch_moms = _torch_cycle(
+        lambda o: tls.OneCycleLR(o, **settings), 10, adam=adam
+    )
+    _bitwise(got_lrs, torch_lrs)
+    _bitwise([m if m is not None else math.nan for m in got_moms], torch_moms)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"total_steps": 10, "anneal_strategy": "CATS"}, "`anneal_strategy` must be"),
+        ({"total_steps": 10, "pct_start": 1.1}, "float between 0 and 1 `pct_start`"),
+        ({}, "Give either `total_steps` or both"),
+    ],
+    ids=[
+        "invalid_anneal_strategy",
+        "invalid_pct_start",
+        "cannot_calculate_total_steps",
+    ],
+)
+def test_onecycle_lr_refuses(kwargs: dict[str, Any], match: str) -> None:
+    """`test_onecycle_lr_invalid_*` and `..._cannot_calculate_total_steps`."""
+    with pytest.raises(ValueError, match=match):
+        _loose.OneCycleLR(max_lr=1e-3, **kwargs)
