@@ -52,6 +52,7 @@ from typing import Any
 import pytest
 import torch
 from torch.optim import lr_scheduler as tls
+from torch.optim import swa_utils
 
 from paramdict import optim
 
@@ -418,6 +419,30 @@ CASES: list[Case] = [
         ],
         10,
         lambda b: [0.1 * x for x in _poly(b, 0.9, 5, 10)],
+    ),
+    (
+        "sequentiallr_no_warnings",
+        optim.SequentialLR(
+            schedulers=[
+                optim.LinearLR(start_factor=0.5, end_factor=0.1, total_iters=5),
+                optim.ExponentialLR(gamma=0.9),
+            ],
+            milestones=[5],
+        ),
+        [
+            lambda o: tls.SequentialLR(
+                o,
+                schedulers=[
+                    tls.LinearLR(o, start_factor=0.5, end_factor=0.1, total_iters=5),
+                    tls.ExponentialLR(o, gamma=0.9),
+                ],
+                milestones=[5],
+            )
+        ],
+        10,
+        lambda b: (
+            [b * f for f in _lin(0.5, 0.1, 5, 5)] + [b * 0.9**x for x in range(5)]
+        ),
     ),
 ]
 
@@ -1041,3 +1066,290 @@ def test_onecycle_lr_refuses(kwargs: dict[str, Any], match: str) -> None:
     """`test_onecycle_lr_invalid_*` and `..._cannot_calculate_total_steps`."""
     with pytest.raises(ValueError, match=match):
         _loose.OneCycleLR(max_lr=1e-3, **kwargs)
+
+
+def _pow_09(epoch: Any) -> Any:
+    return 0.9**epoch
+
+
+def _pow_08(epoch: Any) -> Any:
+    return 0.8**epoch
+
+
+def _times_09(epoch: Any) -> Any:
+    return 0.9
+
+
+def _times_08(epoch: Any) -> Any:
+    return 0.8
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "lr", "factor"),
+    [
+        (optim.LambdaLR, tls.LambdaLR, 0.05, _pow_09),
+        (optim.LambdaLR, tls.LambdaLR, 0.4, _pow_08),
+        (optim.MultiplicativeLR, tls.MultiplicativeLR, 0.05, _times_09),
+        (optim.MultiplicativeLR, tls.MultiplicativeLR, 0.4, _times_08),
+    ],
+    ids=[
+        "lambda_lr-group0",
+        "lambda_lr-group1",
+        "multiplicative-group0",
+        "multiplicative-group1",
+    ],
+)
+def test_lambda_and_multiplicative_lr(
+    ours: Any, theirs: Any, lr: float, factor: Callable[[Any], Any]
+) -> None:
+    """`test_lambda_lr`, `test_multiplicative_lr`: one lambda per upstream group."""
+    gamma = factor(1)
+    schedule = ours(lr_lambda=factor)
+    got = _rates(schedule, lr, 10)
+    _close(got, [lr * gamma**x for x in range(10)])
+    _bitwise(got, _torch_rates([lambda o: theirs(o, lr_lambda=factor)], lr, 10))
+
+
+@pytest.mark.parametrize("lr_lambda", [0.95, [0.95, 0.95]], ids=["number", "list"])
+def test_multiplicative_lr_with_lr_lambda(lr_lambda: object) -> None:
+    """`test_multiplicative_lr_with_lr_lambda`: a non-function is refused."""
+    with pytest.raises(TypeError, match="`lr_lambda` should be a function"):
+        _loose.MultiplicativeLR(lr_lambda=lr_lambda)
+
+
+def _warm_restart_target(lr: float, t_cur: float, t_i: float) -> float:
+    return ETA + (lr - ETA) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
+
+
+@pytest.mark.parametrize("lr", BASES)
+@pytest.mark.parametrize("t_mult", [1, 2, 4])
+def test_cosine_annealing_warm_restarts_lr1(t_mult: int, lr: float) -> None:
+    """`test_CosineAnnealingWarmRestarts_lr1`: 100 plain steps, then torch's bitwise."""
+    t_i, t_cur, targets = 10, 0, [lr]
+    for _ in range(99):
+        t_cur += 1
+        if t_cur >= t_i:
+            t_cur, t_i = t_cur - t_i, t_mult * t_i
+        targets.append(_warm_restart_target(lr, t_cur, t_i))
+    schedule = optim.CosineAnnealingWarmRestarts(T_0=10, T_mult=t_mult, eta_min=ETA)
+    _close(_rates(schedule, _base(lr), 100), targets)
+    torch_make: TorchMake = lambda o: tls.CosineAnnealingWarmRestarts(  # noqa: E731
+        o, T_0=10, T_mult=t_mult, eta_min=ETA
+    )
+    _bitwise(_rates(schedule, lr, 100), _torch_rates([torch_make], lr, 100))
+
+
+def _epoch_rates(
+    schedule: Any, lr: float | torch.Tensor, epochs: list[float]
+) -> list[float]:
+    state = schedule.init(lr)
+    out = []
+    for epoch in epochs:
+        state = schedule.step(state, epoch)
+        out.append(float(state.lr))
+    return out
+
+
+@pytest.mark.parametrize("lr", BASES)
+@pytest.mark.parametrize("t_mult", [1, 2, 4])
+def test_cosine_annealing_warm_restarts_lr2(t_mult: int, lr: float) -> None:
+    """`test_CosineAnnealingWarmRestarts_lr2`: `step(state, epoch)` in tenths."""
+    t_i, t_cur, targets = 10, 0.0, [lr]
+    for _ in range(299):
+        t_cur = round(t_cur + 0.1, 1)
+        if t_cur >= t_i:
+            t_cur, t_i = t_cur - t_i, t_mult * t_i
+        targets.append(_warm_restart_target(lr, t_cur, t_i))
+    epochs = [round(e.item(), 1) for e in torch.arange(0, 30, 0.1)]
+    schedule = optim.CosineAnnealingWarmRestarts(T_0=10, T_mult=t_mult, eta_min=ETA)
+    _close(_epoch_rates(schedule, _base(lr), epochs), targets)
+
+
+@pytest.mark.parametrize("lr", BASES)
+@pytest.mark.parametrize(
+    ("t_mult", "epochs", "t_curs", "t_is"),
+    [
+        (
+            1,
+            [0, 1, 2, 3, 4, 5, 12, 27, 3, 4, 5, 6, 13],
+            [1, 2, 3, 4, 5, 2, 7, 3, 4, 5, 6, 3],
+            [10] * 12,
+        ),
+        (
+            2,
+            [0, 1, 2, 3, 4, 5, 25, 32, 33, 34, 80, 81, 3],
+            [1, 2, 3, 4, 5, 15, 2, 3, 4, 10, 11, 3],
+            [10, 10, 10, 10, 10, 20, 40, 40, 40, 80, 80, 10],
+        ),
+        (
+            3,
+            [0, 0.1, 0.2, 0.3, 1.3, 2.3, 17.5, 18.5, 19.5, 29.5, 30.5, 31.5, 50],
+            [0.1, 0.2, 0.3, 1.3, 2.3, 7.5, 8.5, 9.5, 19.5, 20.5, 21.5, 10],
+            [10, 10, 10, 10, 10, 30, 30, 30, 30, 30, 30, 90],
+        ),
+    ],
+    ids=["T_mult1", "T_mult2", "T_mult3"],
+)
+def test_cosine_annealing_warm_restarts_lr3(
+    t_mult: int, epochs: list[float], t_curs: list[float], t_is: list[int], lr: float
+) -> None:
+    """`test_CosineAnnealingWarmRestarts_lr3`: epochs jumping back and forth."""
+    targets = [lr] + [
+        _warm_restart_target(lr, c, i) for c, i in zip(t_curs, t_is, strict=True)
+    ]
+    schedule = optim.CosineAnnealingWarmRestarts(T_0=10, T_mult=t_mult, eta_min=ETA)
+    _close(_epoch_rates(schedule, _base(lr), epochs), targets)
+    param = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([param], lr=lr)
+    sched = tls.CosineAnnealingWarmRestarts(opt, T_0=10, T_mult=t_mult, eta_min=ETA)
+    expected = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's `step(epoch)` notice
+        for epoch in epochs:
+            opt.step()
+            sched.step(epoch)
+            expected.append(float(opt.param_groups[0]["lr"]))
+    _bitwise(_epoch_rates(schedule, lr, epochs), expected)
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        optim.StepLR(step_size=2),
+        optim.ExponentialLR(gamma=0.9),
+        optim.ConstantLR(),
+        optim.LinearLR(),
+        optim.PolynomialLR(power=0.9),
+    ],
+    ids=["step_lr", "exponential_lr", "constantlr", "linearlr", "polynomial_lr"],
+)
+def test_step_epoch_is_refused(schedule: Any) -> None:
+    """The deprecated `step(epoch)` of `test_*_is_constant_for_constant_epoch`."""
+    state = schedule.init(0.05)
+    with pytest.raises(
+        TypeError, match=r"takes no epoch .* deprecates `step\(epoch\)`"
+    ):
+        schedule.step(state, 2)
+
+
+@pytest.mark.parametrize("start_factor", [0.0, 1.1], ids=["limits1", "limits2"])
+def test_linearlr_start_factor_limits(start_factor: float) -> None:
+    """`test_linearlr_start_factor_limits1/2`: the factor must be in (0, 1]."""
+    with pytest.raises(ValueError, match=r"`start_factor` must be in \(0, 1\]"):
+        optim.LinearLR(start_factor=start_factor, total_iters=4)
+
+
+def _mult_09(epoch: Any) -> Any:
+    return 0.9
+
+
+def _swa_run(
+    swa: Any, lr: float | torch.Tensor, swa_start: int, epochs: int, *, before: bool
+) -> list[float]:
+    """Upstream's `_test_swalr`: MultiplicativeLR (or nothing) then SWALR."""
+    mult = optim.MultiplicativeLR(lr_lambda=_mult_09)
+    state = mult.init(lr)
+    out = []
+    for _ in range(swa_start):
+        out.append(float(state.lr))
+        if before:
+            state = mult.step(state)
+    swa_state = swa.init(state.lr)
+    for _ in range(swa_start, epochs):
+        out.append(float(swa_state.lr))
+        swa_state = swa.step(swa_state)
+    return out
+
+
+def _torch_swa_run(
+    kwargs: dict[str, Any], lr: float, swa_start: int, epochs: int, *, before: bool
+) -> list[float]:
+    param = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([param], lr=lr)
+    mult = tls.MultiplicativeLR(opt, lr_lambda=_mult_09)
+    swa = swa_utils.SWALR(opt, **kwargs)
+    out = []
+    for epoch in range(epochs):
+        out.append(float(opt.param_groups[0]["lr"]))
+        if epoch >= swa_start:
+            opt.step()
+            swa.step()
+        elif before:
+            opt.step()
+            mult.step()
+    return out
+
+
+@pytest.mark.parametrize("lr", BASES)
+def test_swalr_no_anneal(lr: float) -> None:
+    """`test_swalr_no_anneal`: the rate holds, then jumps to `swa_lr`."""
+    kwargs = {"anneal_epochs": 1, "swa_lr": 0.01}
+    swa = optim.SWALR(**kwargs)
+    _close(_swa_run(swa, _base(lr), 5, 10, before=False), [lr] * 6 + [0.01] * 4)
+    _bitwise(
+        _swa_run(swa, lr, 5, 10, before=False),
+        _torch_swa_run(kwargs, lr, 5, 10, before=False),
+    )
+
+
+@pytest.mark.parametrize(
+    ("strategy", "lr", "swa_lr"),
+    [
+        ("cos", 0.05, 0.01),
+        ("cos", 0.5, 0.01),
+        ("linear", 0.05, 0.01),
+        ("linear", 0.5, 0.02),
+    ],
+    ids=["cos-group0", "cos-group1", "linear-group0", "linear-group1"],
+)
+def test_swalr_anneal_after_multiplicative(
+    strategy: str, lr: float, swa_lr: float
+) -> None:
+    """`test_swalr_{cosine,linear}_anneal_after_multiplicative`."""
+    anneal_epochs = 5 if strategy == "cos" else 4
+
+    def coef(t: int) -> float:
+        if t + 1 >= anneal_epochs:
+            return 0.0
+        if strategy == "cos":
+            return (1 + math.cos(math.pi * (t + 1) / anneal_epochs)) / 2
+        return 1 - (t + 1) / anneal_epochs
+
+    before = [lr * 0.9**i for i in range(6)]
+    targets = before + [before[-1] * coef(t) + swa_lr * (1 - coef(t)) for t in range(9)]
+    kwargs = {
+        "anneal_epochs": anneal_epochs,
+        "anneal_strategy": strategy,
+        "swa_lr": swa_lr,
+    }
+    swa = optim.SWALR(**kwargs)
+    _close(_swa_run(swa, _base(lr), 5, 15, before=True), targets)
+    _bitwise(
+        _swa_run(swa, lr, 5, 15, before=True),
+        _torch_swa_run(kwargs, lr, 5, 15, before=True),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"anneal_strategy": "exponential"}, ValueError, "anneal_strategy must"),
+        ({"anneal_epochs": -1}, ValueError, "anneal_epochs must"),
+        ({"anneal_epochs": 1.7}, ValueError, "anneal_epochs must"),
+        # torch's ValueError counts one rate per group; one rate here, a list is
+        # the wrong kind.
+        ({"swa_lr": [1.0, 0.1, 0.01]}, TypeError, "`swa_lr` must be a number"),
+    ],
+    ids=[
+        "anneal_strategy",
+        "anneal_epochs_negative",
+        "anneal_epochs_float",
+        "swa_lr_list",
+    ],
+)
+def test_swalr_hypers(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    """`test_swalr_hypers`: bad settings are refused."""
+    with pytest.raises(error, match=match):
+        _loose.SWALR(**{"swa_lr": 1.0, **kwargs})
