@@ -1353,3 +1353,107 @@ def test_swalr_hypers(
     """`test_swalr_hypers`: bad settings are refused."""
     with pytest.raises(error, match=match):
         _loose.SWALR(**{"swa_lr": 1.0, **kwargs})
+
+
+def _div10(epoch: Any) -> Any:
+    return epoch // 10
+
+
+def _times_095(epoch: Any) -> Any:
+    return 0.95
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        optim.LambdaLR(lr_lambda=_div10),
+        optim.MultiplicativeLR(lr_lambda=_times_095),
+        optim.StepLR(step_size=30),
+        optim.MultiStepLR(milestones=[30, 80]),
+        optim.ConstantLR(),
+        optim.LinearLR(),
+        optim.ExponentialLR(gamma=0.9),
+        optim.PolynomialLR(),
+        optim.CosineAnnealingLR(T_max=10),
+        optim.CosineAnnealingWarmRestarts(T_0=20),
+    ],
+    ids=lambda s: type(s).__name__,
+)
+def test_constant_initial_lr(schedule: Any) -> None:
+    """`test_constant_initial_lr`: changing the tensor rate given later does nothing."""
+    lr = torch.as_tensor(0.1)
+    expected = _rates(schedule, float(lr), 3)
+    state = schedule.init(lr)
+    got = [float(state.lr)]
+    for _ in range(2):
+        state = schedule.step(state)
+        lr.multiply_(0.1)
+        got.append(float(state.lr))
+        assert float(state.base_lr) == float(torch.as_tensor(0.1))
+    _bitwise(got, expected)
+
+
+def test_constant_initial_params_cyclelr() -> None:
+    """`test_constant_initial_params_cyclelr`: tensor settings are read once."""
+    tensors = [torch.as_tensor(v) for v in (0.1, 0.2, 0.8, 0.9)]
+    names = ("base_lr", "max_lr", "base_momentum", "max_momentum")
+    numbers = dict(zip(names, [float(t) for t in tensors], strict=True))
+    schedule = optim.CyclicLR(**dict(zip(names, tensors, strict=True)))
+    for t in tensors:
+        t.multiply_(0.5)
+    assert {name: getattr(schedule, name) for name in names} == numbers
+    _bitwise(_cycle(schedule, 5)[0], _cycle(optim.CyclicLR(**numbers), 5)[0])
+
+
+def test_constant_initial_params_onecyclelr() -> None:
+    """`test_constant_initial_params_onecyclelr`: tensor settings are read once."""
+    tensors = [torch.as_tensor(v) for v in (0.1, 0.85, 0.95)]
+    names = ("max_lr", "base_momentum", "max_momentum")
+    numbers = dict(zip(names, [float(t) for t in tensors], strict=True))
+    schedule = optim.OneCycleLR(
+        total_steps=10, **dict(zip(names, tensors, strict=True))
+    )
+    for t in tensors:
+        t.multiply_(0.5)
+    assert {name: getattr(schedule, name) for name in names} == numbers
+    reference = optim.OneCycleLR(total_steps=10, **numbers)
+    assert _cycle(schedule, 10) == _cycle(reference, 10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=TypeError,
+    reason=(
+        "SWALR refuses a 0-dim tensor `swa_lr` (TypeError '`swa_lr` must be a "
+        "number, got Tensor'), which torch's SWALR takes and which CyclicLR and "
+        "OneCycleLR here read as a number"
+    ),
+)
+def test_constant_initial_params_swalr() -> None:
+    """`test_constant_initial_params_swalr`: tensor rates are read once."""
+    lr, swa_lr = torch.as_tensor(0.1), torch.as_tensor(0.05)
+    expected = _rates(optim.SWALR(swa_lr=float(swa_lr)), float(lr), 3)
+    schedule = _loose.SWALR(swa_lr=swa_lr)
+    state = schedule.init(lr)
+    got = [float(state.lr)]
+    for _ in range(2):
+        lr.multiply_(0.5)
+        swa_lr.multiply_(0.5)
+        state = schedule.step(state)
+        got.append(float(state.lr))
+    _bitwise(got, expected)
+
+
+def test_cosine_then_cyclic() -> None:
+    """`test_cosine_then_cyclic`: after the switch the rate stays at most `max_lr`."""
+    schedule = optim.SequentialLR(
+        schedulers=[
+            optim.CosineAnnealingLR(T_max=20, eta_min=0.1),
+            optim.CyclicLR(base_lr=0.1, max_lr=0.3, step_size_up=1, step_size_down=3),
+        ],
+        milestones=[21],
+    )
+    rates = _rates(schedule, 0.5, 41)
+    assert rates[0] == 0.5
+    assert max(rates[21:]) <= 0.3
+    _close(rates[21:25], [0.1, 0.3, 0.3 - 0.2 / 3, 0.3 - 0.4 / 3])
