@@ -1033,11 +1033,8 @@ ONE_CYCLE: dict[str, tuple[dict[str, Any], list[float], list[float]]] = {
 def test_onecycle_lr(
     settings: dict[str, Any], lrs: list[float], moms: list[float], adam: bool
 ) -> None:
-    """`test_onecycle_lr_*`, `test_cycle_lr_with_adam`: targets, and torch's bitwise.
-
-    With Adam, torch cycles the first beta; the schedule's momentum is compared
-    with it.
-    """
+    """`test_onecycle_lr_*`, `test_cycle_lr_with_adam`: targets, and torch's bitwise."""
+    # With Adam, torch cycles the first beta; the schedule's momentum is that.
     schedule = optim.OneCycleLR(**settings)
     got_lrs, got_moms = _cycle(schedule, 10)
     _close(got_lrs, lrs)

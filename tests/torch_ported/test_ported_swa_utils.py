@@ -71,12 +71,10 @@ def _expected_average(
 
 @pytest.mark.parametrize("ema", [True, False], ids=["ema", "swa"])
 def test_averaged_model_all_devices(ema: bool) -> None:
-    """`test_averaged_model_all_devices` on the CPU: the closed form, and torch's.
-
-    Upstream averages with `get_swa_multi_avg_fn()` (a `lerp` by `1 / (n + 1)`),
-    which rounds apart from `AveragedModel`'s default running mean; the average
-    here equals the default bitwise and the `lerp` one to float tolerance.
-    """
+    """`test_averaged_model_all_devices` on the CPU: the closed form, and torch's."""
+    # Upstream averages with `get_swa_multi_avg_fn()` (a `lerp` by `1 / (n + 1)`),
+    # which rounds apart from `AveragedModel`'s default running mean; the average
+    # here equals the default bitwise and the `lerp` one to float tolerance.
     decay = 0.999
     with torch.random.fork_rng():  # seeded here, the global generator untouched
         torch.manual_seed(0)
