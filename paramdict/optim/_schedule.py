@@ -209,7 +209,9 @@ def base_of(schedule: Any, lr: float | Tensor | None) -> float | Tensor:
         )
         raise ValueError(msg)
     check_base(given)
-    return given
+    # A copy, as torch copies its base rates: changing the caller's tensor
+    # later must not change the schedule (autograd still flows through it).
+    return given.clone() if isinstance(given, Tensor) else given
 
 
 # ---------------------------------------------------------------- base classes

@@ -23,6 +23,7 @@ from ._schedule import (
     new_state,
     nonzero,
 )
+from ._schedule_cyclic import _read  # pyright: ignore[reportPrivateUsage]  # this package's own
 
 __all__ = ["SWALR"]
 
@@ -60,7 +61,8 @@ class SWALR(LRSchedule):
     weight averaging (`WeightAverage.swa`). Bitwise equal to torch's on the CPU.
 
     Attributes:
-        swa_lr: The rate annealed to, a number (finite, at least 0).
+        swa_lr: The rate annealed to, a number (finite, at least 0) or a
+            one-element tensor, read as a number when built (as torch reads it).
         anneal_epochs: The number of steps of the annealing, an int >= 0.
         anneal_strategy: `"cos"` or `"linear"`.
 
@@ -81,7 +83,7 @@ class SWALR(LRSchedule):
         [1.0, 0.525, 0.05, 0.05]
     """
 
-    swa_lr: float = attrs.field(validator=_check_swa_lr)
+    swa_lr: float = attrs.field(converter=_read, validator=_check_swa_lr)
     anneal_epochs: int = attrs.field(default=10, validator=_check_anneal_epochs)
     anneal_strategy: Literal["cos", "linear"] = "cos"
 

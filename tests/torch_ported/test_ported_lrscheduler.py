@@ -1390,15 +1390,6 @@ def test_constant_initial_lr(schedule: Any) -> None:
     _bitwise(got, expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "`LRSchedule.init` keeps a float64 tensor `lr` itself as `state.base_lr` "
-        "(`_schedule.scalar` converts with `.to`, which returns the same tensor "
-        "when the dtype already matches), so changing that tensor in place after "
-        "`init` changes later rates; torch copies its base rates"
-    ),
-)
 def test_constant_initial_lr_float64() -> None:
     """`test_constant_initial_lr` with a float64 tensor rate, for LambdaLR."""
     schedule = optim.LambdaLR(lr_lambda=_div10)
@@ -1440,15 +1431,6 @@ def test_constant_initial_params_onecyclelr() -> None:
     assert _cycle(schedule, 10) == _cycle(reference, 10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason=(
-        "SWALR refuses a 0-dim tensor `swa_lr` (TypeError '`swa_lr` must be a "
-        "number, got Tensor'), which torch's SWALR takes and which CyclicLR and "
-        "OneCycleLR here read as a number"
-    ),
-)
 def test_constant_initial_params_swalr() -> None:
     """`test_constant_initial_params_swalr`: tensor rates are read once."""
     lr, swa_lr = torch.as_tensor(0.1), torch.as_tensor(0.05)
