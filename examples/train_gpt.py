@@ -21,6 +21,7 @@ import argparse
 import io
 import math
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -198,8 +199,13 @@ def make_optimizer(cfg: Config) -> optim.ClipGradNorm[tuple[optim.AdamState, ...
     return optim.ClipGradNorm(groups, max_norm=1.0)
 
 
+def typical(times: list[float]) -> float:
+    """Return the median step time after the first step (which warms up caches)."""
+    return statistics.median(times[1:] or times or [0.0])
+
+
 class Run(NamedTuple):
-    """What a run leaves: its losses, its final weights, their EMA, its timing."""
+    """What a run leaves: its losses, final weights, their EMA, median step time."""
 
     losses: list[float]
     params: dict[str, Tensor]
@@ -289,26 +295,20 @@ def train_paramdict(
     losses: list[float] = []
     start = opt.step_count(state)
     end = cfg.steps if stop is None else stop
-    began = time.perf_counter()
+    times: list[float] = []
     for it in range(start, end):
-        if it == start + 1:  # time the steps after the first (warm-up)
-            began = time.perf_counter()
+        began = time.perf_counter()
         x, y = get_batch(tokens, cfg, it)
         lr = opt.last_lr(state)[0]
         params, state, ema_state, loss = step(params, state, ema_state, x, y)
         losses.append(float(loss))
+        times.append(time.perf_counter() - began)
         if log is not None and (it % 25 == 0 or it == end - 1):
             log(f"step {opt.step_count(state):4d}  lr {lr:.2e}  loss {losses[-1]:.4f}")
-    elapsed = time.perf_counter() - began
     if checkpoint is not None:
         saved = {"params": dict(params), "state": state, "ema": ema_state}
         torch.save(saved, checkpoint)
-    return Run(
-        losses,
-        dict(params),
-        dict(ema_state.averaged),
-        elapsed / max(end - start - 1, 1),
-    )
+    return Run(losses, dict(params), dict(ema_state.averaged), typical(times))
 
 
 # ------------------------------------------------------------ the torch.optim program
@@ -363,10 +363,9 @@ def train_torch(
         start = saved["step"]
     losses: list[float] = []
     end = cfg.steps if stop is None else stop
-    began = time.perf_counter()
+    times: list[float] = []
     for it in range(start, end):
-        if it == start + 1:  # time the steps after the first (warm-up)
-            began = time.perf_counter()
+        began = time.perf_counter()
         x, y = get_batch(tokens, cfg, it)
         opt.zero_grad(set_to_none=True)
         total = torch.zeros(())
@@ -380,7 +379,7 @@ def train_torch(
         sched.step()
         ema.update_parameters(model)
         losses.append(float(total))
-    elapsed = time.perf_counter() - began
+        times.append(time.perf_counter() - began)
     if checkpoint is not None:
         torch.save(
             {
@@ -394,7 +393,7 @@ def train_torch(
         )
     averaged = {n: p.detach() for n, p in ema.module.named_parameters()}
     params = {n: p.detach() for n, p in model.named_parameters()}
-    return Run(losses, params, averaged, elapsed / max(end - start - 1, 1))
+    return Run(losses, params, averaged, typical(times))
 
 
 # ---------------------------------------------------------------------------- main
