@@ -30,18 +30,34 @@ def test_eager_cos_is_math_cos_on_the_schedule_angles() -> None:
     assert got == want
 
 
+class _Inductor:
+    """The inductor backend, keeping the graphs it is given."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(
+        self,
+        gm: torch.fx.GraphModule,
+        inputs: list[torch.Tensor | int | torch.SymInt | None],
+    ) -> object:
+        self.graphs.append(gm)
+        return torch._inductor.compile(gm, inputs)
+
+    def complex_free(self) -> bool:
+        """Whether no value in the graphs is complex (inductor's warning is once)."""
+        return bool(self.graphs) and all(
+            "complex" not in str(node.meta.get("example_value", ""))
+            for graph in self.graphs
+            for node in graph.graph.nodes
+        )
+
+
 def test_compiled_cos_is_math_cos_and_real() -> None:
     """Inductor's `cos` of a 0-dim double is `math.cos` bitwise, without a warning."""
     torch._dynamo.reset()
     counters.clear()
-    graphs: list[torch.fx.GraphModule] = []
-
-    def backend(
-        gm: torch.fx.GraphModule, inputs: list[torch.Tensor | int | torch.SymInt | None]
-    ) -> object:
-        graphs.append(gm)
-        return torch._inductor.compile(gm, inputs)
-
+    backend = _Inductor()
     compiled = torch.compile(_cos_of_ratio, backend=backend, fullgraph=True)
     f64 = torch.float64
     with warnings.catch_warnings(record=True) as caught:
@@ -54,12 +70,7 @@ def test_compiled_cos_is_math_cos_and_real() -> None:
     assert [str(w.message) for w in caught] == []
     assert got == [math.cos(math.pi * a / b) for a, b in _ANGLES[::3]]
     assert counters["stats"]["unique_graphs"] == 1
-    assert graphs
-    assert all(
-        "complex" not in str(node.meta.get("example_value", ""))
-        for graph in graphs
-        for node in graph.graph.nodes
-    )
+    assert backend.complex_free()
 
 
 Make = Callable[[torch.optim.Optimizer], tls.LRScheduler]
@@ -96,7 +107,8 @@ def test_inductor_schedule_equals_torch_bitwise(
     opt = torch.optim.SGD([param], lr=0.1)
     sched = make(opt)
     counters.clear()
-    step = torch.compile(schedule.step, fullgraph=True)
+    backend = _Inductor()
+    step = torch.compile(schedule.step, backend=backend, fullgraph=True)
     state = schedule.init(0.1)
     ours, theirs = [float(state.lr)], [sched.get_last_lr()[0]]
     with warnings.catch_warnings(record=True) as caught:
@@ -111,3 +123,4 @@ def test_inductor_schedule_equals_torch_bitwise(
     assert [str(w.message) for w in caught] == []
     assert ours == theirs
     assert counters["stats"]["unique_graphs"] == 1
+    assert backend.complex_free()
