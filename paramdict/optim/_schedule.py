@@ -14,8 +14,10 @@ IEEE double arithmetic on tensors rounds as Python floats do, with two
 exceptions handled here. `tensor ** number` takes shortcuts for some exponents
 (`x * x * x` for 3) that round differently from Python's `pow`, so exponents are
 tensors too (`_pow`); and `torch.cos` differs from `math.cos` by one unit in the
-last place for some arguments (14 of 9,600 tested), so `_cos` takes the real part
+last place for some arguments (14 of 9,600 tested), so `cos` takes the real part
 of a complex exponential, which the CPU computes with the C library's `cos`.
+Compiled code has no complex numbers: there `cos` is `torch.cos`, which inductor's
+C++ code for a 0-dim tensor computes with the C library's `cos` too.
 """
 
 from __future__ import annotations
@@ -91,9 +93,15 @@ def pow_(base: float | Tensor, exponent: float | Tensor, like: Tensor) -> Tensor
 def cos(x: Tensor) -> Tensor:
     """Return `cos(x)` equal to `math.cos` bitwise (on the CPU).
 
-    `torch.cos` is off by one unit in the last place for some arguments; the real
-    part of `exp(i x)` comes from the C library's `cos` (times `exp(0) = 1`).
+    Eager `torch.cos` is off by one unit in the last place for some arguments (its
+    vectorized kernel); the real part of `exp(i x)` comes from the C library's
+    `cos` (times `exp(0) = 1`). Inductor generates no code for complex numbers,
+    while its C++ code for a 0-dim `torch.cos` calls the C library's `cos`, so
+    compiled, `cos` is `torch.cos`. (A compiler backend that runs torch's eager
+    kernels, such as `"aot_eager"`, inherits their last-place differences.)
     """
+    if torch.compiler.is_compiling():
+        return torch.cos(x)
     return torch.exp(torch.complex(torch.zeros_like(x), x)).real
 
 
