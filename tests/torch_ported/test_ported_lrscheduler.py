@@ -1281,7 +1281,7 @@ def _torch_swa_run(
 def test_swalr_no_anneal(lr: float) -> None:
     """`test_swalr_no_anneal`: the rate holds, then jumps to `swa_lr`."""
     kwargs = {"anneal_epochs": 1, "swa_lr": 0.01}
-    swa = optim.SWALR(**kwargs)
+    swa = _loose.SWALR(**kwargs)
     _close(_swa_run(swa, _base(lr), 5, 10, before=False), [lr] * 6 + [0.01] * 4)
     _bitwise(
         _swa_run(swa, lr, 5, 10, before=False),
@@ -1319,7 +1319,7 @@ def test_swalr_anneal_after_multiplicative(
         "anneal_strategy": strategy,
         "swa_lr": swa_lr,
     }
-    swa = optim.SWALR(**kwargs)
+    swa = _loose.SWALR(**kwargs)
     _close(_swa_run(swa, _base(lr), 5, 15, before=True), targets)
     _bitwise(
         _swa_run(swa, lr, 5, 15, before=True),
@@ -1409,11 +1409,11 @@ def test_constant_initial_params_cyclelr() -> None:
     tensors = [torch.as_tensor(v) for v in (0.1, 0.2, 0.8, 0.9)]
     names = ("base_lr", "max_lr", "base_momentum", "max_momentum")
     numbers = dict(zip(names, [float(t) for t in tensors], strict=True))
-    schedule = optim.CyclicLR(**dict(zip(names, tensors, strict=True)))
+    schedule = _loose.CyclicLR(**dict(zip(names, tensors, strict=True)))
     for t in tensors:
         t.multiply_(0.5)
     assert {name: getattr(schedule, name) for name in names} == numbers
-    _bitwise(_cycle(schedule, 5)[0], _cycle(optim.CyclicLR(**numbers), 5)[0])
+    _bitwise(_cycle(schedule, 5)[0], _cycle(_loose.CyclicLR(**numbers), 5)[0])
 
 
 def test_constant_initial_params_onecyclelr() -> None:
@@ -1421,13 +1421,13 @@ def test_constant_initial_params_onecyclelr() -> None:
     tensors = [torch.as_tensor(v) for v in (0.1, 0.85, 0.95)]
     names = ("max_lr", "base_momentum", "max_momentum")
     numbers = dict(zip(names, [float(t) for t in tensors], strict=True))
-    schedule = optim.OneCycleLR(
+    schedule = _loose.OneCycleLR(
         total_steps=10, **dict(zip(names, tensors, strict=True))
     )
     for t in tensors:
         t.multiply_(0.5)
     assert {name: getattr(schedule, name) for name in names} == numbers
-    reference = optim.OneCycleLR(total_steps=10, **numbers)
+    reference = _loose.OneCycleLR(total_steps=10, **numbers)
     assert _cycle(schedule, 10) == _cycle(reference, 10)
 
 

@@ -215,10 +215,12 @@ class _DNN(nn.Module):
         self.bn = nn.BatchNorm1d(self.n_features)
 
     def pre(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc1(x)
+        out: torch.Tensor = self.fc1(x)
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.bn(self.fc1(x))
+        out: torch.Tensor = self.bn(self.fc1(x))
+        return out
 
 
 class _CNN(nn.Module):
@@ -229,10 +231,12 @@ class _CNN(nn.Module):
         self.bn = nn.BatchNorm2d(self.n_features, momentum=0.3)
 
     def pre(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv1(x)
+        out: torch.Tensor = self.conv1(x)
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.bn(self.conv1(x))
+        out: torch.Tensor = self.bn(self.conv1(x))
+        return out
 
 
 def _loaders(x: torch.Tensor) -> tuple[DataLoader[Any], DataLoader[Any]]:
@@ -315,4 +319,6 @@ def test_bn_update_eval_momentum() -> None:
     fresh = optim.update_bn(ParamDict.from_module(net, buffers=True), net, dl_x)
     assert not net.training
     assert net.bn.momentum == 0.3
-    assert not torch.equal(fresh["bn.running_mean"], net.bn.running_mean)
+    running_mean = net.bn.running_mean
+    assert running_mean is not None
+    assert not torch.equal(fresh["bn.running_mean"], running_mean)
