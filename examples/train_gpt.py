@@ -345,7 +345,7 @@ def train_torch(
         },
         {"params": [p for n, p in named if not is_matrix(n, p)], "weight_decay": 0.0},
     ]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), foreach=True)
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=True)
     warmup = tls.LinearLR(opt, start_factor=0.01, total_iters=cfg.warmup)
     cosine = tls.CosineAnnealingLR(
         opt, T_max=cfg.steps - cfg.warmup, eta_min=cfg.lr / 10

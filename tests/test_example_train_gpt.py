@@ -30,12 +30,15 @@ def torch_run(data: tuple[torch.Tensor, int]) -> gpt.Run:
     return gpt.train_torch(CFG, tokens, vocab)
 
 
-def _assert_same(run: gpt.Run, reference: gpt.Run) -> None:
-    assert run.losses == reference.losses
+def _assert_same(
+    run: gpt.Run, reference: gpt.Run, *, rtol: float = 0, atol: float = 0
+) -> None:
+    torch.testing.assert_close(run.losses, reference.losses, rtol=rtol, atol=atol)
     assert list(run.params) == list(reference.params)
     for k in reference.params:
-        torch.testing.assert_close(run.params[k], reference.params[k], rtol=0, atol=0)
-        torch.testing.assert_close(run.ema[k], reference.ema[k], rtol=0, atol=0)
+        got, want = run.params[k], reference.params[k]
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+        torch.testing.assert_close(run.ema[k], reference.ema[k], rtol=rtol, atol=atol)
 
 
 def test_corpus_and_batches_are_deterministic() -> None:
@@ -156,7 +159,11 @@ def test_checkpoint_loads_with_weights_only(data: tuple[torch.Tensor, int]) -> N
 def test_compiled_step_is_one_graph_with_eager_numbers(
     data: tuple[torch.Tensor, int], torch_run: gpt.Run
 ) -> None:
-    """The same step compiled with `fullgraph=True` runs, and resumes, on one graph."""
+    """The step compiled with `fullgraph=True` runs, and resumes, on one graph.
+
+    It agrees with torch's fused program to float32 rounding, and its resumed
+    run equals its uninterrupted one bit for bit.
+    """
     tokens, vocab = data
     torch._dynamo.reset()
     counters.clear()
@@ -171,8 +178,9 @@ def test_compiled_step_is_one_graph_with_eager_numbers(
             CFG,
         )
     assert counters["stats"]["unique_graphs"] == 1
-    _assert_same(run, torch_run)
-    _assert_same(resumed, torch_run)
+    # Traced, AdamW runs its foreach rule; torch's program runs the fused kernel.
+    _assert_same(run, torch_run, rtol=1e-4, atol=5e-5)
+    _assert_same(resumed, run)
 
 
 def test_command_line_prints_the_comparison(capsys: pytest.CaptureFixture[str]) -> None:
