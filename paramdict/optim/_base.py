@@ -32,7 +32,7 @@ from ._kernels import Kernels
 from ._keyed import check_keyed, check_real
 from ._protocol import Optimizer, recall, remember
 from ._schedule import ScheduleState
-from ._schedule_cyclic import PlateauState, ReduceLROnPlateau
+from ._schedule_plateau import PlateauState, ReduceLROnPlateau
 from ._scheduled import (
     LearningRate,
     SlotState,

@@ -23,14 +23,9 @@ from torch.utils import _pytree as pytree
 from .._paramdict import ParamDict
 from ._hyper import Rate, is_traced
 from ._schedule import LRSchedule, ScheduleState
-from ._schedule_cyclic import (
-    ChainedScheduler,
-    CyclicLR,
-    OneCycleLR,
-    PlateauState,
-    ReduceLROnPlateau,
-    SequentialLR,
-)
+from ._schedule_chain import ChainedScheduler, SequentialLR
+from ._schedule_cyclic import CyclicLR, OneCycleLR
+from ._schedule_plateau import PlateauState, ReduceLROnPlateau
 from .lr_scheduler import CosineAnnealingWarmRestarts
 
 __all__ = [
