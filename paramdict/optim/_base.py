@@ -3,8 +3,8 @@
 The learning rate, weight decay, `maximize` and `differentiable` options and their
 validation; the checks of parameters, hyperparameters and state; the step counter;
 the maximize/weight-decay prologue; and `rate`, the one method through which the
-rules read their rates (the place learning-rate schedules plug in: see
-`_scheduled.py`; `cycled` and `next_schedule` are the schedule's other two ends).
+rules read their rates (the place learning-rate schedules plug in, through the
+protocol of `_slot.py`; `cycled` and `next_schedule` are its other two ends).
 A concrete optimizer adds its own fields (with torch.optim's names, order and
 defaults), its first state (`init_state`) and its rule (`update`).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -31,18 +31,10 @@ from ._hyper import (
 from ._kernels import Kernels
 from ._keyed import check_keyed, check_real
 from ._protocol import Optimizer, recall, remember
-from ._schedule import ScheduleState
-from ._schedule_plateau import PlateauState, ReduceLROnPlateau
-from ._scheduled import (
-    LearningRate,
-    SlotState,
-    advanced,
-    check_fits,
-    check_slot,
-    cycles_momentum,
-    first_state,
-    is_schedule,
-)
+from ._slot import slot_rules
+
+if TYPE_CHECKING:  # types only: at run time the schedules are reached via `_slot`
+    from ._scheduled import LearningRate, SlotState
 
 __all__ = ["HasStep", "TorchOptimizer"]
 
@@ -107,8 +99,8 @@ class TorchOptimizer(Optimizer[S]):
 
     def __attrs_post_init__(self) -> None:
         """Validate the shared fields (subclasses call this from their own)."""
-        if is_schedule(self.lr):
-            check_fits(self, cast("Any", self.lr))
+        if slot_rules().is_schedule(self.lr):
+            slot_rules().check_fits(self, self.lr)
         else:
             check_rate(self, _Field("lr"), self.lr)
         check_rate(self, _Field("weight_decay"), self.weight_decay)
@@ -147,8 +139,8 @@ class TorchOptimizer(Optimizer[S]):
         check_real(params)
         self._check_rates(params)
         state = self.init_state(params)
-        if is_schedule(self.lr):
-            schedule = first_state(cast("Any", self.lr), params)
+        if slot_rules().is_schedule(self.lr):
+            schedule = slot_rules().first_state(self.lr, params)
             state = cast("Any", state)._replace(schedule=schedule)
         return state
 
@@ -171,7 +163,7 @@ class TorchOptimizer(Optimizer[S]):
     def _check_rates(self, params: ParamDict) -> None:
         for name in ("lr", "weight_decay"):
             rate = getattr(self, name)
-            if is_schedule(rate):
+            if slot_rules().is_schedule(rate):
                 continue
             check_rate_keys(params, name, rate)
             if isinstance(rate, ParamDict):
@@ -212,7 +204,7 @@ class TorchOptimizer(Optimizer[S]):
             raise TypeError(msg)
         check_counter(given.step, params, "step")
         if "schedule" in given._fields:
-            check_slot(self, self.lr, given.schedule)
+            slot_rules().check_slot(self, self.lr, given.schedule)
         for field, buffer in zip(given._fields, given):
             if field in ("step", "schedule"):
                 continue
@@ -301,16 +293,17 @@ class TorchOptimizer(Optimizer[S]):
             tensor(0.5000, dtype=torch.float64)
         """
         value: Rate | object = getattr(self, name)
-        if is_schedule(value):
-            slot: object = getattr(state, "schedule", None)
-            if not isinstance(slot, (ScheduleState, PlateauState)):
+        if slot_rules().is_schedule(value):
+            slot: Any = getattr(state, "schedule", None)
+            if not slot_rules().is_slot(slot):
                 msg = (
                     f"`{type(self).__name__}`'s `{name}` is a schedule, whose value "
                     "is in the state: the rule must call "
                     f"`self.rate({name!r}, step, state)`."
                 )
                 raise TypeError(msg)
-            return slot.lr
+            current: Tensor = slot.lr
+            return current
         return cast(Rate, value)
 
     def cycled(self, name: str, state: object, /) -> Any:
@@ -338,11 +331,9 @@ class TorchOptimizer(Optimizer[S]):
         """
         value: Any = getattr(self, name)
         slot: object = getattr(state, "schedule", None)
-        if not isinstance(slot, ScheduleState) or not cycles_momentum(
-            cast("Any", self.lr)
-        ):
+        momentum = slot_rules().momentum(self.lr, slot)
+        if momentum is None:
             return value
-        momentum = slot.momentum
         return (momentum, value[1]) if name == "betas" else momentum
 
     def next_schedule(self, state: object, /) -> SlotState:
@@ -366,24 +357,25 @@ class TorchOptimizer(Optimizer[S]):
             tensor(0.5000, dtype=torch.float64)
         """
         slot: SlotState = getattr(state, "schedule", ())
-        if not is_schedule(self.lr):
+        if not slot_rules().is_schedule(self.lr):
             return slot
         known, value = recall(slot)  # advanced by `_prepare` before `step_` wrote
         if known:
-            return cast(SlotState, value)
-        return advanced(cast("Any", self.lr), slot)
+            return cast("SlotState", value)
+        new_slot: SlotState = slot_rules().advanced(self.lr, slot)
+        return new_slot
 
     def _prepare(self, params: ParamDict, grads: ParamDict, state: S) -> None:
         """Choose the kernels, and advance the schedule, before `step_` writes."""
         super()._prepare(params, grads, state)
         slot: SlotState = getattr(state, "schedule", ())
-        if is_schedule(self.lr) and slot != ():
-            remember(slot, advanced(cast("Any", self.lr), slot))
+        if slot_rules().is_schedule(self.lr) and slot != ():
+            remember(slot, slot_rules().advanced(self.lr, slot))
 
     @property
     def takes_metric(self) -> bool:
         """Whether the `lr` is a `ReduceLROnPlateau`, moved by `step_schedule`."""
-        return isinstance(self.lr, ReduceLROnPlateau)
+        return slot_rules().takes_metric(self.lr)
 
     @override
     def last_lr(self, state: S, /) -> list[float]:
@@ -423,7 +415,7 @@ class TorchOptimizer(Optimizer[S]):
             >>> state.schedule.lr
             tensor(0.1000, dtype=torch.float64)
         """
-        if not isinstance(self.lr, ReduceLROnPlateau):
+        if not slot_rules().takes_metric(self.lr):
             kind = type(self.lr).__name__
             msg = (
                 f"`step_schedule` takes a metric for a `ReduceLROnPlateau` `lr`; "
@@ -432,9 +424,9 @@ class TorchOptimizer(Optimizer[S]):
             )
             raise ValueError(msg)
         given: Any = state
-        slot = getattr(given, "schedule", None)
-        check_slot(self, self.lr, slot)
-        new_slot = self.lr.step(cast(PlateauState, slot), metrics)
+        slot: SlotState = getattr(given, "schedule", ())
+        slot_rules().check_slot(self, self.lr, slot)
+        new_slot = slot_rules().step_metric(self.lr, slot, metrics)
         result: S = given._replace(schedule=new_slot)
         return result
 
