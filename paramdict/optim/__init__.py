@@ -67,6 +67,7 @@ from .adam import Adam, AdamState, AdamW
 from .adamax import Adamax, AdamaxState
 from .asgd import ASGD, ASGDState
 from .lbfgs import LBFGS, LBFGSState
+from .lion import Lion, LionState
 from .lr_scheduler import (
     ConstantLR,
     CosineAnnealingLR,
@@ -119,6 +120,8 @@ __all__ = [
     "LambdaLR",
     "LearningRate",
     "LinearLR",
+    "Lion",
+    "LionState",
     "MultiStepLR",
     "MultiSteps",
     "MultiStepsState",

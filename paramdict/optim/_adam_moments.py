@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from torch import Tensor
 
@@ -13,14 +13,7 @@ from ._kernels import Kernels
 
 S = TypeVar("S", bound=HasStep)
 
-__all__ = ["check_flag", "decayed", "moments"]
-
-
-def check_flag(instance: object, attribute: Any, value: Any) -> None:
-    """Raise `TypeError` unless `value` is True or False, naming the argument."""
-    if not isinstance(value, bool):
-        msg = f"`{attribute.name}` must be True or False, got {value!r}."
-        raise TypeError(msg)
+__all__ = ["decayed", "moments"]
 
 
 def moments(

@@ -23,8 +23,10 @@ from .._paramdict import ParamDict
 from ._hyper import (
     Rate,
     check_counter,
+    check_flag,
     check_rate,
     check_rate_keys,
+    check_rate_shapes,
     is_zero,
     new_counter,
 )
@@ -53,12 +55,6 @@ S = TypeVar("S", bound=HasStep)
 
 class _Field(NamedTuple):
     name: str
-
-
-def _check_flag(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        msg = f"`{name}` must be True or False, got {value!r}."
-        raise TypeError(msg)
 
 
 class TorchOptimizer(Optimizer[S]):
@@ -104,8 +100,8 @@ class TorchOptimizer(Optimizer[S]):
         else:
             check_rate(self, _Field("lr"), self.lr)
         check_rate(self, _Field("weight_decay"), self.weight_decay)
-        _check_flag("maximize", self.maximize)
-        _check_flag("differentiable", self.differentiable)
+        check_flag(self, _Field("maximize"), self.maximize)
+        check_flag(self, _Field("differentiable"), self.differentiable)
 
     # ------------------------------------------------------------ state
 
@@ -167,7 +163,7 @@ class TorchOptimizer(Optimizer[S]):
                 continue
             check_rate_keys(params, name, rate)
             if isinstance(rate, ParamDict):
-                _check_rate_shapes(params, name, rate)
+                check_rate_shapes(params, name, rate)
 
     def check_state(self, params: ParamDict, state: S, /) -> None:
         """Raise unless `state` is this optimizer's state for `params`.
@@ -430,6 +426,97 @@ class TorchOptimizer(Optimizer[S]):
         result: S = given._replace(schedule=new_slot)
         return result
 
+    # ------------------------------------------------------------ the driver
+
+    decoupled_decay: ClassVar[bool] = False
+    """Decay the parameters by `1 - lr * weight_decay` (else: L2, `prologue`)."""
+
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: S, ops: Kernels, /
+    ) -> tuple[ParamDict, S]:
+        """Run the step around `math`: the counter, rate, prologue and new state.
+
+        The driver of the rules written as `math`: it reads `lr` (scheduled or
+        not), negates the gradients to maximize and applies the weight decay
+        (`decoupled_decay`), calls `math`, and builds the new state: the counter
+        first, `math`'s buffers, and the advanced schedule last. A rule may
+        override `update` itself instead.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0]))
+            >>> opt = optim.Lion(lr=0.5, weight_decay=1.0)
+            >>> new, state = opt.update(p, p, opt.init(p), optim.Kernels.for_params(p))
+            >>> new["w"], state.step
+            (tensor([0.]), tensor(1., dtype=torch.float64))
+        """
+        step = self.next_step(state)
+        lr = self.rate("lr", step, state)
+        if self.decoupled_decay:
+            if self.maximize:
+                grads = ops.neg(grads)
+            params = ops.decay(params, lr, self.rate("weight_decay", step))
+        else:
+            grads = self.prologue(params, grads, step, ops)
+        new_params, buffers = self.math(params, grads, state, step, lr, ops)
+        given: Any = state
+        fields: tuple[str, ...] = given._fields
+        scheduled = fields[-1] == "schedule"
+        names = list(fields[1 : len(fields) - scheduled])
+        if len(buffers) != len(names):
+            msg = (
+                f"`{type(self).__name__}.math` returned {len(buffers)} buffers; its "
+                f"state has the buffer fields {names}. Return one new value for "
+                "each, in the state's order."
+            )
+            raise TypeError(msg)
+        tail = (self.next_schedule(state),) if scheduled else ()
+        new_state: S = type(given)(step, *buffers, *tail)
+        return new_params, new_state
+
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: S,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ...]]:
+        """Return the new parameters and buffers: the rule's arithmetic only (the hook).
+
+        Override this (or `update`) to write an optimizer. `update` has taken
+        care of the counter, the rate, `maximize` and the weight decay; the
+        state's buffers are read by name from `buffers` (the state before the
+        step), and the new ones are returned in the state's field order.
+
+        Args:
+            params: The parameters (already decayed when `decoupled_decay`).
+            grads: The gradients (negated to maximize; with the L2 term).
+            buffers: The state before the step, for its buffer fields.
+            step: The number of the step being taken.
+            lr: The learning rate of this step.
+            ops: The kernels to compute with.
+
+        Returns:
+            `(new_params, new_buffers)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> opt, ops = optim.SGD(), optim.Kernels.for_params(p)
+            >>> new, buffers = opt.math(p, p, opt.init(p), torch.tensor(1.0), 0.5, ops)
+            >>> new["w"], buffers
+            (tensor([0.5000, 1.0000]), (ParamDict(),))
+        """
+        msg = (
+            f"`{type(self).__name__}` defines neither `math` nor `update`: override "
+            "one of them with the update rule."
+        )
+        raise NotImplementedError(msg)
+
     @staticmethod
     def next_step(state: HasStep, /) -> Tensor:
         """Return the number of the step being taken: the state's counter plus one.
@@ -502,29 +589,3 @@ class TorchOptimizer(Optimizer[S]):
 _NEEDED: weakref.WeakKeyDictionary[TorchOptimizer[Any], frozenset[str]] = (
     weakref.WeakKeyDictionary()
 )
-
-
-def _check_rate_shapes(params: ParamDict, name: str, rate: ParamDict) -> None:
-    bad: list[str] = []
-    for key, p in params.items():
-        r = rate[key]
-        if r.dtype.is_complex or not r.dtype.is_floating_point:
-            bad.append(key)
-            continue
-        fits = r.dim() <= p.dim() and all(
-            n in (1, m) for n, m in zip(reversed(r.shape), reversed(p.shape))
-        )
-        same_kind = r.dim() == 0 and p.dim() > 0  # a 0-dim rate takes the dtype of p
-        if not fits or (
-            not same_kind and torch.promote_types(p.dtype, r.dtype) != p.dtype
-        ):
-            bad.append(key)
-    if bad:
-        bad.sort()
-        msg = (
-            f"The per-key `{name}` values for {bad!r} would change the shape or dtype "
-            "of their parameters; give each a real floating-point tensor whose "
-            "shape broadcasts to its parameter's (0-dim, or the parameter's shape) "
-            "and no wider dtype."
-        )
-        raise ValueError(msg)

@@ -10,11 +10,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._adam_moments import check_flag, decayed, moments
+from ._adam_moments import decayed, moments
 from ._base import TorchOptimizer
 from ._hyper import (
     Rate,
     check_betas,
+    check_flag,
     check_non_negative,
     product,
     quotient,
