@@ -24,6 +24,8 @@ way `torch.optim` passes them, which keeps its rounding.
 The one rule for authors: an operation may consume its first operand. Write
 `x = ops.op(x, ...)` when `x`'s old value is no longer needed, and pass
 `ops.borrowed(x)` as the first operand when it still is (free in every mode).
+`InPlaceKernels` checks it: a consumed ParamDict given as a first operand again
+raises instead of reading the value written into it.
 """
 
 from __future__ import annotations

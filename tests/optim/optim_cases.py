@@ -45,6 +45,9 @@ class Case:
     """`(ours, theirs)` classes when `ours`/`theirs` are factories around them."""
     matrices_only: bool = False
     """The optimizer takes 2-D entries only (the hostile tests use matrices)."""
+    in_torch: bool = True
+    """`theirs` is torch.optim's own class, whose state dicts `to_torch_state_dict`
+    and `load_torch_state_dict` convert (False: a reference written in the tests)."""
 
     def make(self) -> optim.Optimizer[Any]:
         """Return the rich configuration."""
@@ -427,6 +430,7 @@ TABLE: list[Case] = [
         },
         (),
         {"weight_decay": 0.1},
+        in_torch=False,
     ),
 ]
 
