@@ -437,11 +437,21 @@ class TorchOptimizer(Optimizer[S]):
     ) -> tuple[ParamDict, S]:
         """Run the step around `math`: the counter, rate, prologue and new state.
 
-        The driver of the rules written as `math`: it reads `lr` (scheduled or
-        not), negates the gradients to maximize and applies the weight decay
-        (`decoupled_decay`), calls `math`, and builds the new state: the counter
-        first, `math`'s buffers, and the advanced schedule last. A rule may
-        override `update` itself instead.
+        It reads `lr` (scheduled or not), handles `maximize` and the weight decay
+        (`decoupled_decay`), calls `math` and builds the new state: the counter,
+        `math`'s buffers, the advanced schedule. A rule may override it instead.
+
+        Args:
+            params: The current parameters.
+            grads: Their gradients.
+            state: The current state.
+            ops: The kernels to compute with.
+
+        Returns:
+            `(new_params, new_state)`.
+
+        Raises:
+            TypeError: If `math` returns other than one value per buffer field.
 
         Example:
             >>> from paramdict import optim
@@ -487,10 +497,9 @@ class TorchOptimizer(Optimizer[S]):
     ) -> tuple[ParamDict, tuple[ParamDict, ...]]:
         """Return the new parameters and buffers: the rule's arithmetic only (the hook).
 
-        Override this (or `update`) to write an optimizer. `update` has taken
-        care of the counter, the rate, `maximize` and the weight decay; the
-        state's buffers are read by name from `buffers` (the state before the
-        step), and the new ones are returned in the state's field order.
+        Override this (or `update`) to write an optimizer: `update` did the rest.
+        Read the buffers by name from `buffers` (the state before the step);
+        return the new ones in the state's field order.
 
         Args:
             params: The parameters (already decayed when `decoupled_decay`).
