@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._autograd import Outputs
 from ._implicit import implicit_proximal, implicit_root
-from ._operators import Operand
 from ._paramdict import ParamDict
+from ._pointwise import Operand
 from ._products import hvp, jvp, vjp
 from ._solve import CGInfo, cg
 from ._tensors import Device

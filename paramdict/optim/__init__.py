@@ -49,37 +49,25 @@ from ._kernels_inplace import InPlaceKernels
 from ._kernels_recorded import RecordedKernels
 from ._protocol import Optimizer, register_state
 from ._schedule import LRSchedule, ScheduleState
-from ._schedule_cyclic import (
-    ChainedScheduler,
-    CyclicLR,
-    OneCycleLR,
-    PlateauState,
-    ReduceLROnPlateau,
-    SequentialLR,
-)
+from ._schedule_chain import ChainedScheduler, SequentialLR
+from ._schedule_cyclic import CyclicLR, OneCycleLR
+from ._schedule_plateau import PlateauState, ReduceLROnPlateau
 from ._schedule_swa import SWALR
 from ._scheduled import LearningRate
+from ._torch_export import to_torch_state_dict
 from ._torch_scheduler import (
     load_torch_scheduler_state_dict,
     to_torch_scheduler_state_dict,
 )
-from ._torch_state import load_torch_state_dict, to_torch_state_dict
+from ._torch_state import load_torch_state_dict
 from .adadelta import Adadelta, AdadeltaState
 from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
-from .adam import (
-    Adam,
-    Adamax,
-    AdamaxState,
-    AdamState,
-    AdamW,
-    NAdam,
-    NAdamState,
-    RAdam,
-    RAdamState,
-)
+from .adam import Adam, AdamState, AdamW
+from .adamax import Adamax, AdamaxState
 from .asgd import ASGD, ASGDState
 from .lbfgs import LBFGS, LBFGSState
+from .lion import Lion, LionState
 from .lr_scheduler import (
     ConstantLR,
     CosineAnnealingLR,
@@ -93,6 +81,8 @@ from .lr_scheduler import (
     StepLR,
 )
 from .muon import Muon, MuonState
+from .nadam import NAdam, NAdamState
+from .radam import RAdam, RAdamState
 from .rmsprop import RMSprop, RMSpropState
 from .rprop import Rprop, RpropState
 from .sgd import SGD, SGDState
@@ -130,6 +120,8 @@ __all__ = [
     "LambdaLR",
     "LearningRate",
     "LinearLR",
+    "Lion",
+    "LionState",
     "MultiStepLR",
     "MultiSteps",
     "MultiStepsState",

@@ -3,8 +3,8 @@
 The learning rate, weight decay, `maximize` and `differentiable` options and their
 validation; the checks of parameters, hyperparameters and state; the step counter;
 the maximize/weight-decay prologue; and `rate`, the one method through which the
-rules read their rates (the place learning-rate schedules plug in: see
-`_scheduled.py`; `cycled` and `next_schedule` are the schedule's other two ends).
+rules read their rates (the place learning-rate schedules plug in, through the
+protocol of `_slot.py`; `cycled` and `next_schedule` are its other two ends).
 A concrete optimizer adds its own fields (with torch.optim's names, order and
 defaults), its first state (`init_state`) and its rule (`update`).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -23,29 +23,20 @@ from .._paramdict import ParamDict
 from ._hyper import (
     Rate,
     check_counter,
+    check_flag,
     check_rate,
     check_rate_keys,
+    check_rate_shapes,
     is_zero,
     new_counter,
 )
 from ._kernels import Kernels
 from ._keyed import check_keyed, check_real
 from ._protocol import Optimizer, recall, remember
-from ._schedule import ScheduleState
-from ._schedule_cyclic import PlateauState
-from ._scheduled import (
-    LearningRate,
-    Schedule,
-    SlotState,
-    advanced,
-    check_fits,
-    check_slot,
-    cycles_momentum,
-    first_state,
-    is_schedule,
-    stepped_with_metric,
-    takes_metric,
-)
+from ._slot import slot_rules
+
+if TYPE_CHECKING:  # types only: at run time the schedules are reached via `_slot`
+    from ._scheduled import LearningRate, SlotState
 
 __all__ = ["HasStep", "TorchOptimizer"]
 
@@ -64,12 +55,6 @@ S = TypeVar("S", bound=HasStep)
 
 class _Field(NamedTuple):
     name: str
-
-
-def _check_flag(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        msg = f"`{name}` must be True or False, got {value!r}."
-        raise TypeError(msg)
 
 
 class TorchOptimizer(Optimizer[S]):
@@ -110,13 +95,13 @@ class TorchOptimizer(Optimizer[S]):
 
     def __attrs_post_init__(self) -> None:
         """Validate the shared fields (subclasses call this from their own)."""
-        if is_schedule(self.lr):
-            check_fits(self, cast("Any", self.lr))
+        if slot_rules().is_schedule(self.lr):
+            slot_rules().check_fits(self, self.lr)
         else:
             check_rate(self, _Field("lr"), self.lr)
         check_rate(self, _Field("weight_decay"), self.weight_decay)
-        _check_flag("maximize", self.maximize)
-        _check_flag("differentiable", self.differentiable)
+        check_flag(self, _Field("maximize"), self.maximize)
+        check_flag(self, _Field("differentiable"), self.differentiable)
 
     # ------------------------------------------------------------ state
 
@@ -150,8 +135,8 @@ class TorchOptimizer(Optimizer[S]):
         check_real(params)
         self._check_rates(params)
         state = self.init_state(params)
-        if is_schedule(self.lr):
-            schedule = first_state(cast("Any", self.lr), params)
+        if slot_rules().is_schedule(self.lr):
+            schedule = slot_rules().first_state(self.lr, params)
             state = cast("Any", state)._replace(schedule=schedule)
         return state
 
@@ -174,11 +159,11 @@ class TorchOptimizer(Optimizer[S]):
     def _check_rates(self, params: ParamDict) -> None:
         for name in ("lr", "weight_decay"):
             rate = getattr(self, name)
-            if is_schedule(rate):
+            if slot_rules().is_schedule(rate):
                 continue
             check_rate_keys(params, name, rate)
             if isinstance(rate, ParamDict):
-                _check_rate_shapes(params, name, rate)
+                check_rate_shapes(params, name, rate)
 
     def check_state(self, params: ParamDict, state: S, /) -> None:
         """Raise unless `state` is this optimizer's state for `params`.
@@ -215,7 +200,7 @@ class TorchOptimizer(Optimizer[S]):
             raise TypeError(msg)
         check_counter(given.step, params, "step")
         if "schedule" in given._fields:
-            check_slot(self, self.lr, given.schedule)
+            slot_rules().check_slot(self, self.lr, given.schedule)
         for field, buffer in zip(given._fields, given):
             if field in ("step", "schedule"):
                 continue
@@ -304,16 +289,17 @@ class TorchOptimizer(Optimizer[S]):
             tensor(0.5000, dtype=torch.float64)
         """
         value: Rate | object = getattr(self, name)
-        if is_schedule(value):
-            slot: object = getattr(state, "schedule", None)
-            if not isinstance(slot, (ScheduleState, PlateauState)):
+        if slot_rules().is_schedule(value):
+            slot: Any = getattr(state, "schedule", None)
+            if not slot_rules().is_slot(slot):
                 msg = (
                     f"`{type(self).__name__}`'s `{name}` is a schedule, whose value "
                     "is in the state: the rule must call "
                     f"`self.rate({name!r}, step, state)`."
                 )
                 raise TypeError(msg)
-            return slot.lr
+            current: Tensor = slot.lr
+            return current
         return cast(Rate, value)
 
     def cycled(self, name: str, state: object, /) -> Any:
@@ -341,11 +327,9 @@ class TorchOptimizer(Optimizer[S]):
         """
         value: Any = getattr(self, name)
         slot: object = getattr(state, "schedule", None)
-        if not isinstance(slot, ScheduleState) or not cycles_momentum(
-            cast("Any", self.lr)
-        ):
+        momentum = slot_rules().momentum(self.lr, slot)
+        if momentum is None:
             return value
-        momentum = slot.momentum
         return (momentum, value[1]) if name == "betas" else momentum
 
     def next_schedule(self, state: object, /) -> SlotState:
@@ -369,27 +353,25 @@ class TorchOptimizer(Optimizer[S]):
             tensor(0.5000, dtype=torch.float64)
         """
         slot: SlotState = getattr(state, "schedule", ())
-        if not is_schedule(self.lr):
+        if not slot_rules().is_schedule(self.lr):
             return slot
         known, value = recall(slot)  # advanced by `_prepare` before `step_` wrote
         if known:
-            return cast(SlotState, value)
-        return advanced(cast("Any", self.lr), slot)
+            return cast("SlotState", value)
+        new_slot: SlotState = slot_rules().advanced(self.lr, slot)
+        return new_slot
 
     def _prepare(self, params: ParamDict, grads: ParamDict, state: S) -> None:
         """Choose the kernels, and advance the schedule, before `step_` writes."""
         super()._prepare(params, grads, state)
         slot: SlotState = getattr(state, "schedule", ())
-        if is_schedule(self.lr) and slot != ():
-            remember(slot, advanced(cast("Any", self.lr), slot))
+        if slot_rules().is_schedule(self.lr) and slot != ():
+            remember(slot, slot_rules().advanced(self.lr, slot))
 
     @property
     def takes_metric(self) -> bool:
-        """Whether the `lr` moves with a metric (`step_schedule`).
-
-        A `ReduceLROnPlateau`, or a `ChainedScheduler` holding one.
-        """
-        return takes_metric(self.lr)
+        """Whether the `lr` moves with a metric: a plateau, or a chain holding one."""
+        return slot_rules().takes_metric(self.lr)
 
     @override
     def last_lr(self, state: S, /) -> list[float]:
@@ -417,8 +399,7 @@ class TorchOptimizer(Optimizer[S]):
             The state with the schedule's new rate and counters.
 
         Raises:
-            ValueError: If the `lr` takes no metric (neither a
-                `ReduceLROnPlateau` nor a `ChainedScheduler` holding one).
+            ValueError: If the `lr` takes no metric (no `ReduceLROnPlateau`).
 
         Example:
             >>> from paramdict import optim
@@ -430,22 +411,120 @@ class TorchOptimizer(Optimizer[S]):
             >>> state.schedule.lr
             tensor(0.1000, dtype=torch.float64)
         """
-        if not takes_metric(self.lr):
+        if not slot_rules().takes_metric(self.lr):
             kind = type(self.lr).__name__
             msg = (
-                f"`step_schedule` takes a metric for a `ReduceLROnPlateau` `lr` (or "
-                f"a `ChainedScheduler` holding one); `{type(self).__name__}`'s `lr` "
-                f"is a {kind}, which takes no metric (a schedule advances with "
-                "every `step`)."
+                f"`step_schedule` takes a metric for a `ReduceLROnPlateau` `lr` (or a "
+                f"chain holding one); `{type(self).__name__}`'s `lr` is a {kind}, "
+                "which takes no metric (a schedule advances with every `step`)."
             )
             raise ValueError(msg)
         given: Any = state
-        slot = getattr(given, "schedule", None)
-        schedule = cast("Schedule", self.lr)
-        check_slot(self, schedule, slot)
-        new_slot = stepped_with_metric(schedule, slot, metrics)
+        slot: SlotState = getattr(given, "schedule", ())
+        slot_rules().check_slot(self, self.lr, slot)
+        new_slot = slot_rules().step_metric(self.lr, slot, metrics)
         result: S = given._replace(schedule=new_slot)
         return result
+
+    # ------------------------------------------------------------ the driver
+
+    decoupled_decay: ClassVar[bool] = False
+    """Decay the parameters by `1 - lr * weight_decay` (else: L2, `prologue`)."""
+
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: S, ops: Kernels, /
+    ) -> tuple[ParamDict, S]:
+        """Run the step around `math`: the counter, rate, prologue and new state.
+
+        It reads `lr` (scheduled or not), handles `maximize` and the weight decay
+        (`decoupled_decay`), calls `math` and builds the new state: the counter,
+        `math`'s buffers, the advanced schedule. A rule may override it instead.
+
+        Args:
+            params: The current parameters.
+            grads: Their gradients.
+            state: The current state.
+            ops: The kernels to compute with.
+
+        Returns:
+            `(new_params, new_state)`.
+
+        Raises:
+            TypeError: If `math` returns other than one value per buffer field.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0]))
+            >>> opt = optim.Lion(lr=0.5, weight_decay=1.0)
+            >>> new, state = opt.update(p, p, opt.init(p), optim.Kernels.for_params(p))
+            >>> new["w"], state.step
+            (tensor([0.]), tensor(1., dtype=torch.float64))
+        """
+        step = self.next_step(state)
+        lr = self.rate("lr", step, state)
+        if self.decoupled_decay:
+            if self.maximize:
+                grads = ops.neg(grads)
+            params = ops.decay(params, lr, self.rate("weight_decay", step))
+        else:
+            grads = self.prologue(params, grads, step, ops)
+        new_params, buffers = self.math(params, grads, state, step, lr, ops)
+        given: Any = state
+        fields: tuple[str, ...] = given._fields
+        scheduled = fields[-1] == "schedule"
+        names = list(fields[1 : len(fields) - scheduled])
+        if len(buffers) != len(names):
+            msg = (
+                f"`{type(self).__name__}.math` returned {len(buffers)} buffers; its "
+                f"state has the buffer fields {names}. Return one new value for "
+                "each, in the state's order."
+            )
+            raise TypeError(msg)
+        tail = (self.next_schedule(state),) if scheduled else ()
+        new_state: S = type(given)(step, *buffers, *tail)
+        return new_params, new_state
+
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: S,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ...]]:
+        """Return the new parameters and buffers: the rule's arithmetic only (the hook).
+
+        Override this (or `update`) to write an optimizer: `update` did the rest.
+        Read the buffers by name from `buffers` (the state before the step);
+        return the new ones in the state's field order.
+
+        Args:
+            params: The parameters (already decayed when `decoupled_decay`).
+            grads: The gradients (negated to maximize; with the L2 term).
+            buffers: The state before the step, for its buffer fields.
+            step: The number of the step being taken.
+            lr: The learning rate of this step.
+            ops: The kernels to compute with.
+
+        Returns:
+            `(new_params, new_buffers)`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> opt, ops = optim.SGD(), optim.Kernels.for_params(p)
+            >>> new, buffers = opt.math(p, p, opt.init(p), torch.tensor(1.0), 0.5, ops)
+            >>> new["w"], buffers
+            (tensor([0.5000, 1.0000]), (ParamDict(),))
+        """
+        msg = (
+            f"`{type(self).__name__}` defines neither `math` nor `update`: override "
+            "one of them with the update rule."
+        )
+        raise NotImplementedError(msg)
 
     @staticmethod
     def next_step(state: HasStep, /) -> Tensor:
@@ -519,29 +598,3 @@ class TorchOptimizer(Optimizer[S]):
 _NEEDED: weakref.WeakKeyDictionary[TorchOptimizer[Any], frozenset[str]] = (
     weakref.WeakKeyDictionary()
 )
-
-
-def _check_rate_shapes(params: ParamDict, name: str, rate: ParamDict) -> None:
-    bad: list[str] = []
-    for key, p in params.items():
-        r = rate[key]
-        if r.dtype.is_complex or not r.dtype.is_floating_point:
-            bad.append(key)
-            continue
-        fits = r.dim() <= p.dim() and all(
-            n in (1, m) for n, m in zip(reversed(r.shape), reversed(p.shape))
-        )
-        same_kind = r.dim() == 0 and p.dim() > 0  # a 0-dim rate takes the dtype of p
-        if not fits or (
-            not same_kind and torch.promote_types(p.dtype, r.dtype) != p.dtype
-        ):
-            bad.append(key)
-    if bad:
-        bad.sort()
-        msg = (
-            f"The per-key `{name}` values for {bad!r} would change the shape or dtype "
-            "of their parameters; give each a real floating-point tensor whose "
-            "shape broadcasts to its parameter's (0-dim, or the parameter's shape) "
-            "and no wider dtype."
-        )
-        raise ValueError(msg)

@@ -23,12 +23,14 @@ from .._paramdict import ParamDict
 __all__ = [
     "Rate",
     "check_betas",
+    "check_flag",
     "check_fraction",
     "check_fused",
     "check_non_negative",
     "check_number",
     "check_rate",
     "check_rate_keys",
+    "check_rate_shapes",
     "compute_dtype",
     "decay_factor",
     "is_zero",
@@ -295,3 +297,37 @@ def check_counter(
     if not (math.isfinite(value) and value >= 0 and value == int(value)):
         msg = f"{what} must be a whole number >= 0, got {value}. {fix}"
         raise ValueError(msg)
+
+
+def check_rate_shapes(params: ParamDict, name: str, rate: ParamDict) -> None:
+    """Raise unless each per-key rate broadcasts to its parameter, no wider dtype."""
+    bad: list[str] = []
+    for key, p in params.items():
+        r = rate[key]
+        if r.dtype.is_complex or not r.dtype.is_floating_point:
+            bad.append(key)
+            continue
+        fits = r.dim() <= p.dim() and all(
+            n in (1, m) for n, m in zip(reversed(r.shape), reversed(p.shape))
+        )
+        same_kind = r.dim() == 0 and p.dim() > 0  # a 0-dim rate takes the dtype of p
+        if not fits or (
+            not same_kind and torch.promote_types(p.dtype, r.dtype) != p.dtype
+        ):
+            bad.append(key)
+    if bad:
+        bad.sort()
+        msg = (
+            f"The per-key `{name}` values for {bad!r} would change the shape or dtype "
+            "of their parameters; give each a real floating-point tensor whose "
+            "shape broadcasts to its parameter's (0-dim, or the parameter's shape) "
+            "and no wider dtype."
+        )
+        raise ValueError(msg)
+
+
+def check_flag(instance: object, attribute: Any, value: Any) -> None:
+    """Raise `TypeError` unless `value` is True or False, naming the argument."""
+    if not isinstance(value, bool):
+        msg = f"`{attribute.name}` must be True or False, got {value!r}."
+        raise TypeError(msg)

@@ -47,8 +47,10 @@ class InPlaceKernels(Kernels):
     `own(...)` names the ParamDicts whose tensors may be overwritten (the
     parameters and the state's buffers); everything an operation makes out of
     place is owned too. An operation whose first operand is owned writes into it
-    and returns it; any other runs out of place. Results are bitwise those of
-    `Kernels`. Runs under `torch.no_grad()` only.
+    and returns its tensors as a new ParamDict; the operand is then spent, and
+    passing it as a first operand again raises (borrow it with `ops.borrowed`
+    where its old value is still needed). Any other runs out of place. Results are
+    bitwise those of `Kernels`. Runs under `torch.no_grad()` only.
 
     Args:
         dtype: As for `Kernels`.
@@ -59,16 +61,23 @@ class InPlaceKernels(Kernels):
         >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
         >>> ops = optim.InPlaceKernels.for_params(p)
         >>> ops.own(p)
-        >>> ops.mul(p, 0.5) is p, p["w"]
+        >>> w = p["w"]
+        >>> ops.mul(p, 0.5)["w"] is w, w
         (True, tensor([0.5000, 2.0000]))
+        >>> ops.mul(p, 2.0)  # `p`'s old value is gone: borrow what is still needed
+        Traceback (most recent call last):
+        ...
+        ValueError: A kernel got as its first operand a ParamDict that ...
     """
 
-    __slots__ = ("_owned",)
+    __slots__ = ("_owned", "_spent")
 
     def __init__(self, dtype: torch.dtype | None, device: torch.device) -> None:
         super().__init__(dtype, device)
         # id -> object, so an id is never reused while this step runs.
         self._owned: dict[int, ParamDict] = {}
+        # The ParamDicts an operation wrote into: their old values are gone.
+        self._spent: dict[int, ParamDict] = {}
 
     def own(self, *values: object) -> None:
         """Allow writing into the tensors of each ParamDict among `values`.
@@ -82,7 +91,7 @@ class InPlaceKernels(Kernels):
             >>> p = ParamDict(w=torch.tensor([1.0]))
             >>> ops = optim.InPlaceKernels.for_params(p)
             >>> ops.own(p, torch.tensor(0.0))
-            >>> ops.neg(p) is p
+            >>> ops.neg(p)["w"] is p["w"]
             True
         """
         for value in values:
@@ -90,10 +99,24 @@ class InPlaceKernels(Kernels):
                 self._owned[id(value)] = value
 
     def _mine(self, x: ParamDict) -> bool:
+        if id(x) in self._spent:
+            msg = (
+                "A kernel got as its first operand a ParamDict that an earlier "
+                "operation of this step consumed (wrote its result into), so its "
+                "old value is gone. Pass `ops.borrowed(x)` to the operation that "
+                "still needs `x` afterwards, or use the value it returned."
+            )
+            raise ValueError(msg)
         # An empty operand (Adafactor's factored buffers when no entry is a
         # matrix) takes the functional path: torch's foreach kernels refuse
         # empty lists.
         return bool(x) and id(x) in self._owned
+
+    def _spend(self, x: P) -> P:
+        """Return `x`'s tensors, just written, as a new owned ParamDict; spend `x`."""
+        del self._owned[id(x)]
+        self._spent[id(x)] = x
+        return self._made(x._derive(_values(x)))
 
     def _made(self, x: P) -> P:
         self._owned[id(x)] = x
@@ -101,7 +124,7 @@ class InPlaceKernels(Kernels):
 
     def _copied(self, x: P, result: ParamDict) -> P:
         copy_(_values(x), _values(result))
-        return x
+        return self._spend(x)
 
     @override
     def borrowed(self, x: P, /) -> P:
@@ -117,7 +140,7 @@ class InPlaceKernels(Kernels):
         if not self._mine(x):
             return self._made(super().neg(x))
         torch._foreach_neg_(_values(x))
-        return x
+        return self._spend(x)
 
     @override
     def mul(self, x: P, rate: Rate, /) -> P:
@@ -126,7 +149,7 @@ class InPlaceKernels(Kernels):
         if isinstance(rate, ParamDict):
             return self._copied(x, super().mul(x, rate))
         torch._foreach_mul_(_values(x), self.scalar(rate))
-        return x
+        return self._spend(x)
 
     @override
     def div(self, x: P, value: float | Tensor | ParamDict, /) -> P:
@@ -134,16 +157,16 @@ class InPlaceKernels(Kernels):
             return self._made(super().div(x, value))
         if isinstance(value, ParamDict):
             torch._foreach_div_(_values(x), x._aligned(value, what="`div`"))
-            return x
+            return self._spend(x)
         torch._foreach_div_(_values(x), self.scalar(value))
-        return x
+        return self._spend(x)
 
     @override
     def add(self, x: P, value: float | Tensor, /) -> P:
         if not self._mine(x):
             return self._made(super().add(x, value))
         torch._foreach_add_(_values(x), self.scalar(value))
-        return x
+        return self._spend(x)
 
     @override
     def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
@@ -152,7 +175,7 @@ class InPlaceKernels(Kernels):
         if isinstance(rate, (Tensor, ParamDict)):
             return self._copied(x, super().add_scaled(x, y, rate))
         torch._foreach_add_(_values(x), x._aligned(y, what="`add_scaled`"), alpha=rate)
-        return x
+        return self._spend(x)
 
     @override
     def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
@@ -162,7 +185,7 @@ class InPlaceKernels(Kernels):
             return self._copied(x, super().sub_scaled(x, y, rate))
         ys = x._aligned(y, what="`sub_scaled`")
         torch._foreach_add_(_values(x), ys, alpha=-rate)
-        return x
+        return self._spend(x)
 
     @override
     def lerp(self, x: P, end: ParamDict, weight: float | Tensor, /) -> P:
@@ -173,7 +196,7 @@ class InPlaceKernels(Kernels):
             torch._foreach_lerp_(values, ends, [weight] * len(values))
         else:
             torch._foreach_lerp_(values, ends, weight)
-        return x
+        return self._spend(x)
 
     @override
     def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
@@ -183,7 +206,7 @@ class InPlaceKernels(Kernels):
         torch._foreach_addcmul_(
             _values(x), x._aligned(a, what=what), x._aligned(b, what=what), value
         )
-        return x
+        return self._spend(x)
 
     @override
     def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
@@ -201,7 +224,7 @@ class InPlaceKernels(Kernels):
                 values = torch._foreach_addcdiv(_values(x), ys, zs, scalars)
                 return self._made(x._derive(values))
             torch._foreach_addcdiv_(_values(x), ys, zs, scalars)
-            return x
+            return self._spend(x)
         if not self._mine(x):
             return self._made(super().addcdiv(x, a, b, value))
         if isinstance(value, (Tensor, ParamDict)):
@@ -211,21 +234,21 @@ class InPlaceKernels(Kernels):
         torch._foreach_addcdiv_(
             _values(x), x._aligned(a, what=what), x._aligned(b, what=what), value
         )
-        return x
+        return self._spend(x)
 
     @override
     def sqrt(self, x: P, /) -> P:
         if not self._mine(x):
             return self._made(super().sqrt(x))
         torch._foreach_sqrt_(_values(x))
-        return x
+        return self._spend(x)
 
     @override
     def sign(self, x: P, /) -> P:
         if not self._mine(x):
             return self._made(super().sign(x))
         torch._foreach_sign_(_values(x))
-        return x
+        return self._spend(x)
 
     @override
     def maximum(self, x: P, other: ParamDict, /) -> P:
@@ -238,14 +261,14 @@ class InPlaceKernels(Kernels):
         if not self._mine(x):
             return self._made(super().abs(x))
         torch._foreach_abs_(_values(x))
-        return x
+        return self._spend(x)
 
     @override
     def reciprocal(self, x: P, /) -> P:
         if not self._mine(x):
             return self._made(super().reciprocal(x))
         torch._foreach_reciprocal_(_values(x))
-        return x
+        return self._spend(x)
 
     @override
     def clamp(self, x: P, min: float, max: float, /) -> P:  # torch's names
@@ -253,7 +276,7 @@ class InPlaceKernels(Kernels):
             return self._made(super().clamp(x, min, max))
         torch._foreach_clamp_min_(_values(x), min)
         torch._foreach_clamp_max_(_values(x), max)
-        return x
+        return self._spend(x)
 
     @override
     def masked_fill(self, x: P, mask: ParamDict, value: float, /) -> P:
@@ -261,7 +284,7 @@ class InPlaceKernels(Kernels):
             return self._made(super().masked_fill(x, mask, value))
         for v, m in zip(_values(x), x._aligned(mask, what="`masked_fill`")):
             v.masked_fill_(m, value)
-        return x
+        return self._spend(x)
 
     @override
     def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:

@@ -50,9 +50,8 @@ from __future__ import annotations
 # pyright: reportPrivateUsage=false
 # (ParamDict's and torch's package-internal helpers)
 import abc
-import contextvars
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import torch
 import torch._C._functorch  # typed by torch, but only as a named submodule
@@ -60,79 +59,21 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
+from ._ahead import planned, recall, remember
+from ._hooks import OptionalHooks
 from ._inplace import check_writable, settle_writable, write_back, written_state
 from ._kernels import Kernels
 from ._kernels_inplace import InPlaceKernels
 from ._kernels_recorded import RecordedKernels
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 from ._layout import fused_copies, in_place_grads, not_writable_by_kernel
+from ._registry import register_state
 
 __all__ = ["Optimizer", "recall", "register_state", "remember"]
 
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
 T = TypeVar("T", bound=type[Any])
-
-
-def register_state(cls: T) -> T:
-    """Make a NamedTuple state class loadable and its pytree spec serializable.
-
-    Adds `cls` to `torch.load`'s safe globals and registers it with a serialized
-    type name, so `torch.export`-style tree specs containing it can be saved.
-
-    Args:
-        cls: The NamedTuple class.
-
-    Returns:
-        `cls` itself, so this can be used as a class decorator.
-
-    Example:
-        >>> from typing import NamedTuple
-        >>> from paramdict import optim
-        >>> @optim.register_state
-        ... class CountState(NamedTuple):
-        ...     step: torch.Tensor
-        >>> CountState in torch.serialization.get_safe_globals()
-        True
-    """
-    torch.serialization.add_safe_globals([cls])  # pyright: ignore[reportUnknownMemberType]  # torch's annotation
-    pytree._register_namedtuple(
-        cls, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}"
-    )
-    return cls
-
-
-_AHEAD: contextvars.ContextVar[dict[int, tuple[object, object]] | None] = (
-    contextvars.ContextVar("paramdict_optim_ahead", default=None)
-)
-
-
-def remember(key: object, value: object) -> None:
-    """Keep `value`, computed for `key` before an in-place step writes anything.
-
-    `step_` first evaluates everything that can fail (schedule callbacks, the
-    choice of kernels and its refusals; `Optimizer._prepare`), then writes. What
-    the preparation computed is kept here, by the identity of the object it was
-    computed from, for the step to `recall` instead of computing it again. Outside
-    a `step_` nothing is kept.
-    """
-    if torch.compiler.is_compiling():
-        return  # a compiled `step_` is traced as one graph: nothing is kept
-    ahead = _AHEAD.get()
-    if ahead is not None:
-        ahead[id(key)] = (key, value)
-
-
-def recall(key: object) -> tuple[bool, object]:
-    """Return `(True, value)` if `remember(key, value)` ran in this `step_`."""
-    if torch.compiler.is_compiling():
-        return False, None
-    ahead = _AHEAD.get()
-    if ahead is not None:
-        found = ahead.get(id(key))
-        if found is not None and found[0] is key:
-            return True, found[1]
-    return False, None
 
 
 def _traced() -> bool:
@@ -144,7 +85,7 @@ def _traced() -> bool:
     )
 
 
-class Optimizer(abc.ABC, Generic[S]):
+class Optimizer(OptionalHooks[S], abc.ABC):
     """The base of every optimizer: `init`, the `update` hook, `step`, `step_module`.
 
     A subclass is an immutable configuration that defines `init` (the first
@@ -245,101 +186,6 @@ class Optimizer(abc.ABC, Generic[S]):
             ...
             TypeError: `SGD` needs a `SGDState` as its state, got AdamState. ...
         """
-
-    @property
-    def takes_metric(self) -> bool:
-        """Whether `step_schedule` applies: a `ReduceLROnPlateau` learning rate."""
-        return False
-
-    def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
-        """Return `state` after its `ReduceLROnPlateau` schedule saw `metrics`.
-
-        The one explicit call for a schedule that reacts to a metric (torch's
-        `scheduler.step(metrics)`); `TorchOptimizer` implements it, and
-        `ParamGroups`, `ClipGradNorm` and `MultiSteps` hand it to the optimizers
-        they hold. `state` is unchanged.
-
-        Args:
-            state: The optimizer's state.
-            metrics: The metric: a number or a one-element tensor.
-
-        Returns:
-            The new state.
-
-        Raises:
-            ValueError: If no learning rate here is a `ReduceLROnPlateau`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> opt = optim.SGD(lr=optim.ReduceLROnPlateau(base_lr=0.1))
-            >>> state = opt.step_schedule(opt.init(ParamDict(w=torch.ones(1))), 0.5)
-            >>> state.schedule.best
-            tensor(0.5000, dtype=torch.float64)
-        """
-        msg = (
-            f"`step_schedule` takes a metric for a `ReduceLROnPlateau` learning "
-            f"rate, and this `{type(self).__name__}` has none."
-        )
-        raise ValueError(msg)
-
-    def last_lr(self, state: S, /) -> list[float]:
-        """Return the learning rate of each group for the next step.
-
-        torch's `scheduler.get_last_lr()`, read from `state` whatever wraps the
-        optimizer: `TorchOptimizer` implements it, and `ParamGroups` (one entry
-        per group, then the default), `ClipGradNorm` and `MultiSteps` ask the
-        optimizers they hold. A per-key learning rate gives one entry per key.
-        It reads tensors to the host: call it outside a compiled step.
-
-        Args:
-            state: The optimizer's state.
-
-        Returns:
-            The learning rates, as Python floats.
-
-        Raises:
-            TypeError: If this optimizer has no learning rate to report.
-
-        Example:
-            >>> from paramdict import optim
-            >>> opt = optim.AdamW(lr=optim.StepLR(base_lr=0.1, step_size=1))
-            >>> params = ParamDict(w=torch.ones(1))
-            >>> _, state = opt.step(params, {"w": torch.ones(1)}, opt.init(params))
-            >>> opt.last_lr(state), opt.step_count(state)
-            ([0.010000000000000002], 1)
-        """
-        msg = (
-            f"`{type(self).__name__}` does not report a learning rate: implement "
-            "`last_lr` on it."
-        )
-        raise TypeError(msg)
-
-    def step_count(self, state: S, /) -> int:
-        """Return how many steps the optimizer has taken (torch's `state["step"]`).
-
-        Gradient accumulation (`MultiSteps`) counts the inner optimizer's steps;
-        `ParamGroups` the steps of its groups. It reads a tensor to the host.
-
-        Args:
-            state: The optimizer's state.
-
-        Returns:
-            The number of steps taken.
-
-        Raises:
-            TypeError: If this optimizer keeps no step count.
-
-        Example:
-            >>> from paramdict import optim
-            >>> opt = optim.MultiSteps(optim.SGD(lr=0.1), every_k=2)
-            >>> opt.step_count(opt.init(ParamDict(w=torch.ones(1))))
-            0
-        """
-        msg = (
-            f"`{type(self).__name__}` keeps no step count: implement `step_count` "
-            "on it."
-        )
-        raise TypeError(msg)
 
     def _checked(
         self, params: ParamDict, grads: Mapping[str, Tensor], state: S
@@ -507,13 +353,10 @@ class Optimizer(abc.ABC, Generic[S]):
         if torch.compiler.is_compiling():  # one traced graph: no host-side plan
             with torch.no_grad():
                 return params, self._step_in_place(params, aligned, state)
-        token = _AHEAD.set({})
-        try:
+        with planned():
             self._prepare(params, aligned, state)
             with torch.no_grad():
                 new_state = self._step_in_place(params, aligned, state)
-        finally:
-            _AHEAD.reset(token)
         settle_writable(checked, new_state is state)  # next time: only the grads
         return params, new_state
 

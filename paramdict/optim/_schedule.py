@@ -34,7 +34,7 @@ from .._paramdict import ParamDict
 from ._protocol import register_state
 
 if TYPE_CHECKING:
-    from ._schedule_cyclic import PlateauState
+    from ._schedule_plateau import PlateauState
 
 __all__ = ["LRSchedule", "ScheduleState"]
 

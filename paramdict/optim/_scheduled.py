@@ -23,15 +23,17 @@ from torch.utils import _pytree as pytree
 from .._paramdict import ParamDict
 from ._hyper import Rate, is_traced
 from ._schedule import LRSchedule, ScheduleState
-from ._schedule_cyclic import (
-    ChainedScheduler,
-    CyclicLR,
-    OneCycleLR,
-    PlateauState,
-    ReduceLROnPlateau,
-    SequentialLR,
-)
+from ._schedule_chain import ChainedScheduler, SequentialLR
+from ._schedule_cyclic import CyclicLR, OneCycleLR
+from ._schedule_plateau import PlateauState, ReduceLROnPlateau
+from ._slot import install_slot_rules
 from .lr_scheduler import CosineAnnealingWarmRestarts
+
+LearningRate: TypeAlias = Rate | LRSchedule | ReduceLROnPlateau
+"""A rate (number, 0-dim tensor, per-key ParamDict) or a schedule."""
+
+SlotState: TypeAlias = ScheduleState | PlateauState | tuple[()]
+"""The `schedule` field of an optimizer's state: `()` (no leaves) for a plain rate."""
 
 __all__ = [
     "LearningRate",
@@ -48,12 +50,6 @@ __all__ = [
 
 Schedule: TypeAlias = LRSchedule | ReduceLROnPlateau
 """A learning-rate schedule: any `LRSchedule`, or `ReduceLROnPlateau`."""
-
-LearningRate: TypeAlias = Rate | LRSchedule | ReduceLROnPlateau
-"""A rate (number, 0-dim tensor, per-key ParamDict) or a schedule."""
-
-SlotState: TypeAlias = ScheduleState | PlateauState | tuple[()]
-"""The `schedule` field of an optimizer's state: `()` (no leaves) for a plain rate."""
 
 
 def is_schedule(value: object) -> bool:
@@ -361,3 +357,45 @@ def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
             "float64. Use the state from `init` or a saved one, unchanged."
         )
         raise TypeError(msg)
+
+
+class _Rules:
+    """The schedules' side of `_slot.SlotRules`, installed below."""
+
+    __slots__ = ()
+
+    def is_schedule(self, value: object, /) -> bool:
+        return is_schedule(value)
+
+    def is_slot(self, value: object, /) -> bool:
+        return isinstance(value, (ScheduleState, PlateauState))
+
+    def check_fits(self, owner: Any, schedule: Any, /) -> None:
+        check_fits(owner, schedule)
+
+    def check_slot(self, owner: Any, lr: Any, slot: object, /) -> None:
+        check_slot(owner, lr, slot)
+
+    def first_state(
+        self, schedule: Any, params: ParamDict, /
+    ) -> ScheduleState | PlateauState:
+        return first_state(schedule, params)
+
+    def advanced(self, schedule: Any, slot: SlotState, /) -> SlotState:
+        return advanced(schedule, slot)
+
+    def momentum(self, schedule: Any, slot: object, /) -> Tensor | None:
+        if not isinstance(slot, ScheduleState) or not cycles_momentum(schedule):
+            return None
+        return slot.momentum
+
+    def takes_metric(self, schedule: object, /) -> bool:
+        return takes_metric(schedule)
+
+    def step_metric(
+        self, schedule: Any, slot: SlotState, metrics: float | Tensor, /
+    ) -> SlotState:
+        return stepped_with_metric(schedule, slot, metrics)
+
+
+install_slot_rules(_Rules())

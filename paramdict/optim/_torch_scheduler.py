@@ -21,12 +21,9 @@ from torch import Tensor
 from ._groups import ParamGroups
 from ._protocol import Optimizer
 from ._schedule import LRSchedule, ScheduleState
-from ._schedule_cyclic import (
-    ChainedScheduler,
-    CyclicLR,
-    PlateauState,
-    ReduceLROnPlateau,
-)
+from ._schedule_chain import ChainedScheduler
+from ._schedule_cyclic import CyclicLR
+from ._schedule_plateau import PlateauState, ReduceLROnPlateau
 from ._scheduled import Schedule, is_schedule
 from .lr_scheduler import CosineAnnealingWarmRestarts
 

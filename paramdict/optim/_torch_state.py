@@ -2,11 +2,12 @@
 
 `load_torch_state_dict` builds the state of a paramdict optimizer from what
 `torch.optim.Optimizer.state_dict()` returned (integer-indexed `state` and
-`param_groups`) and the parameter names; `to_torch_state_dict` builds the dict
-that `torch.optim.<Same>(...).load_state_dict` accepts. A run moves between the
-two libraries and continues where it stopped. torch's parameter groups are the
-groups of `ParamGroups`, in its order (its groups, then its default); a torch
-scheduler's position goes with `scheduler=` and `to_torch_scheduler_state_dict`.
+`param_groups`) and the parameter names; `to_torch_state_dict` (in
+`_torch_export.py`) builds the dict that `torch.optim.<Same>(...).load_state_dict`
+accepts. A run moves between the two libraries and continues where it stopped.
+torch's parameter groups are the groups of `ParamGroups`, in its order (its
+groups, then its default); a torch scheduler's position goes with `scheduler=`
+and `to_torch_scheduler_state_dict`.
 """
 
 from __future__ import annotations
@@ -497,127 +498,3 @@ def _fit(got: Any, like: Tensor, what: str) -> Tensor:
         raise ValueError(msg)
     copied: Tensor = got.detach().to(dtype=like.dtype, device=like.device, copy=True)
     return copied
-
-
-def to_torch_state_dict(
-    opt: Optimizer[S], state: S, names: Names, *, by_name: bool = False
-) -> dict[str, Any]:
-    """Return the torch.optim state dict of `opt`'s `state`.
-
-    `torch.optim.<Same>(params).load_state_dict` accepts it when `params` are
-    the parameters named by `names` in that order (a module's `parameters()`,
-    or one group per sequence of names; for `ParamGroups` its groups in order,
-    then its default); `param_groups` carry `opt`'s settings (a scheduled `lr`
-    at its current value, with `initial_lr`) and every buffer is a copy. The
-    settings that choose torch's implementation (`foreach`, `fused`, ...) are
-    torch's defaults, except `fused=True` and `differentiable=True`, which carry
-    over. With `by_name=True` the parameters are keyed by name instead of
-    number, as `torch.distributed.checkpoint.state_dict.set_optimizer_state_dict`
-    takes them (and `torch.distributed.checkpoint.load` fills them, resharded).
-    `state` is unchanged.
-
-    Args:
-        opt: The paramdict optimizer.
-        state: Its state.
-        names: A module, or the ordered parameter names of each group.
-        by_name: Key the parameters by name (torch.distributed.checkpoint's
-            format), not by number.
-
-    Returns:
-        A dict with `state` (by integer index, or by name) and `param_groups`.
-
-    Raises:
-        TypeError: If `opt` has no torch.optim counterpart or a setting is not
-            one number per group.
-        ValueError: If `names` and the state's keys or groups differ; the
-            message names them.
-
-    Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
-        >>> model = torch.nn.Linear(2, 1)
-        >>> opt = optim.SGD(lr=0.1, momentum=0.9)
-        >>> params = ParamDict.from_module(model)
-        >>> state = opt.init(params)
-        >>> theirs = torch.optim.SGD(model.parameters(), lr=0.5)
-        >>> theirs.load_state_dict(optim.to_torch_state_dict(opt, state, model))
-        >>> theirs.param_groups[0]["lr"], sorted(theirs.state_dict()["state"])
-        (0.1, [0, 1])
-    """
-    groups = _group_names(names)
-    given: Any = state
-    members: list[Optimizer[Any]]
-    if _is_groups(opt):
-        members, substates = list(opt._members()), list(given)
-    else:
-        members, substates = [opt], [given]
-    if len(members) != len(groups):
-        msg = (
-            f"`names` gives {len(groups)} groups and the {type(opt).__name__} has "
-            f"{len(members)}; give the names of each group in its order (for "
-            "ParamGroups its groups, then its default)."
-        )
-        raise ValueError(msg)
-    out_state: dict[Any, dict[str, Any]] = {}
-    param_groups: list[dict[str, Any]] = []
-    offset = 0
-    for member, substate, group in zip(members, substates, groups, strict=True):
-        part, settings = _export_group(member, substate, group, offset)
-        if by_name:
-            out_state.update((group[i - offset], entry) for i, entry in part.items())
-            settings["params"] = list(group)
-        else:
-            out_state.update(part)
-        param_groups.append(settings)
-        offset += len(group)
-    return {"state": out_state, "param_groups": param_groups}
-
-
-def _export_group(
-    opt: Optimizer[Any], state: Any, group: list[str], offset: int
-) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
-    """Return torch's entries and settings of one group, indices from `offset`."""
-    _torch_class(opt)
-    member = cast("TorchOptimizer[Any]", opt)
-    _check_state(member, state)
-    fields = _buffer_fields(state)
-    per_key = [f for f in fields if isinstance(getattr(state, f), ParamDict)]
-    keys: set[str] = set()
-    for f in per_key:
-        keys |= set(cast("ParamDict", getattr(state, f)))
-    extra = sorted(keys - set(group))
-    if extra:
-        msg = (
-            f"The state holds parameters {extra} that `names` does not give; give "
-            "the names of every parameter the state is for."
-        )
-        raise ValueError(msg)
-    settings = _hyperparameters(member, state)
-    scalar = (
-        torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-    )
-    out: dict[int, dict[str, Any]] = {}
-    for i, name in enumerate(group, start=offset):
-        entry: dict[str, Any] = {}
-        for f in fields:
-            value = getattr(state, f)
-            if f in per_key:
-                if name in value:
-                    entry[f] = cast("Tensor", value[name]).detach().clone()
-            elif f == "step":
-                if type(member).__name__ not in _NO_STEP:
-                    entry[f] = value.detach().to(scalar, copy=True)
-            else:
-                entry[f] = cast("Tensor", value).detach().clone()
-        if any(f in entry for f in per_key):
-            out[i] = entry
-    ids = list(range(offset, offset + len(group)))
-    return out, {**_copy(settings), "params": ids}
-
-
-def _copy(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the settings with tensors copied."""
-    return {
-        k: v.detach().clone() if isinstance(v, Tensor) else v
-        for k, v in settings.items()
-    }

@@ -3,8 +3,8 @@
 Each class has torch's name and arguments, less the optimizer (the base rate is
 the argument of `init`) and `last_epoch` (resume from a saved `ScheduleState`
 instead). See `_schedule.py` for the state and the exact arithmetic;
-`CyclicLR`, `OneCycleLR`, the combinators and `ReduceLROnPlateau` are in
-`_schedule_cyclic.py`.
+`CyclicLR` and `OneCycleLR` are in `_schedule_cyclic.py`, the combinators in
+`_schedule_chain.py` and `ReduceLROnPlateau` in `_schedule_plateau.py`.
 """
 
 from __future__ import annotations

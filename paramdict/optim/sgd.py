@@ -173,14 +173,18 @@ class SGD(TorchOptimizer[SGDState]):
         return state
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: SGDState, ops: Kernels, /
-    ) -> tuple[ParamDict, SGDState]:
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        momentum = self.cycled("momentum", state)
-        grads = self.prologue(params, grads, step, ops)
-        buffer = state.momentum_buffer
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: SGDState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict]]:
+        momentum = self.cycled("momentum", buffers)
+        buffer = buffers.momentum_buffer
         if self.momentum != 0:
             # torch starts the buffer at the first gradient, undamped, which is
             # the update below from a zero buffer unless there is dampening.
@@ -192,5 +196,4 @@ class SGD(TorchOptimizer[SGDState]):
                 grads = ops.add_scaled(ops.borrowed(grads), buffer, momentum)
             else:
                 grads = buffer
-        new_params = ops.sub_scaled(params, grads, lr)
-        return new_params, SGDState(step, buffer, self.next_schedule(state))
+        return ops.sub_scaled(params, grads, lr), (buffer,)

@@ -45,6 +45,9 @@ class Case:
     """`(ours, theirs)` classes when `ours`/`theirs` are factories around them."""
     matrices_only: bool = False
     """The optimizer takes 2-D entries only (the hostile tests use matrices)."""
+    in_torch: bool = True
+    """`theirs` is torch.optim's own class, whose state dicts `to_torch_state_dict`
+    and `load_torch_state_dict` convert (False: a reference written in the tests)."""
 
     def make(self) -> optim.Optimizer[Any]:
         """Return the rich configuration."""
@@ -72,6 +75,55 @@ def torch_muon_on_weights(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
         groups = [g for g in params if all(p.dim() == 2 for p in g["params"])]
         return torch.optim.Muon(groups, **kwargs)
     return torch.optim.Muon([p for p in params if p.dim() == 2], **kwargs)
+
+
+class TorchLion(torch.optim.Optimizer):
+    """Lion in plain torch (torch has none): the reference of the `lion` row.
+
+    The paper's update with decoupled decay, one parameter at a time:
+    `p *= 1 - lr * weight_decay`, `p -= lr * sign(lerp(m, g, 1 - beta1))`,
+    `m = lerp(m, g, 1 - beta2)`. `foreach` and `fused` are accepted and ignored
+    (there is one implementation), as the table's tests pass them to every row.
+    """
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float | Tensor = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        fused: bool | None = None,
+        differentiable: bool = False,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "weight_decay": weight_decay,
+            "maximize": maximize,
+            "differentiable": differentiable,
+        }
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        """Take one Lion step on every parameter with a gradient."""
+        for group in self.param_groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = -p.grad if group["maximize"] else p.grad
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                exp_avg = state["exp_avg"]
+                p.mul_(1 - lr * wd)
+                p.sub_(lr * torch.lerp(exp_avg, grad, 1 - beta1).sign())
+                exp_avg.lerp_(grad, 1 - beta2)
 
 
 # One row per optimizer. Adding an optimizer: one row here.
@@ -361,6 +413,24 @@ TABLE: list[Case] = [
         # (single-tensor) ASGD (8e-8 apart in float64 here): not compared.
         (),
         {"lambd": 0.01, "t0": 10},
+    ),
+    Case(
+        "lion",
+        optim.Lion,
+        TorchLion,
+        {"lr": 0.01, "betas": (0.8, 0.95), "weight_decay": 0.1, "maximize": True},
+        {
+            "lion": {"lr": 1e-3},
+            "lion-betas": {"lr": 1e-3, "betas": (0.5, 0.9)},
+            "lion-weight-decay-maximize": {
+                "lr": 1e-3,
+                "weight_decay": 0.5,
+                "maximize": True,
+            },
+        },
+        (),
+        {"weight_decay": 0.1},
+        in_torch=False,
     ),
 ]
 

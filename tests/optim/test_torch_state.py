@@ -35,7 +35,7 @@ def cases() -> list[Any]:
     return [
         pytest.param(case.ours, case.theirs, kwargs, id=name)
         for case in TABLE
-        if case.classes is None
+        if case.classes is None and case.in_torch
         for name, kwargs in case.trajectories.items()
     ]
 

@@ -18,6 +18,7 @@ class LionState(NamedTuple):
 
     step: Tensor
     exp_avg: ParamDict
+    schedule: optim.ScheduleState | optim.PlateauState | tuple[()] = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -25,6 +26,7 @@ class Lion(optim.TorchOptimizer[LionState]):
     """Lion (Chen et al., 2023): the sign of an interpolated momentum."""
 
     state_type: ClassVar[type[LionState]] = LionState
+    decoupled_decay: ClassVar[bool] = True
 
     lr: optim.LearningRate = 1e-4
     betas: tuple[float, float] = (0.9, 0.99)
@@ -36,25 +38,21 @@ class Lion(optim.TorchOptimizer[LionState]):
         """Return step 0 and a zero running average."""
         return LionState(self.counter(params), params.zeros_like())
 
-    def update(
+    def math(
         self,
         params: ParamDict,
         grads: ParamDict,
-        state: LionState,
+        buffers: LionState,
+        step: Tensor,
+        lr: optim.Rate,
         ops: optim.Kernels,
         /,
-    ) -> tuple[ParamDict, LionState]:
-        """Return the parameters and state after one Lion step."""
-        beta1, beta2 = self.betas
-        step = self.next_step(state)
-        lr = self.rate("lr", step)
-        if self.maximize:
-            grads = ops.neg(grads)
-        params = ops.decay(params, lr, self.rate("weight_decay", step))
-        update = ops.lerp(ops.borrowed(state.exp_avg), grads, 1 - beta1)
+    ) -> tuple[ParamDict, tuple[ParamDict]]:
+        """Return the parameters and the running average after one Lion step."""
+        beta1, beta2 = self.cycled("betas", buffers)
+        update = ops.lerp(ops.borrowed(buffers.exp_avg), grads, 1 - beta1)
         params = ops.sub_scaled(params, ops.sign(update), lr)
-        exp_avg = ops.lerp(state.exp_avg, grads, 1 - beta2)
-        return params, LionState(step, exp_avg)
+        return params, (ops.lerp(buffers.exp_avg, grads, 1 - beta2),)
 
 
 class Weights(ParamDict):
@@ -71,3 +69,4 @@ new, state = opt.step(params, params.ones_like(), state)
 assert_type(new, Weights)
 assert_type(state, LionState)
 assert_type(opt.differentiable, bool)
+assert_type(optim.Lion().lr, optim.LearningRate)

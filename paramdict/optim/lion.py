@@ -1,0 +1,113 @@
+"""Lion: the sign of an interpolated momentum (Chen et al., 2023)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import attrs
+from torch import Tensor
+from typing_extensions import override
+
+from .._paramdict import ParamDict
+from ._base import TorchOptimizer
+from ._hyper import Rate, check_betas
+from ._kernels import Kernels
+from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
+
+__all__ = ["Lion", "LionState"]
+
+
+@register_state
+class LionState(NamedTuple):
+    """The state of `Lion`.
+
+    Attributes:
+        step: The number of steps taken, a 0-dim tensor.
+        exp_avg: The running average of the gradients, keyed like the parameters.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.Lion(betas=(0.5, 0.5))
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> grads = {"w": torch.tensor([2.0, -2.0])}
+        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state.exp_avg["w"]
+        tensor([ 1., -1.])
+    """
+
+    step: Tensor
+    exp_avg: ParamDict
+    schedule: SlotState = ()
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Lion(TorchOptimizer[LionState]):
+    """Lion: a step of `lr` along the sign of an interpolated momentum.
+
+    The arithmetic of the paper (Chen et al., 2023, "Symbolic Discovery of
+    Optimization Algorithms"), with decoupled weight decay:
+    `p *= 1 - lr * weight_decay`, `p -= lr * sign(lerp(m, g, 1 - beta1))`,
+    `m = lerp(m, g, 1 - beta2)`. torch has no Lion; the names and defaults are
+    the paper's (a learning rate 3-10x smaller than AdamW's, a weight decay as
+    much larger).
+
+    Attributes:
+        lr: The learning rate: a number, a 0-dim tensor, a per-key ParamDict, or
+            a schedule.
+        betas: The interpolation weights of the update and of the running average.
+        weight_decay: The decoupled weight decay, in any of the forms of `lr`.
+        maximize: Maximize the objective instead of minimizing it.
+        differentiable: Keep the autograd graph through `step`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.Lion(lr=0.1)
+        >>> params = ParamDict(w=torch.tensor([1.0, -1.0]))
+        >>> state = opt.init(params)
+        >>> params, state = opt.step(params, {"w": torch.tensor([3.0, -3.0])}, state)
+        >>> params["w"]
+        tensor([ 0.9000, -0.9000])
+    """
+
+    state_type: ClassVar[type[LionState]] = LionState
+    decoupled_decay: ClassVar[bool] = True
+
+    lr: LearningRate = 1e-4
+    betas: tuple[float, float] = attrs.field(default=(0.9, 0.99), validator=check_betas)
+    weight_decay: Rate = 0.0
+    maximize: bool = False
+    differentiable: bool = False
+
+    def init_state(self, params: ParamDict, /) -> LionState:
+        """Return the first state: step 0 and a zero running average.
+
+        Args:
+            params: The parameters to optimize (checked by `init`); unchanged.
+
+        Returns:
+            A `LionState`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.Lion().init(ParamDict(w=torch.ones(2))).exp_avg["w"]
+            tensor([0., 0.])
+        """
+        return LionState(self.counter(params), params.zeros_like())
+
+    @override
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: LionState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict]]:
+        beta1, beta2 = self.cycled("betas", buffers)
+        update = ops.lerp(ops.borrowed(buffers.exp_avg), grads, 1 - beta1)
+        params = ops.sub_scaled(params, ops.sign(update), lr)
+        return params, (ops.lerp(buffers.exp_avg, grads, 1 - beta2),)

@@ -1,0 +1,160 @@
+"""RAdam: Adam with a rectified variance."""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import attrs
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from .._paramdict import ParamDict
+from ._adam_moments import decayed, moments
+from ._base import TorchOptimizer
+from ._hyper import (
+    Rate,
+    check_betas,
+    check_flag,
+    check_non_negative,
+)
+from ._kernels import Kernels
+from ._protocol import register_state
+from ._scheduled import LearningRate, SlotState
+
+__all__ = ["RAdam", "RAdamState"]
+
+
+@register_state
+class RAdamState(NamedTuple):
+    """The state of `RAdam`.
+
+    Attributes:
+        step: The number of steps taken, a 0-dim tensor.
+        exp_avg: The running average of the gradients, keyed like the parameters.
+        exp_avg_sq: The running average of the squared gradients.
+        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.RAdam(betas=(0.5, 0.5))
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> _, state = opt.step(params, params.full_like(2.0), opt.init(params))
+        >>> state.exp_avg["w"], state.exp_avg_sq["w"]
+        (tensor([1., 1.]), tensor([2., 2.]))
+    """
+
+    step: Tensor
+    exp_avg: ParamDict
+    exp_avg_sq: ParamDict
+    schedule: SlotState = ()
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class RAdam(TorchOptimizer[RAdamState]):
+    """RAdam, the functional `torch.optim.RAdam`: Adam with a rectified variance.
+
+    Same hyperparameters, defaults and arithmetic as `torch.optim.RAdam`, so a
+    run gives the same parameters. While the variance estimate is unreliable
+    (the approximated moving-average length `rho_t` is at most 5) the step is
+    the bias-corrected momentum alone; after that it is rectified Adam. The
+    choice is made on the step-count tensor, so nothing is read back to the
+    host. The attributes below are the constructor's keyword arguments.
+
+    Attributes:
+        lr: Learning rate: a number, a 0-dim tensor (learnable with
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
+        betas: Coefficients of the running averages, each in [0, 1).
+        eps: Term added to the denominator for numerical stability.
+        weight_decay: Weight decay: an L2 penalty added to the gradient, or
+            applied to the parameters with `decoupled_weight_decay=True`.
+        decoupled_weight_decay: Decay the parameters directly, as AdamW does.
+        maximize: Maximize the objective instead of minimizing it.
+        differentiable: Keep the autograd graph through `step` (see `step`).
+
+    Raises:
+        ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
+            outside [0, 1); the message names the argument.
+        TypeError: If a hyperparameter is of the wrong kind.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> opt = optim.RAdam(lr=0.1)
+        >>> state = opt.init(params)
+        >>> params, state = opt.step(params, {"w": torch.tensor([3.0, -3.0])}, state)
+        >>> params["w"]
+        tensor([0.7000, 2.3000])
+    """
+
+    state_type: ClassVar[type[RAdamState]] = RAdamState
+
+    lr: LearningRate = 1e-3
+    betas: tuple[float, float] = attrs.field(
+        default=(0.9, 0.999), validator=check_betas
+    )
+    eps: float = attrs.field(default=1e-8, validator=check_non_negative)
+    weight_decay: Rate = 0.0
+    decoupled_weight_decay: bool = attrs.field(default=False, validator=check_flag)
+    maximize: bool = False
+    differentiable: bool = False
+
+    def init_state(self, params: ParamDict, /) -> RAdamState:
+        """Return the first state: step 0 and zero moments.
+
+        Args:
+            params: The parameters to optimize (checked by `init`); unchanged.
+
+        Returns:
+            A `RAdamState`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.RAdam().init(ParamDict(w=torch.ones(2))).exp_avg_sq["w"]
+            tensor([0., 0.])
+        """
+        return RAdamState(
+            self.counter(params), params.zeros_like(), params.zeros_like()
+        )
+
+    @override
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: RAdamState, ops: Kernels, /
+    ) -> tuple[ParamDict, RAdamState]:
+        beta1, beta2 = self.cycled("betas", state)
+        step = self.next_step(state)
+        lr = self.rate("lr", step, state)
+        decoupled = self.decoupled_weight_decay
+        params, grads = decayed(self, decoupled, params, grads, step, lr, ops)
+        exp_avg, exp_avg_sq = moments(
+            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
+        )
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        # The length of the approximated moving average, and its maximum.
+        rho_inf = 2 / (1 - beta2) - 1
+        rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+        rectified = rho_t > 5.0
+        # Where `rho_t <= 5` the rectification is undefined: 1 keeps it finite
+        # (and its gradient zero) in the branch that is not taken.
+        rect = torch.where(
+            rectified,
+            (rho_t - 4)
+            * (rho_t - 2)
+            * rho_inf
+            / ((rho_inf - 4) * (rho_inf - 2) * rho_t),
+            1.0,
+        ).sqrt()
+        # torch's `exp_avg / bias_correction1 * lr [* adaptive_lr * rect]`.
+        momentum = ops.mul(ops.div(ops.borrowed(exp_avg), bias_correction1), lr)
+        adaptive = ops.add(ops.sqrt(ops.borrowed(exp_avg_sq)), self.eps)
+        # `bias_correction2 ** 0.5 / t` is `reciprocal(t) * bias_correction2 ** 0.5`.
+        adaptive = ops.mul(ops.reciprocal(adaptive), bias_correction2.sqrt())
+        full = ops.mul(ops.mul(ops.borrowed(momentum), adaptive), rect)
+        update = ops.where(rectified, full, momentum)
+        new_params = ops.sub_scaled(params, update, 1)
+        return new_params, RAdamState(
+            step, exp_avg, exp_avg_sq, self.next_schedule(state)
+        )
