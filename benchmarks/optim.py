@@ -12,10 +12,11 @@ state from step to step:
   plain dicts of tensors that do not require grad (torchopt's functional style).
 
 Adam, AdamW, SGD with momentum, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta,
-Rprop, ASGD and Adafactor, with the same hyperparameters everywhere (torchopt where
-it has the optimizer). Before timing, three steps of every candidate from the same
-start must give the same parameters; a torchopt transformation that does not is left
-out, with a note.
+Rprop, ASGD, Adafactor and Lion, with the same hyperparameters everywhere (torchopt
+where it has the optimizer). torch has no Lion: its `torch.optim (foreach)` candidate
+is `benchmarks/_lion.py`, Lion in four foreach passes. Before timing, three steps of
+every candidate from the same start must give the same parameters; a torchopt
+transformation that does not is left out, with a note.
 
 Two optimizers need other inputs:
 
@@ -56,6 +57,7 @@ from paramdict import ParamDict, optim
 
 from . import _peers
 from ._agree import check_agreement
+from ._lion import ForeachLion
 from ._report import OURS, Config, Row, Section, ratio_target
 
 __all__ = ["measure"]
@@ -82,6 +84,7 @@ SETTINGS = [
     ("Rprop", optim.Rprop, torch.optim.Rprop, "", {"lr": 1e-3}),
     ("ASGD", optim.ASGD, torch.optim.ASGD, "", {"lr": 1e-3}),
     ("Adafactor", optim.Adafactor, torch.optim.Adafactor, "", {"lr": 1e-3}),
+    ("Lion", optim.Lion, ForeachLion, "", {"lr": 1e-4, "weight_decay": 0.1}),
 ]
 TARGET = ("Adam", (160, 64), 1.10)
 

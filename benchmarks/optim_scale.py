@@ -23,8 +23,9 @@ measured in full runs only; `--quick` notes that and returns at once. Part of
 Adam, AdamW, SGD with momentum and Adagrad carry the targets above. Every other
 optimizer is measured without a target, at both sizes, with the candidates that
 exist for it: `ParamDict step_`, `ParamDict` and `torch.optim (foreach)` for
-RMSprop, NAdam, RAdam, Adamax, Adadelta, Rprop, ASGD and Adafactor (torch has no
-fused kernel for them). Muon runs on GPT-2 small's 50 matrices only (the 2-D
+RMSprop, NAdam, RAdam, Adamax, Adadelta, Rprop, ASGD, Adafactor and Lion (torch has
+no fused kernel for them; for Lion, which torch lacks, the foreach candidate is
+`benchmarks/_lion.py`). Muon runs on GPT-2 small's 50 matrices only (the 2-D
 entries: both embeddings and the 48 weights of the blocks, 124M of its parameters;
 the 50 x 400,000 entries are vectors, which Muon refuses), against `torch.optim
 (for-loop)`, since torch.optim.Muon has no foreach path, with 5 rounds after one
@@ -70,6 +71,7 @@ from torch import Tensor
 from paramdict import ParamDict, optim
 
 from . import optim as small
+from ._lion import ForeachLion
 from ._report import OURS, Config, Row, Section, format_bytes, ratio_target
 from ._timing import run_fresh
 from .maml import _peak, _reset_peak
@@ -98,6 +100,7 @@ SETTINGS = {
     "ASGD": (optim.ASGD, torch.optim.ASGD, {"lr": 1e-3}),
     "Adafactor": (optim.Adafactor, torch.optim.Adafactor, {"lr": 1e-3}),
     "Muon": (optim.Muon, torch.optim.Muon, {"lr": 1e-3}),
+    "Lion": (optim.Lion, ForeachLion, {"lr": 1e-4, "weight_decay": 0.1}),
 }
 TARGETED = ("Adam", "AdamW", "SGD momentum", "Adagrad")
 """The optimizers with targets; the rest of `SETTINGS` is measured only."""
