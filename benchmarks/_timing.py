@@ -192,17 +192,24 @@ def format_table(
     return "\n".join(lines)
 
 
-def run_fresh(args: Sequence[str], *, threads: int, what: str) -> Any:
+def run_fresh(
+    args: Sequence[str], *, threads: int, what: str, bytecode: bool = False
+) -> Any:
     """Run `python ARGS` in a fresh process from the repository root; parse its answer.
 
     The process sees the checkout on `PYTHONPATH` and `threads` intra-op threads, and
-    answers with JSON on its last line of output.
+    answers with JSON on its last line of output. With `bytecode`, it may write and
+    read compiled bytecode (`__pycache__`) even where `PYTHONDONTWRITEBYTECODE` is
+    set, as an installed package has it: import times then measure the import, not
+    the compilation of the sources.
 
     Raises:
         RuntimeError: If the process fails; the message holds its standard error.
     """
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
     )

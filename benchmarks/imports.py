@@ -2,7 +2,10 @@
 
 Each sample is a fresh Python process that imports torch, then the package, and
 reports both wall-clock times; the packages' processes alternate, and one unmeasured
-process of each runs first so the files are in the page cache. Part of
+process of each runs first so the files are in the page cache and their compiled
+bytecode is written, as an installed package has it (the processes may write
+`__pycache__` even where `PYTHONDONTWRITEBYTECODE` is set: without it, every import
+would time the compilation of the sources, about 40 ms of paramdict's). Part of
 `python -m benchmarks` (run only this with `--only import`).
 """
 
@@ -49,6 +52,7 @@ def _sample(module: str, threads: int) -> tuple[float, float]:
         ["-c", _WORKER.format(module=module)],
         threads=threads,
         what=f"Importing {module}",
+        bytecode=True,
     )
     return float(torch_time), float(module_time)
 

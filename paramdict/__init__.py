@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._autograd import Outputs
-from ._implicit import implicit_proximal, implicit_root
 from ._paramdict import ParamDict
 from ._pointwise import Operand
-from ._products import hvp, jvp, vjp
-from ._solve import CGInfo, cg
 from ._tensors import Device
 
 if TYPE_CHECKING:
     from . import distributed, optim
+    from ._implicit import implicit_proximal, implicit_root
+    from ._products import hvp, jvp, vjp
+    from ._solve import CGInfo, cg
 
     __version__: str
 
@@ -40,6 +40,18 @@ __all__ = [
 ]
 
 
+_LAZY = {
+    "implicit_proximal": "._implicit",
+    "implicit_root": "._implicit",
+    "hvp": "._products",
+    "jvp": "._products",
+    "vjp": "._products",
+    "CGInfo": "._solve",
+    "cg": "._solve",
+}
+"""Where each name loaded on first use lives."""
+
+
 def __getattr__(name: str) -> Any:
     # `optim` is imported on first use: it brings in attrs and builds its classes,
     # which costs about as much as the rest of the package.
@@ -49,6 +61,12 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
+    # The products, the solver and implicit differentiation load on first use
+    # too: most programs train with `ParamDict` and its operators alone.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     # Read lazily: importing importlib.metadata costs more than the rest of the
     # package together.
     if name == "__version__":

@@ -11,7 +11,6 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import Self
 
-from . import _norms
 from ._container import _Container
 
 __all__: list[str] = []
@@ -275,6 +274,8 @@ class _ModuleIO(_Container):
         plan = self._swap_plan(module, "`call`", ties_agree=True)
         if _sharded_by_fsdp2(module, plan, "`call`"):
             return module(*args, **kwargs)
+        from . import _norms  # loaded on the first call: imports stay light
+
         forward = _norms.watched(module, self)  # `module` itself outside vmap
         originals = _put(plan)
         try:
