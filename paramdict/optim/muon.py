@@ -20,7 +20,7 @@ __all__ = ["Muon", "MuonState"]
 
 # torch.optim.Muon's defaults (Keller Jordan's coefficients).
 _NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
-_ADJUST_LR_FNS = (None, "original", "match_rms_adamw")
+_ADJUST_LR_FNS = (None, "original", "match_rms_adamw", "spectral_unclamped")
 
 NOT_A_MATRIX = (
     "Muon updates 2-D entries (matrices) only; {keys!r} are not 2-D ({shapes}). "
@@ -75,8 +75,8 @@ def _check_ns_steps(instance: object, attribute: Any, value: Any) -> None:
 def _check_adjust_lr_fn(instance: object, attribute: Any, value: Any) -> None:
     if value not in _ADJUST_LR_FNS:
         msg = (
-            f"`{attribute.name}` must be None, 'original' or 'match_rms_adamw', "
-            f"got {value!r}."
+            f"`{attribute.name}` must be None, 'original', 'match_rms_adamw' or "
+            f"'spectral_unclamped', got {value!r}."
         )
         raise ValueError(msg)
 
@@ -86,6 +86,8 @@ def _ratio(shape: tuple[int, ...], adjust_lr_fn: str | None) -> float:
     rows, cols = shape[:2]
     if adjust_lr_fn == "match_rms_adamw":
         return 0.2 * math.sqrt(max(rows, cols))
+    if adjust_lr_fn == "spectral_unclamped":
+        return math.sqrt(rows / cols)
     return math.sqrt(max(1, rows / cols))
 
 
@@ -118,7 +120,8 @@ class Muon(TorchOptimizer[MuonState]):
         eps: The least norm the update is divided by.
         ns_steps: The number of Newton-Schulz iterations, below 100.
         adjust_lr_fn: `None` or `"original"` (`lr * sqrt(max(1, rows / cols))`),
-            or `"match_rms_adamw"` (`0.2 * lr * sqrt(max(rows, cols))`).
+            `"match_rms_adamw"` (`0.2 * lr * sqrt(max(rows, cols))`), or
+            `"spectral_unclamped"` (`lr * sqrt(rows / cols)`, as torch 2.14 has it).
         differentiable: Keep the autograd graph through `step` (see `step`).
 
     Raises:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _torch_versions import needs_torch
 from optim_cases import batches, make_model
 from torch import Tensor
 
@@ -105,3 +106,35 @@ def test_muon_on_matrices_adamw_on_the_rest() -> None:
             t.step()
     expected = {k: v.detach() for k, v in model.named_parameters()}
     torch.testing.assert_close(dict(params), expected, rtol=1e-12, atol=1e-13)
+
+
+def test_spectral_unclamped_scales_by_the_unclamped_shape_ratio() -> None:
+    """`spectral_unclamped` takes `lr * sqrt(rows / cols)`, below 1 when wide."""
+    start = ParamDict(wide=torch.randn(2, 8, dtype=torch.float64))
+    grads = ParamDict(wide=torch.randn(2, 8, dtype=torch.float64))
+
+    def moved(adjust_lr_fn: str | None) -> Tensor:
+        opt = optim.Muon(lr=0.1, weight_decay=0.0, adjust_lr_fn=adjust_lr_fn)
+        new, _ = opt.step(start, grads, opt.init(start))
+        return start["wide"] - new["wide"]
+
+    # `original` clamps the ratio at 1 for a wide matrix; the unclamped one is 1/2.
+    torch.testing.assert_close(moved("spectral_unclamped"), moved("original") / 2)
+
+
+@needs_torch(2, 14, "torch.optim.Muon(adjust_lr_fn='spectral_unclamped')")
+def test_spectral_unclamped_equals_torch() -> None:
+    """Five steps equal torch.optim.Muon with the same adjustment."""
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    grads = [torch.randn(3, 5, generator=gen, dtype=torch.float64) for _ in range(5)]
+    param = start.clone().requires_grad_()
+    theirs = torch.optim.Muon([param], lr=0.05, adjust_lr_fn="spectral_unclamped")
+    opt = optim.Muon(lr=0.05, adjust_lr_fn="spectral_unclamped")
+    params = ParamDict(w=start.clone())
+    state = opt.init(params)
+    for g in grads:
+        param.grad = g.clone()
+        theirs.step()  # type: ignore[no-untyped-call]  # torch's annotation
+        params, state = opt.step(params, ParamDict(w=g), state)
+    torch.testing.assert_close(params["w"], param.detach(), rtol=1e-12, atol=1e-14)
