@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 
+import attrs
 import torch
 from torch import Tensor
 from typing_extensions import override
@@ -57,13 +58,16 @@ class _Field(NamedTuple):
     name: str
 
 
+@attrs.frozen(kw_only=True, eq=False, auto_attribs=False)
 class TorchOptimizer(Optimizer[S]):
     """The base of the optimizers in the style of `torch.optim`.
 
-    A subclass is an `attrs.frozen(kw_only=True, eq=False)` class that declares
-    the fields `lr`, `weight_decay`, `maximize` and `differentiable` among its own
-    (in its torch.optim order, with its defaults), a `state_type`, and defines
-    `init_state` and `update`. This base validates the shared fields, checks
+    A subclass is an `attrs.frozen(kw_only=True, eq=False,
+    field_transformer=shared_last)` class that declares `lr` and `weight_decay`
+    among its own fields (in its torch.optim order, with its defaults), a
+    `state_type`, and defines `init_state` and `math` (or `update`). `maximize`
+    and `differentiable` are declared once, here. This base validates the
+    shared fields, checks
     parameters, per-key rates, gradients and states, and gives the rule its
     pieces: `rate`, `next_step` and `prologue`.
 
@@ -83,11 +87,14 @@ class TorchOptimizer(Optimizer[S]):
         (True, 0.1)
     """
 
-    __slots__ = ()
-
     lr: LearningRate
     weight_decay: Rate
-    maximize: bool
+    # `attrs.field` itself, not `flag()`: the type checkers' attrs support reads
+    # the fields of a class without `auto_attribs` from these calls only.
+    maximize: bool = attrs.field(default=False, validator=check_flag, kw_only=True)
+    differentiable: bool = attrs.field(
+        default=False, validator=check_flag, kw_only=True
+    )
     state_type: ClassVar[type[Any]]
     # The option that makes `init_state` fill each buffer it may leave empty,
     # for the message when a state from another setting lacks it.
@@ -100,8 +107,6 @@ class TorchOptimizer(Optimizer[S]):
         else:
             check_rate(self, _Field("lr"), self.lr)
         check_rate(self, _Field("weight_decay"), self.weight_decay)
-        check_flag(self, _Field("maximize"), self.maximize)
-        check_flag(self, _Field("differentiable"), self.differentiable)
 
     # ------------------------------------------------------------ state
 

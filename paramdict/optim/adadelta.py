@@ -10,7 +10,8 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
-from ._hyper import Rate, check_fraction, check_non_negative
+from ._fields import fraction, non_negative, shared_last
+from ._hyper import Rate
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -44,7 +45,7 @@ class AdadeltaState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class Adadelta(TorchOptimizer[AdadeltaState]):
     """Adadelta, the functional `torch.optim.Adadelta`.
 
@@ -84,11 +85,9 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
     state_type: ClassVar[type[AdadeltaState]] = AdadeltaState
 
     lr: LearningRate = 1.0
-    rho: float = attrs.field(default=0.9, validator=check_fraction)
-    eps: float = attrs.field(default=1e-6, validator=check_non_negative)
+    rho: float = fraction(0.9)
+    eps: float = non_negative(1e-6)
     weight_decay: Rate = 0.0
-    maximize: bool = False
-    differentiable: bool = False
 
     def init_state(self, params: ParamDict, /) -> AdadeltaState:
         """Return the first state: step 0 and zero averages.

@@ -12,6 +12,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
+from ._fields import shared_last
 from ._hyper import Rate, check_counter, check_number, check_rate_keys
 from ._kernels import Kernels
 from ._keyed import check_keyed
@@ -137,7 +138,7 @@ def _check_not_empty(params: ParamDict) -> None:
         raise ValueError(msg)
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class Adafactor(TorchOptimizer[AdafactorState]):
     """Adafactor, the functional `torch.optim.Adafactor`.
 
@@ -194,8 +195,6 @@ class Adafactor(TorchOptimizer[AdafactorState]):
     d: float = attrs.field(default=1.0, validator=_check_d)
     weight_decay: Rate = 0.0
     foreach: bool | None = attrs.field(default=None, validator=_check_foreach)
-    maximize: bool = False
-    differentiable: bool = False
 
     def init_state(self, params: ParamDict, /) -> AdafactorState:
         """Return the first state: step 0 and zero second moments.

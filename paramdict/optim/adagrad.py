@@ -11,7 +11,8 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from . import _fused
 from ._base import TorchOptimizer
-from ._hyper import Rate, check_fused, check_non_negative, quotient
+from ._fields import fused_option, non_negative, shared_last
+from ._hyper import Rate, quotient
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -43,7 +44,7 @@ class AdagradState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class Adagrad(TorchOptimizer[AdagradState]):
     """Adagrad, the functional `torch.optim.Adagrad`.
 
@@ -91,15 +92,11 @@ class Adagrad(TorchOptimizer[AdagradState]):
     state_type: ClassVar[type[AdagradState]] = AdagradState
 
     lr: LearningRate = 1e-2
-    lr_decay: float = attrs.field(default=0.0, validator=check_non_negative)
+    lr_decay: float = non_negative(0.0)
     weight_decay: Rate = 0.0
-    initial_accumulator_value: float = attrs.field(
-        default=0.0, validator=check_non_negative
-    )
-    eps: float = attrs.field(default=1e-10, validator=check_non_negative)
-    maximize: bool = False
-    differentiable: bool = False
-    fused: bool | None = attrs.field(default=None, validator=check_fused)
+    initial_accumulator_value: float = non_negative(0.0)
+    eps: float = non_negative(1e-10)
+    fused: bool | None = fused_option()
 
     def init_state(self, params: ParamDict, /) -> AdagradState:
         """Return the first state: step 0, sums at `initial_accumulator_value`.

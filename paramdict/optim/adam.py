@@ -16,11 +16,9 @@ from .._paramdict import ParamDict
 from . import _fused
 from ._adam_moments import decayed, moments
 from ._base import TorchOptimizer
+from ._fields import betas, flag, fused_option, non_negative, shared_last
 from ._hyper import (
     Rate,
-    check_betas,
-    check_fused,
-    check_non_negative,
     quotient,
 )
 from ._kernels import Kernels
@@ -174,7 +172,7 @@ class _AdamFamily(TorchOptimizer[AdamState]):
         return new_params, new_state
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class Adam(_AdamFamily):
     """Adam, the functional `torch.optim.Adam`.
 
@@ -227,22 +225,18 @@ class Adam(_AdamFamily):
     """
 
     lr: LearningRate = 1e-3
-    betas: tuple[float, float] = attrs.field(
-        default=(0.9, 0.999), validator=check_betas
-    )
-    eps: float = attrs.field(default=1e-8, validator=check_non_negative)
+    betas: tuple[float, float] = betas((0.9, 0.999))
+    eps: float = non_negative(1e-8)
     weight_decay: Rate = 0.0
-    amsgrad: bool = False
-    maximize: bool = False
-    decoupled_weight_decay: bool = False
-    differentiable: bool = False
-    fused: bool | None = attrs.field(default=None, validator=check_fused)
+    amsgrad: bool = flag()
+    decoupled_weight_decay: bool = flag()
+    fused: bool | None = fused_option()
 
     def _decoupled(self) -> bool:
         return self.decoupled_weight_decay
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class AdamW(_AdamFamily):
     """AdamW, the functional `torch.optim.AdamW`: Adam with decoupled weight decay.
 
@@ -288,15 +282,11 @@ class AdamW(_AdamFamily):
     """
 
     lr: LearningRate = 1e-3
-    betas: tuple[float, float] = attrs.field(
-        default=(0.9, 0.999), validator=check_betas
-    )
-    eps: float = attrs.field(default=1e-8, validator=check_non_negative)
+    betas: tuple[float, float] = betas((0.9, 0.999))
+    eps: float = non_negative(1e-8)
     weight_decay: Rate = 1e-2
-    amsgrad: bool = False
-    maximize: bool = False
-    differentiable: bool = False
-    fused: bool | None = attrs.field(default=None, validator=check_fused)
+    amsgrad: bool = flag()
+    fused: bool | None = fused_option()
 
     def _decoupled(self) -> bool:
         return True

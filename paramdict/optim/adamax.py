@@ -10,10 +10,9 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
+from ._fields import betas, non_negative, shared_last
 from ._hyper import (
     Rate,
-    check_betas,
-    check_non_negative,
     quotient,
 )
 from ._kernels import Kernels
@@ -49,7 +48,7 @@ class AdamaxState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class Adamax(TorchOptimizer[AdamaxState]):
     """Adamax, the functional `torch.optim.Adamax`: Adam with the infinity norm.
 
@@ -89,13 +88,9 @@ class Adamax(TorchOptimizer[AdamaxState]):
     state_type: ClassVar[type[AdamaxState]] = AdamaxState
 
     lr: LearningRate = 2e-3
-    betas: tuple[float, float] = attrs.field(
-        default=(0.9, 0.999), validator=check_betas
-    )
-    eps: float = attrs.field(default=1e-8, validator=check_non_negative)
+    betas: tuple[float, float] = betas((0.9, 0.999))
+    eps: float = non_negative(1e-8)
     weight_decay: Rate = 0.0
-    maximize: bool = False
-    differentiable: bool = False
 
     def init_state(self, params: ParamDict, /) -> AdamaxState:
         """Return the first state: step 0, zero average and norm.

@@ -11,6 +11,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
+from ._fields import shared_last
 from ._hyper import (
     Rate,
     check_number,
@@ -65,7 +66,7 @@ def _eta(lr: Rate, lambd: float, alpha: float, step: Tensor) -> Tensor | ParamDi
     return quotient(lr, (1 + lambd * lr * step) ** alpha)
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class ASGD(TorchOptimizer[ASGDState]):
     """Averaged SGD, the functional `torch.optim.ASGD`.
 
@@ -111,8 +112,6 @@ class ASGD(TorchOptimizer[ASGDState]):
     alpha: float = attrs.field(default=0.75, validator=check_number)
     t0: float = attrs.field(default=1e6, validator=check_number)
     weight_decay: Rate = 0.0
-    maximize: bool = False
-    differentiable: bool = False
 
     def init_state(self, params: ParamDict, /) -> ASGDState:
         """Return the first state: step 0, `eta = lr`, `mu = 1`, `ax = 0`.

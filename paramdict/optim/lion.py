@@ -10,7 +10,8 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
-from ._hyper import Rate, check_betas
+from ._fields import betas, shared_last
+from ._hyper import Rate
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -42,7 +43,7 @@ class LionState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class Lion(TorchOptimizer[LionState]):
     """Lion: a step of `lr` along the sign of an interpolated momentum.
 
@@ -75,10 +76,8 @@ class Lion(TorchOptimizer[LionState]):
     decoupled_decay: ClassVar[bool] = True
 
     lr: LearningRate = 1e-4
-    betas: tuple[float, float] = attrs.field(default=(0.9, 0.99), validator=check_betas)
+    betas: tuple[float, float] = betas((0.9, 0.99))
     weight_decay: Rate = 0.0
-    maximize: bool = False
-    differentiable: bool = False
 
     def init_state(self, params: ParamDict, /) -> LionState:
         """Return the first state: step 0 and a zero running average.

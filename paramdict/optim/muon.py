@@ -11,7 +11,8 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
-from ._hyper import Rate, check_non_negative
+from ._fields import flag, non_negative, shared_last
+from ._hyper import Rate
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -91,7 +92,7 @@ def _ratio(shape: tuple[int, ...], adjust_lr_fn: str | None) -> float:
     return math.sqrt(max(1, rows / cols))
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class Muon(TorchOptimizer[MuonState]):
     """Muon, the functional `torch.optim.Muon`: orthogonalized momentum for matrices.
 
@@ -144,15 +145,14 @@ class Muon(TorchOptimizer[MuonState]):
 
     lr: LearningRate = 1e-3
     weight_decay: Rate = 0.1
-    momentum: float = attrs.field(default=0.95, validator=check_non_negative)
-    nesterov: bool = True
+    momentum: float = non_negative(0.95)
+    nesterov: bool = flag(True)
     ns_coefficients: tuple[float, float, float] = attrs.field(
         default=_NS_COEFFICIENTS, validator=_check_coefficients
     )
-    eps: float = attrs.field(default=1e-7, validator=check_non_negative)
+    eps: float = non_negative(1e-7)
     ns_steps: int = attrs.field(default=5, validator=_check_ns_steps)
     adjust_lr_fn: str | None = attrs.field(default=None, validator=_check_adjust_lr_fn)
-    differentiable: bool = False
     # Not an argument: torch.optim.Muon has no `maximize`.
     maximize: bool = attrs.field(default=False, init=False, repr=False)
 

@@ -12,11 +12,9 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._adam_moments import decayed, moments
 from ._base import TorchOptimizer
+from ._fields import betas, flag, non_negative, shared_last
 from ._hyper import (
     Rate,
-    check_betas,
-    check_flag,
-    check_non_negative,
     product,
     quotient,
     state_scalar_dtype,
@@ -62,7 +60,7 @@ def _momentum(beta1: float | Tensor, step: Tensor, momentum_decay: float) -> Ten
     return beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class NAdam(TorchOptimizer[NAdamState]):
     """NAdam, the functional `torch.optim.NAdam`: Adam with Nesterov momentum.
 
@@ -107,15 +105,11 @@ class NAdam(TorchOptimizer[NAdamState]):
     state_type: ClassVar[type[NAdamState]] = NAdamState
 
     lr: LearningRate = 2e-3
-    betas: tuple[float, float] = attrs.field(
-        default=(0.9, 0.999), validator=check_betas
-    )
-    eps: float = attrs.field(default=1e-8, validator=check_non_negative)
+    betas: tuple[float, float] = betas((0.9, 0.999))
+    eps: float = non_negative(1e-8)
     weight_decay: Rate = 0.0
-    momentum_decay: float = attrs.field(default=4e-3, validator=check_non_negative)
-    decoupled_weight_decay: bool = attrs.field(default=False, validator=check_flag)
-    maximize: bool = False
-    differentiable: bool = False
+    momentum_decay: float = non_negative(4e-3)
+    decoupled_weight_decay: bool = flag()
 
     def init_state(self, params: ParamDict, /) -> NAdamState:
         """Return the first state: step 0, `mu_product` 1 and zero moments.

@@ -12,11 +12,9 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._adam_moments import decayed, moments
 from ._base import TorchOptimizer
+from ._fields import betas, flag, non_negative, shared_last
 from ._hyper import (
     Rate,
-    check_betas,
-    check_flag,
-    check_non_negative,
 )
 from ._kernels import Kernels
 from ._protocol import register_state
@@ -50,7 +48,7 @@ class RAdamState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class RAdam(TorchOptimizer[RAdamState]):
     """RAdam, the functional `torch.optim.RAdam`: Adam with a rectified variance.
 
@@ -92,14 +90,10 @@ class RAdam(TorchOptimizer[RAdamState]):
     state_type: ClassVar[type[RAdamState]] = RAdamState
 
     lr: LearningRate = 1e-3
-    betas: tuple[float, float] = attrs.field(
-        default=(0.9, 0.999), validator=check_betas
-    )
-    eps: float = attrs.field(default=1e-8, validator=check_non_negative)
+    betas: tuple[float, float] = betas((0.9, 0.999))
+    eps: float = non_negative(1e-8)
     weight_decay: Rate = 0.0
-    decoupled_weight_decay: bool = attrs.field(default=False, validator=check_flag)
-    maximize: bool = False
-    differentiable: bool = False
+    decoupled_weight_decay: bool = flag()
 
     def init_state(self, params: ParamDict, /) -> RAdamState:
         """Return the first state: step 0 and zero moments.

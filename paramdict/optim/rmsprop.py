@@ -11,7 +11,8 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
-from ._hyper import Rate, check_fraction, check_non_negative
+from ._fields import flag, fraction, non_negative, shared_last
+from ._hyper import Rate
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -47,7 +48,7 @@ class RMSpropState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class RMSprop(TorchOptimizer[RMSpropState]):
     """RMSprop, the functional `torch.optim.RMSprop`.
 
@@ -92,13 +93,11 @@ class RMSprop(TorchOptimizer[RMSpropState]):
     }
 
     lr: LearningRate = 1e-2
-    alpha: float = attrs.field(default=0.99, validator=check_fraction)
-    eps: float = attrs.field(default=1e-8, validator=check_non_negative)
+    alpha: float = fraction(0.99)
+    eps: float = non_negative(1e-8)
     weight_decay: Rate = 0.0
-    momentum: float = attrs.field(default=0.0, validator=check_non_negative)
-    centered: bool = False
-    maximize: bool = False
-    differentiable: bool = False
+    momentum: float = non_negative(0.0)
+    centered: bool = flag()
 
     def init_state(self, params: ParamDict, /) -> RMSpropState:
         """Return the first state: step 0 and zero averages.

@@ -12,6 +12,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
+from ._fields import shared_last
 from ._hyper import Rate
 from ._kernels import Kernels
 from ._protocol import register_state
@@ -79,7 +80,7 @@ class RpropState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class Rprop(TorchOptimizer[RpropState]):
     """Rprop, the functional `torch.optim.Rprop`.
 
@@ -128,8 +129,6 @@ class Rprop(TorchOptimizer[RpropState]):
     step_sizes: tuple[float, float] = attrs.field(
         default=(1e-6, 50), validator=_check_step_sizes
     )
-    maximize: bool = False
-    differentiable: bool = False
 
     def init_state(self, params: ParamDict, /) -> RpropState:
         """Return the first state: step 0, zero `prev`, step sizes at `lr`.

@@ -12,7 +12,8 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from . import _fused
 from ._base import TorchOptimizer
-from ._hyper import Rate, check_fused, check_non_negative, check_number
+from ._fields import flag, fused_option, non_negative, shared_last
+from ._hyper import Rate, check_number
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -45,7 +46,7 @@ class SGDState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class SGD(TorchOptimizer[SGDState]):
     """Stochastic gradient descent, the functional `torch.optim.SGD`.
 
@@ -99,13 +100,11 @@ class SGD(TorchOptimizer[SGDState]):
     buffer_options: ClassVar[Mapping[str, str]] = {"momentum_buffer": "momentum != 0"}
 
     lr: LearningRate = 1e-3
-    momentum: float = attrs.field(default=0.0, validator=check_non_negative)
+    momentum: float = non_negative(0.0)
     dampening: float = attrs.field(default=0.0, validator=check_number)
     weight_decay: Rate = 0.0
-    nesterov: bool = False
-    maximize: bool = False
-    differentiable: bool = False
-    fused: bool | None = attrs.field(default=None, validator=check_fused)
+    nesterov: bool = flag()
+    fused: bool | None = fused_option()
 
     def __attrs_post_init__(self) -> None:
         """Validate the options; `nesterov` needs momentum and no dampening."""

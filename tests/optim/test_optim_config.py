@@ -128,7 +128,7 @@ def test_configurations_are_immutable() -> None:
 def test_hyperparameters_are_keyword_only() -> None:
     """Hyperparameters are options: passing one by position is a TypeError."""
     with pytest.raises(TypeError, match="positional"):
-        optim.SGD(0.1)  # type: ignore[call-arg]  # the point of the test
+        optim.SGD(0.1)  # type: ignore[arg-type, call-arg]  # the point of the test
 
 
 def test_repr_shows_every_hyperparameter() -> None:
@@ -193,3 +193,24 @@ def test_subclasses_keep_their_type_through_step() -> None:
     opt = optim.RMSprop(momentum=0.5)
     new, _ = opt.step(params, {"w": torch.ones(2)}, opt.init(params))
     assert type(new) is Weights
+
+
+def _flag_options() -> list[tuple[type[Any], str]]:
+    """Every (optimizer, option) whose default is True or False."""
+    found: list[tuple[type[Any], str]] = []
+    for name in optim.__all__:
+        cls = getattr(optim, name)
+        if isinstance(cls, type) and issubclass(cls, optim.TorchOptimizer):
+            for field in attrs.fields(cls):
+                if field.init and isinstance(field.default, bool):
+                    found.append((cls, field.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("cls", "option"), _flag_options(), ids=lambda v: getattr(v, "__name__", v)
+)
+def test_every_flag_option_refuses_a_non_bool(cls: type[Any], option: str) -> None:
+    """`Adam(amsgrad="yes")` and the like are refused, naming the option."""
+    with pytest.raises(TypeError, match=rf"`{option}` must be True or False"):
+        cls(**{option: "yes"})

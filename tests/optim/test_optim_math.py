@@ -98,8 +98,6 @@ def test_a_rule_without_math_or_update_says_so() -> None:
         state_type: ClassVar[type[optim.LionState]] = optim.LionState
         lr: optim.LearningRate = 0.1
         weight_decay: optim.Rate = 0.0
-        maximize: bool = False
-        differentiable: bool = False
 
         def init_state(self, params: ParamDict, /) -> optim.LionState:
             return optim.LionState(self.counter(params), params.zeros_like())

@@ -31,8 +31,6 @@ class Lion(optim.TorchOptimizer[LionState]):
     lr: optim.LearningRate = 1e-4
     betas: tuple[float, float] = (0.9, 0.99)
     weight_decay: optim.Rate = 0.0
-    maximize: bool = False
-    differentiable: bool = False
 
     def init_state(self, params: ParamDict, /) -> LionState:
         """Return step 0 and a zero running average."""

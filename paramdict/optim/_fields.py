@@ -1,0 +1,186 @@
+"""Field helpers: an optimizer's options, each declared with its validator.
+
+An optimizer is an `attrs.frozen(kw_only=True, eq=False)` class. Its options are
+declared with these helpers, so a value of the wrong kind is refused the same
+way everywhere (`Adam(amsgrad="yes")` is a `TypeError`, as `NAdam`'s
+`decoupled_weight_decay="yes"` is):
+
+| helper | accepts |
+|---|---|
+| `flag(default)` | `True` or `False` |
+| `non_negative(default)` | a finite real number `>= 0` |
+| `fraction(default)` | a real number in `[0, 1]` |
+| `betas(default)` | a pair of real numbers, each in `[0, 1)` |
+| `fused_option()` | `None`, `True` or `False` (`True` only if not differentiable) |
+
+`shared_last` is the field transformer that puts the options every optimizer
+shares (`maximize`, `differentiable`, declared once on `TorchOptimizer`) after
+a class's own, then `fused`, so the signature reads in torch.optim's order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ._hyper import (
+    check_betas,
+    check_flag,
+    check_fraction,
+    check_fused,
+    check_non_negative,
+)
+
+__all__ = [
+    "SHARED",
+    "betas",
+    "flag",
+    "fraction",
+    "fused_option",
+    "non_negative",
+    "shared_last",
+]
+
+SHARED = ("maximize", "differentiable")
+"""The options every `TorchOptimizer` has, declared once on the base."""
+
+_TAIL = (*SHARED, "fused")
+
+
+def flag(default: bool = False) -> bool:
+    """Return an option that is `True` or `False`.
+
+    Args:
+        default: The default value.
+
+    Returns:
+        An attrs field (typed as its value for the class body).
+
+    Example:
+        >>> import attrs
+        >>> @attrs.frozen
+        ... class Options:
+        ...     amsgrad: bool = flag()
+        >>> Options(amsgrad="yes")
+        Traceback (most recent call last):
+        ...
+        TypeError: `amsgrad` must be True or False, got 'yes'.
+    """
+    field: bool = attrs.field(default=default, validator=check_flag)
+    return field
+
+
+def non_negative(default: float) -> float:
+    """Return an option that is a finite real number `>= 0`.
+
+    Args:
+        default: The default value.
+
+    Returns:
+        An attrs field (typed as its value for the class body).
+
+    Example:
+        >>> import attrs
+        >>> @attrs.frozen
+        ... class Options:
+        ...     eps: float = non_negative(1e-8)
+        >>> Options(eps=-1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `eps` must be non-negative, got -1.0.
+    """
+    field: float = attrs.field(default=default, validator=check_non_negative)
+    return field
+
+
+def fraction(default: float) -> float:
+    """Return an option that is a real number in `[0, 1]`.
+
+    Args:
+        default: The default value.
+
+    Returns:
+        An attrs field (typed as its value for the class body).
+
+    Example:
+        >>> import attrs
+        >>> @attrs.frozen
+        ... class Options:
+        ...     alpha: float = fraction(0.99)
+        >>> Options(alpha=1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: `alpha` must be in [0, 1], got 1.5.
+    """
+    field: float = attrs.field(default=default, validator=check_fraction)
+    return field
+
+
+def betas(default: tuple[float, float]) -> tuple[float, float]:
+    """Return an option that is a pair of real numbers, each in `[0, 1)`.
+
+    Args:
+        default: The default pair.
+
+    Returns:
+        An attrs field (typed as its value for the class body).
+
+    Example:
+        >>> import attrs
+        >>> @attrs.frozen
+        ... class Options:
+        ...     betas: tuple[float, float] = betas((0.9, 0.999))
+        >>> Options(betas=(0.9, 1.0))
+        Traceback (most recent call last):
+        ...
+        ValueError: `betas[1]` must be in [0, 1), got 1.0.
+    """
+    field: tuple[float, float] = attrs.field(default=default, validator=check_betas)
+    return field
+
+
+def fused_option() -> bool | None:
+    """Return the `fused` option: `None` (the default), `True` or `False`.
+
+    Returns:
+        An attrs field (typed as its value for the class body).
+
+    Example:
+        >>> from paramdict import optim
+        >>> optim.Adam(fused=True, differentiable=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: `fused=True` needs `differentiable=False`: ...
+    """
+    field: bool | None = attrs.field(default=None, validator=check_fused)
+    return field
+
+
+def shared_last(
+    cls: type, fields: list[attrs.Attribute[Any]]
+) -> list[attrs.Attribute[Any]]:
+    """Return `fields` with the shared options after the class's own.
+
+    The field transformer of every optimizer class
+    (`attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)`).
+
+    Args:
+        cls: The class being made.
+        fields: Its fields, inherited ones first.
+
+    Returns:
+        The same fields: the class's own, then `maximize`, `differentiable` and
+        `fused` (those it has).
+
+    Example:
+        >>> from paramdict import optim
+        >>> [f.name for f in attrs.fields(optim.SGD)][-3:]
+        ['maximize', 'differentiable', 'fused']
+    """
+    del cls
+    own = [f for f in fields if f.name not in _TAIL]
+    tail = sorted(
+        (f for f in fields if f.name in _TAIL), key=lambda f: _TAIL.index(f.name)
+    )
+    return own + tail
