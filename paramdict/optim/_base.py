@@ -35,6 +35,7 @@ from ._kernels import Kernels
 from ._keyed import check_keyed, check_real
 from ._protocol import Optimizer, recall, remember
 from ._slot import slot_rules
+from ._vouch import vouch, vouched
 
 if TYPE_CHECKING:  # types only: at run time the schedules are reached via `_slot`
     from ._scheduled import LearningRate, SlotState
@@ -206,6 +207,16 @@ class TorchOptimizer(Optimizer[S]):
         check_counter(given.step, params, "step")
         if "schedule" in given._fields:
             slot_rules().check_slot(self, self.lr, given.schedule)
+        if vouched(self, params, given):  # these very objects passed before
+            return
+        self._check_buffers(params, given)
+        vouch(self, params, given)
+
+    @override
+    def _vouch(self, params: ParamDict, state: S, /) -> None:
+        vouch(self, params, cast("tuple[object, ...]", state))
+
+    def _check_buffers(self, params: ParamDict, given: Any, /) -> None:
         for field, buffer in zip(given._fields, given):
             if field in ("step", "schedule"):
                 continue

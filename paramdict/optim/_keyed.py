@@ -62,7 +62,10 @@ def requires_grad_like(new: P, old: ParamDict, /) -> P:
     Returns:
         `new` itself.
     """
-    new.filter(lambda key, _: old[key].requires_grad).requires_grad_()
+    olds = old._vals if new._keys == old._keys else [old[k] for k in new._keys]
+    for value, was in zip(new._vals, olds):
+        if was.requires_grad:
+            value.requires_grad_()
     return new
 
 

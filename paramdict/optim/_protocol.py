@@ -162,6 +162,9 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             (tensor([0.5000, 1.5000]), tensor(1., dtype=torch.float64))
         """
 
+    def _vouch(self, params: ParamDict, state: S, /) -> None:
+        """Keep that `state` is valid for `params` (a step made both); a hook."""
+
     def check_state(self, params: ParamDict, state: S, /) -> None:  # an optional hook
         """Raise if `state` cannot be the state of this optimizer for `params`.
 
@@ -282,7 +285,10 @@ class Optimizer(OptionalHooks[S], abc.ABC):
                     copied_state = self._fused_step(
                         copies, kernel_grads, copied_state, rates
                     )
-                return requires_grad_like(copies, params), copied_state
+                new_params = requires_grad_like(copies, params)
+                # Laid out from `params`: valid by construction, not checked again.
+                self._vouch(new_params, copied_state)
+                return new_params, copied_state
         # The in-place kernels owning nothing yet: each first operation on the
         # inputs runs out of place, and everything after it writes into the
         # tensors the step itself just made. Only the new parameters and state
