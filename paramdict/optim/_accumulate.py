@@ -84,7 +84,10 @@ class MultiSteps(Optimizer[MultiStepsState]):
     The functional form of gradient accumulation over micro-batches (optax's
     `MultiSteps`). Each call adds `grads` to the accumulated gradients; on every
     `every_k`-th call the wrapped optimizer steps with their mean (or sum, with
-    `reduction="sum"`) and the accumulator starts again from zero. On the other
+    `reduction="sum"`) and the accumulator starts again from zero. The first
+    call of each round writes its gradients into the accumulator (as backward
+    writes `.grad` before it adds to it): a gradient of `-0.0` stays one, as
+    in torch. On the other
     calls the parameters and the wrapped optimizer's state come back unchanged.
 
     Any optimizer works, and `differentiable` is the wrapped one's. What a call
@@ -223,7 +226,10 @@ class MultiSteps(Optimizer[MultiStepsState]):
         if calls is None:  # traced: the `where` form of `update`, in place
             return super()._step_in_place(params, grads, state)
         acc = list(state.acc_grads.values())
-        torch._foreach_add_(acc, list(grads.values()))
+        if calls == 1:  # the first micro-batch: written, as backward writes `.grad`
+            torch._foreach_copy_(acc, list(grads.values()))
+        else:
+            torch._foreach_add_(acc, list(grads.values()))
         if calls < self.every_k:  # accumulate only
             state.mini_step.add_(1)
             return state
@@ -283,7 +289,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
         if not params or calls is None:
             return super().step(params, grads, state)
         with torch.no_grad():
-            acc = state.acc_grads.add(aligned)
+            acc = aligned.clone() if calls == 1 else state.acc_grads.add(aligned)
             if calls < self.every_k:  # accumulate only
                 kept = requires_grad_like(params.detach(), params)
                 return kept, state._replace(
@@ -314,7 +320,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
         calls = self._calls(state)
         if calls is None:
             return self._selected(params, grads, state, ops)
-        acc = state.acc_grads.add(grads)
+        acc = grads.clone() if calls == 1 else state.acc_grads.add(grads)
         if calls < self.every_k:  # accumulate only
             kept = MultiStepsState(state.mini_step + 1, acc, state.inner_state)
             return params.clone(), kept
@@ -331,7 +337,8 @@ class MultiSteps(Optimizer[MultiStepsState]):
         ops: Kernels,
     ) -> tuple[ParamDict, MultiStepsState]:
         """The traced form: both outcomes computed, one chosen by `torch.where`."""
-        acc = state.acc_grads.add(grads)
+        first = ParamDict.fromkeys(grads, state.mini_step == 0)
+        acc = grads.where(first, state.acc_grads.add(grads))
         mini_step = state.mini_step + 1
         # At least, not equal: a state saved with a larger `every_k` steps on its
         # next call instead of never.

@@ -203,3 +203,26 @@ def test_compiled_step_takes_the_where_form_and_equals_eager() -> None:
     for a, b in zip(_leaves((traced, traced_state)), _leaves((eager, eager_state))):
         assert torch.equal(a, b)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("form", ["step", "step_", "traced"])
+def test_first_micro_batch_is_written_as_backward_writes_grad(form: str) -> None:
+    """A first gradient of -0.0 stays -0.0 in the sum, as in torch's `.grad`."""
+    opt = optim.MultiSteps(optim.SGD(lr=0.1), every_k=3)
+    params = ParamDict(w=torch.zeros(3))
+    state = opt.init(params)
+    grads = ParamDict(w=torch.tensor([-0.0, 1.0, -2.0]))
+    if form == "traced":  # the `where` form, as `vmap` and `torch.compile` run it
+        _, state = torch.func.vmap(
+            lambda p, g: opt.step(p, g, state), in_dims=(None, 0)
+        )(params, ParamDict(w=grads["w"][None]))
+        acc = state.acc_grads["w"][0]
+    else:
+        step = opt.step if form == "step" else opt.step_
+        _, state = step(params, grads, state)
+        acc = state.acc_grads["w"]
+    assert torch.equal(acc, grads["w"])
+    assert torch.signbit(acc[0]), "the sign of -0.0 was lost"
+    ref = torch.zeros(3, requires_grad=True)
+    (grad,) = torch.autograd.grad((ref * grads["w"]).sum(), [ref])
+    assert torch.signbit(grad[0]), "torch's gradient keeps the sign"
