@@ -5,6 +5,7 @@ from __future__ import annotations
 # pyright: reportPrivateUsage=false
 # (ParamDict's and torch's package-internal helpers)
 import fnmatch
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias, TypeVar, cast
 
@@ -86,20 +87,34 @@ def _cloned(slot: object) -> object:
     return pytree.tree_map(clone, slot)
 
 
-def _chosen(selector: _Selector, params: ParamDict) -> list[str]:
+def _globs(selectors: Sequence[_Selector]) -> dict[str, re.Pattern[str]]:
+    """Return each pattern's `fnmatchcase` regular expression, compiled now.
+
+    Compiled once, eagerly: `fnmatch` caches its patterns with `lru_cache`,
+    which dynamo warns about when a step routes keys while it is traced.
+    """
+    return {
+        p: re.compile(fnmatch.translate(p))
+        for selector in selectors
+        if not callable(selector)
+        for p in selector
+    }
+
+
+def _chosen(
+    selector: _Selector, params: ParamDict, globs: Mapping[str, re.Pattern[str]]
+) -> list[str]:
     """Return the keys `selector` chooses, in key order.
 
     A string equal to a key chooses that key alone, so a name holding `[` or
     `*` is never read as a pattern; any other string is an `fnmatchcase`
-    pattern.
+    pattern (compiled in `globs`).
     """
     if callable(selector):
         return [k for k, v in params.items() if selector(k, v)]
     exact = {p for p in selector if p in params}
-    globs = [p for p in selector if p not in exact]
-    return [
-        k for k in params if k in exact or any(fnmatch.fnmatchcase(k, g) for g in globs)
-    ]
+    rest = [globs[p] for p in selector if p not in exact]
+    return [k for k in params if k in exact or any(g.match(k) for g in rest)]
 
 
 @attrs.frozen(eq=False, init=False)
@@ -165,6 +180,10 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     )
     # For each member, the member whose state stores its schedule's state.
     _keepers: tuple[int, ...] = attrs.field(init=False, default=(), repr=False)
+    # Each pattern's regular expression (`_globs`).
+    _globs: dict[str, re.Pattern[str]] = attrs.field(
+        init=False, factory=lambda: dict[str, re.Pattern[str]](), repr=False
+    )
 
     def __init__(
         self,
@@ -198,6 +217,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             pairs, default, bool(flags) and flags.pop()
         )
         object.__setattr__(self, "_keepers", _keepers(self._members()))
+        object.__setattr__(self, "_globs", _globs([k for k, _ in pairs]))
 
     def _members(self) -> list[Optimizer[S]]:
         members = [opt for _, opt in self.groups]
@@ -212,12 +232,12 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             for selector, _ in self.groups
             if not callable(selector)
             for pattern in selector
-            if not _chosen((pattern,), params)
+            if not _chosen((pattern,), params, self._globs)
         )
         tests = sorted(
             _name(selector)
             for selector, _ in self.groups
-            if callable(selector) and not _chosen(selector, params)
+            if callable(selector) and not _chosen(selector, params, self._globs)
         )
         if patterns or tests:
             what = " and ".join(
@@ -232,7 +252,9 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         routes: list[tuple[str, ...]] = []
         taken: set[str] = set()
         for selector, _ in self.groups:
-            route = tuple(k for k in _chosen(selector, params) if k not in taken)
+            route = tuple(
+                k for k in _chosen(selector, params, self._globs) if k not in taken
+            )
             routes.append(route)
             taken.update(route)
         rest = [k for k in params if k not in taken]

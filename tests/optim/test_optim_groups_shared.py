@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -32,11 +32,12 @@ def _matrix(name: str, tensor: Tensor) -> bool:
     return tensor.dim() >= 2
 
 
-def _recipe() -> optim.ParamGroups[optim.AdamState]:
+def _recipe(*, by_pattern: bool = False) -> optim.ParamGroups[optim.AdamState]:
     """The nanoGPT AdamW recipe: decay and no-decay groups given one schedule."""
     schedule = _schedule()
+    decay: str | Callable[[str, Tensor], bool] = "*.weight" if by_pattern else _matrix
     return optim.ParamGroups(
-        {_matrix: optim.AdamW(lr=schedule, weight_decay=0.1)},
+        {decay: optim.AdamW(lr=schedule, weight_decay=0.1)},
         default=optim.AdamW(lr=schedule, weight_decay=0.0),
     )
 
@@ -259,17 +260,23 @@ def test_torch_groups_with_other_rates_refuse_one_shared_schedule() -> None:
         )
 
 
-def test_fresh_groups_compile_once() -> None:
+@pytest.mark.parametrize("by_pattern", [False, True], ids=["predicate", "pattern"])
+def test_fresh_groups_compile_once(by_pattern: bool) -> None:
     """A compiled step of groups never routed eagerly runs again without recompiling."""
     torch._dynamo.reset()
     params = ParamDict.from_module(make_model(torch.float64)).detach()
-    state = _recipe().init(params)  # another instance: this one routes while tracing
-    opt = _recipe()
+    # Another instance's state: this one first routes the keys while traced.
+    state = _recipe(by_pattern=by_pattern).init(params)
+    opt = _recipe(by_pattern=by_pattern)
     compiled = torch.compile(opt.step, fullgraph=True, backend="eager")
-    expected, _, _ = _run(_recipe(), 3)
+    expected, _, _ = _run(_recipe(by_pattern=by_pattern), 3)
     for i, (x, y) in enumerate(batches(torch.float64, 3)):
         grads = _grads(params, x, y)
         with torch._dynamo.config.patch(error_on_recompile=i > 0):
             params, state = compiled(params, grads, state)
+    opt.init(params)  # routed eagerly now: the compiled step is kept all the same
+    x, y = next(batches(torch.float64, 1))
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        compiled(params, _grads(params, x, y), state)
     torch._dynamo.reset()
     torch.testing.assert_close(dict(params), dict(expected), rtol=0, atol=0)
