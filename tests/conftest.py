@@ -1,9 +1,10 @@
-"""Shared test settings: hypothesis profiles bounded for CI."""
+"""Shared test settings: hypothesis profiles bounded for CI, one CPU thread per op."""
 
 from __future__ import annotations
 
 import os
 
+import torch
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -14,3 +15,12 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=150, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# One intra-op thread, in this process and in the processes the tests start, unless
+# OMP_NUM_THREADS says otherwise. The tests' tensors are small: a second thread
+# buys little on an idle machine, and on a busy one every parallel op waits for its
+# slowest thread. The MAML tutorial's training (20 meta-iterations) took 4-7 s with
+# one thread and 22-31 s with torch's default of two on a loaded two-core machine.
+if "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)

@@ -5,17 +5,21 @@ from __future__ import annotations
 # pyright: reportPrivateUsage=false
 # (ParamDict's and torch's package-internal helpers)
 import fnmatch
-from collections.abc import Callable, Mapping
-from typing import TypeAlias, TypeVar, cast
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias, TypeVar, cast
 
 import attrs
+import torch
 from torch import Tensor
+from torch.utils import _pytree as pytree
 from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._kernels import Kernels
 from ._keyed import subset
-from ._protocol import Optimizer, _traced
+from ._protocol import Optimizer, _traced, recall, remember
+from ._slot import slot_rules
 
 P = TypeVar("P", bound=ParamDict)
 
@@ -50,20 +54,67 @@ def _name(predicate: Predicate) -> str:
     return str(getattr(predicate, "__qualname__", repr(predicate)))
 
 
-def _chosen(selector: _Selector, params: ParamDict) -> list[str]:
+def _keepers(members: Sequence[object]) -> tuple[int, ...]:
+    """Return, for each member, the first member whose `lr` is the same schedule.
+
+    Groups given one schedule object as their `lr` share its state: the first of
+    them keeps it in its own state, the others keep `()` there.
+    """
+    lrs: list[object] = [getattr(opt, "lr", None) for opt in members]
+    return tuple(
+        next(j for j, other in enumerate(lrs) if other is lr)
+        if slot_rules().is_schedule(lr)
+        else i
+        for i, lr in enumerate(lrs)
+    )
+
+
+def _slot(state: object) -> object:
+    """Return a group state's `schedule` field (`()` where it keeps none)."""
+    return getattr(state, "schedule", ())
+
+
+def _with_slot(state: S, slot: object) -> S:
+    """Return `state` holding `slot` as its `schedule`."""
+    replaced: S = cast("Any", state)._replace(schedule=slot)
+    return replaced
+
+
+def _cloned(slot: object) -> object:
+    def clone(x: object) -> object:
+        return x.clone() if isinstance(x, Tensor) else x
+
+    return pytree.tree_map(clone, slot)
+
+
+def _globs(selectors: Sequence[_Selector]) -> dict[str, re.Pattern[str]]:
+    """Return each pattern's `fnmatchcase` regular expression, compiled now.
+
+    Compiled once, eagerly: `fnmatch` caches its patterns with `lru_cache`,
+    which dynamo warns about when a step routes keys while it is traced.
+    """
+    return {
+        p: re.compile(fnmatch.translate(p))
+        for selector in selectors
+        if not callable(selector)
+        for p in selector
+    }
+
+
+def _chosen(
+    selector: _Selector, params: ParamDict, globs: Mapping[str, re.Pattern[str]]
+) -> list[str]:
     """Return the keys `selector` chooses, in key order.
 
     A string equal to a key chooses that key alone, so a name holding `[` or
     `*` is never read as a pattern; any other string is an `fnmatchcase`
-    pattern.
+    pattern (compiled in `globs`).
     """
     if callable(selector):
         return [k for k, v in params.items() if selector(k, v)]
     exact = {p for p in selector if p in params}
-    globs = [p for p in selector if p not in exact]
-    return [
-        k for k in params if k in exact or any(fnmatch.fnmatchcase(k, g) for g in globs)
-    ]
+    rest = [globs[p] for p in selector if p not in exact]
+    return [k for k in params if k in exact or any(g.match(k) for g in rest)]
 
 
 @attrs.frozen(eq=False, init=False)
@@ -80,6 +131,9 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     subset of the entries with its own state; the results are merged back in the
     parameters' key order. The state is the tuple of the groups' states (then the
     default's), so it is a pytree and a `torch.save` value like any other.
+    Groups whose `lr` is one schedule object share its state, stored once: the
+    first of them holds it in its `schedule` field, the others hold `()` there
+    (a state saved with a copy in each group still steps).
 
     All the optimizers share one state type (`ParamGroups[AdamState]` for any mix
     of `Adam` and `AdamW`) and one `differentiable` setting. The routing of a key
@@ -124,6 +178,12 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     _routes: dict[tuple[str, ...], _Routes] = attrs.field(
         init=False, factory=lambda: dict[tuple[str, ...], _Routes](), repr=False
     )
+    # For each member, the member whose state stores its schedule's state.
+    _keepers: tuple[int, ...] = attrs.field(init=False, default=(), repr=False)
+    # Each pattern's regular expression (`_globs`).
+    _globs: dict[str, re.Pattern[str]] = attrs.field(
+        init=False, factory=lambda: dict[str, re.Pattern[str]](), repr=False
+    )
 
     def __init__(
         self,
@@ -156,6 +216,8 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         self.__attrs_init__(  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]  # made by attrs
             pairs, default, bool(flags) and flags.pop()
         )
+        object.__setattr__(self, "_keepers", _keepers(self._members()))
+        object.__setattr__(self, "_globs", _globs([k for k, _ in pairs]))
 
     def _members(self) -> list[Optimizer[S]]:
         members = [opt for _, opt in self.groups]
@@ -170,12 +232,12 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             for selector, _ in self.groups
             if not callable(selector)
             for pattern in selector
-            if not _chosen((pattern,), params)
+            if not _chosen((pattern,), params, self._globs)
         )
         tests = sorted(
             _name(selector)
             for selector, _ in self.groups
-            if callable(selector) and not _chosen(selector, params)
+            if callable(selector) and not _chosen(selector, params, self._globs)
         )
         if patterns or tests:
             what = " and ".join(
@@ -190,7 +252,9 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         routes: list[tuple[str, ...]] = []
         taken: set[str] = set()
         for selector, _ in self.groups:
-            route = tuple(k for k in _chosen(selector, params) if k not in taken)
+            route = tuple(
+                k for k in _chosen(selector, params, self._globs) if k not in taken
+            )
             routes.append(route)
             taken.update(route)
         rest = [k for k in params if k not in taken]
@@ -205,6 +269,10 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         return tuple(routes)
 
     def _routes_for(self, params: ParamDict) -> _Routes:
+        if torch.compiler.is_compiling():
+            # Routed afresh while tracing: a cache filled there would change
+            # what the compiled step's guards saw, and recompile it.
+            return self._route(params)
         keys = tuple(params)
         routes = self._routes.get(keys)
         if routes is None:
@@ -235,9 +303,54 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             [['bias'], ['weight']]
         """
         routes = self._routes_for(params)
-        return tuple(
-            opt.init(subset(params, keys)) for opt, keys in zip(self._members(), routes)
+        return self._stored(
+            tuple(
+                opt.init(subset(params, keys))
+                for opt, keys in zip(self._members(), routes)
+            )
         )
+
+    def _full(
+        self, state: tuple[S, ...], routes: _Routes | None = None
+    ) -> tuple[S, ...]:
+        """Return each group's whole state: shared schedule states handed out.
+
+        With `routes` (an in-place step), only the first group with keys among
+        those sharing a schedule state gets the stored one, which it writes; the
+        others get copies, so that each reads the rate before any write.
+        """
+        full = list(state)
+        for i, keeper in enumerate(self._keepers):
+            if keeper == i or i >= len(state) or keeper >= len(state):
+                continue
+            slot = _slot(state[keeper])
+            if routes is not None and i != self._writer(keeper, routes):
+                slot = _cloned(slot)
+            full[i] = _with_slot(state[i], slot)
+        return tuple(full)
+
+    def _writer(self, keeper: int, routes: _Routes) -> int:
+        """Return the group whose step advances the schedule state `keeper` stores."""
+        sharing = [i for i, k in enumerate(self._keepers) if k == keeper]
+        return next((i for i in sharing if routes[i]), keeper)
+
+    def _stored(
+        self, states: tuple[S, ...], routes: _Routes | None = None
+    ) -> tuple[S, ...]:
+        """Return the state to keep: each shared schedule state stored once.
+
+        The schedule state advanced by the first group with keys (per
+        `routes`; else the first sharing group) is stored in the first group.
+        """
+        stored = list(states)
+        for i, keeper in enumerate(self._keepers):
+            if keeper == i:
+                continue
+            stored[i] = _with_slot(states[i], ())
+            writer = keeper if routes is None else self._writer(keeper, routes)
+            if writer != keeper:
+                stored[keeper] = _with_slot(states[keeper], _slot(states[writer]))
+        return tuple(stored)
 
     @override
     def check_state(self, params: ParamDict, state: tuple[S, ...], /) -> None:
@@ -256,8 +369,12 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 f"{len(routes)} groups. Use the state from this optimizer's `init`."
             )
             raise ValueError(msg)
-        for opt, keys, sub_state in zip(self._members(), routes, state):
-            opt.check_state(subset(params, keys), sub_state)
+        full = self._full(state)
+        for opt, keys, given, sub_state in zip(self._members(), routes, state, full):
+            # A group's own copy of a shared schedule state (as states made
+            # before it was stored once held it) is checked as it is.
+            own = _slot(given) != ()
+            opt.check_state(subset(params, keys), given if own else sub_state)
 
     @property
     @override
@@ -298,15 +415,21 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         """
         if not self.takes_metric:
             return super().step_schedule(state, metrics)
-        return tuple(
-            opt.step_schedule(sub_state, metrics) if opt.takes_metric else sub_state
-            for opt, sub_state in zip(self._members(), state, strict=True)
+        return self._stored(
+            tuple(
+                opt.step_schedule(sub_state, metrics) if opt.takes_metric else sub_state
+                for opt, sub_state in zip(
+                    self._members(), self._full(state), strict=True
+                )
+            )
         )
 
     @override
     def last_lr(self, state: tuple[S, ...], /) -> list[float]:
         return [
-            lr for opt, sub in zip(self._members(), state) for lr in opt.last_lr(sub)
+            lr
+            for opt, sub in zip(self._members(), self._full(state))
+            for lr in opt.last_lr(sub)
         ]
 
     @override
@@ -318,7 +441,9 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         self, params: ParamDict, grads: ParamDict, state: tuple[S, ...]
     ) -> None:
         routes = self._routes_for(params)
-        for opt, keys, sub_state in zip(self._members(), routes, state):
+        full = self._full(state, routes)
+        remember(state, full)  # the same group states for `_step_in_place`
+        for opt, keys, sub_state in zip(self._members(), routes, full):
             if keys:  # every group prepared before any group writes
                 opt._prepare(subset(params, keys), subset(grads, keys), sub_state)
 
@@ -327,14 +452,16 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         self, params: ParamDict, grads: ParamDict, state: tuple[S, ...]
     ) -> tuple[S, ...]:
         routes = self._routes_for(params)
+        known, prepared = recall(state)
+        full = cast("tuple[S, ...]", prepared) if known else self._full(state, routes)
         states: list[S] = []
-        for opt, keys, sub_state in zip(self._members(), routes, state):
+        for opt, keys, sub_state in zip(self._members(), routes, full):
             if keys:  # each group in place on its entries, fused where it can be
                 sub_state = opt._step_in_place(
                     subset(params, keys), subset(grads, keys), sub_state
                 )
             states.append(sub_state)
-        return tuple(states)
+        return self._stored(tuple(states), routes)
 
     @override
     def step(
@@ -373,7 +500,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         routes = self._routes_for(params)
         merged: dict[str, Tensor] = {}
         states: list[S] = []
-        for opt, keys, sub_state in zip(self._members(), routes, state):
+        for opt, keys, sub_state in zip(self._members(), routes, self._full(state)):
             if keys:
                 new, sub_state = opt.step(
                     subset(params, keys), subset(aligned, keys), sub_state
@@ -381,7 +508,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 merged.update(new)
             states.append(sub_state)
         updated = params._derive([merged.get(k, v) for k, v in params.items()])
-        return updated, tuple(states)
+        return updated, self._stored(tuple(states), routes)
 
     @override
     def update(
@@ -390,7 +517,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         routes = self._routes_for(params)
         merged: dict[str, Tensor] = {}
         states: list[S] = []
-        for opt, keys, sub_state in zip(self._members(), routes, state):
+        for opt, keys, sub_state in zip(self._members(), routes, self._full(state)):
             if not keys:  # a group whose patterns only match keys taken before
                 states.append(sub_state)
                 continue
@@ -401,4 +528,4 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             states.append(new_state)
         # Not `params | merged`: dynamo before torch 2.9 cannot trace that union.
         updated = params._derive([merged.get(k, v) for k, v in params.items()])
-        return updated, tuple(states)
+        return updated, self._stored(tuple(states), routes)

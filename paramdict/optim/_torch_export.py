@@ -83,7 +83,7 @@ def to_torch_state_dict(
     given: Any = state
     members: list[Optimizer[Any]]
     if _is_groups(opt):
-        members, substates = list(opt._members()), list(given)
+        members, substates = list(opt._members()), list(opt._full(given))
     else:
         members, substates = [opt], [given]
     if len(members) != len(groups):

@@ -222,9 +222,10 @@ def _slots(opt: Optimizer[Any], state: Any) -> list[tuple[Schedule, Any]]:
     """Return each group's schedule and schedule state, in torch's group order."""
     if isinstance(opt, ParamGroups):
         members: list[Optimizer[Any]] = cast("Any", opt)._members()
+        full: tuple[Any, ...] = cast("Any", opt)._full(state)  # shared ones handed out
         pairs = [
             pair
-            for member, sub in zip(members, state, strict=True)
+            for member, sub in zip(members, full, strict=True)
             for pair in _slots(member, sub)
         ]
     else:

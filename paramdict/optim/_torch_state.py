@@ -411,7 +411,11 @@ def load_torch_state_dict(
         )
         for i, (member, group_names) in enumerate(zip(members, groups, strict=True))
     ]
-    return cast("S", tuple(states) if isinstance(opt, ParamGroups) else states[0])
+    if not _is_groups(opt):
+        return cast("S", states[0])
+    # Groups sharing a schedule loaded one position: torch's scheduler keeps one,
+    # and `_check_group` refused groups whose base rates differ from it.
+    return cast("S", opt._stored(tuple(states)))
 
 
 def _load_group(
