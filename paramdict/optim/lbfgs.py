@@ -291,7 +291,12 @@ class _Run:
 
     def evaluate(self, x: Tensor) -> tuple[float, Tensor]:
         """Return the loss (a float) and the flat gradient at the flat point `x`."""
-        point = self.unflat(x.detach()).map(lambda v: v.clone().requires_grad_())
+        # Views of `x` (no copy), each a leaf of its own: `x` is never written
+        # in place (each iterate is a new vector), and a leaf that requires grad
+        # cannot be written in place by the closure either.
+        point = self.unflat(x.detach())
+        for value in point.values():
+            value.requires_grad_()
         with torch.enable_grad():
             loss, given = closure_result(self.closure(point))
             if given is not None:
@@ -334,6 +339,7 @@ class _Run:
             state.prev_loss,
         )
         x = self.x
+        prev_owned = False
 
         loss, flat_grad = self.evaluate(x)
         current_evals = 1
@@ -363,17 +369,23 @@ class _Run:
                     ro.append(1.0 / ys)
                     h_diag = ys / y.dot(y)
                 # The two-loop recursion: d = -H g.
+                # `q` and `r` are this step's own vectors: updated in place.
                 al: list[Any] = [None] * len(old_dirs)
                 q = flat_grad.neg()
                 for i in range(len(old_dirs) - 1, -1, -1):
                     al[i] = old_stps[i].dot(q) * ro[i]
-                    q = q.add(old_dirs[i], alpha=-al[i])
+                    q.add_(old_dirs[i], alpha=-al[i])
                 r = torch.mul(q, h_diag)
                 for i in range(len(old_dirs)):
                     be_i = old_dirs[i].dot(r) * ro[i]
-                    r = r.add(old_stps[i], alpha=al[i] - be_i)
+                    r.add_(old_stps[i], alpha=al[i] - be_i)
                 d = r
-            prev_flat_grad = flat_grad.clone()
+            if prev_owned:  # made by an earlier iteration of this step: reused
+                assert prev_flat_grad is not None
+                prev_flat_grad.copy_(flat_grad)
+            else:  # the given state's: never written
+                prev_flat_grad = flat_grad.clone()
+                prev_owned = True
             prev_loss = loss
             # The first step of all is scaled by the gradient's size.
             first: Any = min(1.0, 1.0 / flat_grad.abs().sum())
