@@ -54,25 +54,10 @@ class Adamax(TorchOptimizer[AdamaxState]):
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adamax`, so a
     run gives the same parameters. The second moment is replaced by an
-    exponentially weighted infinity norm, `max(beta2 * exp_inf, |g| + eps)`.
-    The attributes below are the constructor's keyword arguments.
-
-    Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
-        betas: Coefficients of the running average and of the infinity norm,
-            each in [0, 1).
-        eps: Term added to the denominator for numerical stability.
-        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
-            or a ParamDict of per-key values.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
-
-    Raises:
-        ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
-            outside [0, 1); the message names the argument.
-        TypeError: If a hyperparameter is of the wrong kind.
+    exponentially weighted infinity norm, `max(beta2 * exp_inf, |g| + eps)`,
+    whose decay is the second beta. Its options are `Adam`'s without
+    `amsgrad` and `decoupled_weight_decay` (same meaning and checks): the
+    weight decay is an L2 penalty added to the gradient.
 
     Example:
         >>> import torch

@@ -68,28 +68,11 @@ class NAdam(TorchOptimizer[NAdamState]):
     run gives the same parameters. The momentum schedule
     `mu_t = beta1 * (1 - 0.5 * 0.96 ** (t * momentum_decay))` is computed in
     double precision from the step-count tensor, and `mu_product` is kept in
-    torch.optim's dtype for it, so the rounding is torch's. The attributes below
-    are the constructor's keyword arguments.
+    torch.optim's dtype for it, so the rounding is torch's. Its options are
+    `Adam`'s (without `amsgrad`), same meaning and checks, plus one:
 
     Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
-        betas: Coefficients of the running averages of the gradient and its
-            square, each in [0, 1).
-        eps: Term added to the denominator for numerical stability.
-        weight_decay: Weight decay: an L2 penalty added to the gradient, or
-            applied to the parameters with `decoupled_weight_decay=True`.
-        momentum_decay: The decay of the momentum schedule.
-        decoupled_weight_decay: Decay the parameters directly, as AdamW does
-            (NAdamW).
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
-
-    Raises:
-        ValueError: If `lr`, `eps`, `weight_decay` or `momentum_decay` is
-            negative or a beta is outside [0, 1); the message names it.
-        TypeError: If a hyperparameter is of the wrong kind.
+        momentum_decay: The decay of the momentum schedule, `>= 0`.
 
     Example:
         >>> import torch

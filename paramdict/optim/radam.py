@@ -55,26 +55,8 @@ class RAdam(TorchOptimizer[RAdamState]):
     Same hyperparameters, defaults and arithmetic as `torch.optim.RAdam`, so a
     run gives the same parameters. While the variance estimate is unreliable
     (the approximated moving-average length `rho_t` is at most 5) the step is
-    the bias-corrected momentum alone; after that it is rectified Adam. The
-    choice is made on the step-count tensor, so nothing is read back to the
-    host. The attributes below are the constructor's keyword arguments.
-
-    Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
-        betas: Coefficients of the running averages, each in [0, 1).
-        eps: Term added to the denominator for numerical stability.
-        weight_decay: Weight decay: an L2 penalty added to the gradient, or
-            applied to the parameters with `decoupled_weight_decay=True`.
-        decoupled_weight_decay: Decay the parameters directly, as AdamW does.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
-
-    Raises:
-        ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
-            outside [0, 1); the message names the argument.
-        TypeError: If a hyperparameter is of the wrong kind.
+    the bias-corrected momentum alone; after that it is rectified Adam. Its
+    options are `Adam`'s without `amsgrad` (same meaning and checks).
 
     Example:
         >>> import torch

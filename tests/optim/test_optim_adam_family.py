@@ -1,0 +1,60 @@
+"""The Adam family's configuration: AdamW is Adam with its decay fixed, as in torch."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+
+import attrs
+import pytest
+import torch
+
+from paramdict import ParamDict, optim
+
+
+def test_adamw_is_an_adam_with_decoupled_decay_fixed() -> None:
+    """AdamW derives from Adam, its decay always decoupled and not an argument."""
+    opt = optim.AdamW(lr=0.1)
+    assert isinstance(opt, optim.Adam)
+    assert issubclass(torch.optim.AdamW, torch.optim.Adam)
+    assert opt.decoupled_weight_decay is True
+    assert opt.weight_decay == 1e-2
+    assert "decoupled_weight_decay" not in inspect.signature(optim.AdamW).parameters
+    assert "decoupled_weight_decay" not in repr(opt)
+
+
+def test_adamw_refuses_decoupled_weight_decay_as_torch_does() -> None:
+    """`AdamW(decoupled_weight_decay=...)` is no argument, as in torch.optim.AdamW."""
+    with pytest.raises(TypeError, match="decoupled_weight_decay"):
+        optim.AdamW(decoupled_weight_decay=False)  # type: ignore[call-arg]  # the test
+
+
+def test_adamw_keeps_adams_argument_order() -> None:
+    """AdamW's arguments are Adam's, in Adam's (and torch's) order, less one."""
+    adam = [f.name for f in attrs.fields(optim.Adam) if f.init]
+    adamw = [f.name for f in attrs.fields(optim.AdamW) if f.init]
+    assert adamw == [name for name in adam if name != "decoupled_weight_decay"]
+    torch_adamw = list(inspect.signature(torch.optim.AdamW).parameters)
+    ordered = [name for name in torch_adamw if name in adamw]
+    assert ordered == [name for name in adamw if name in torch_adamw]
+
+
+def test_adamw_steps_as_adam_with_decoupled_decay() -> None:
+    """AdamW's step is bitwise Adam's with `decoupled_weight_decay=True`."""
+    params = ParamDict(w=torch.linspace(-1.0, 1.0, 7))
+    grads = ParamDict(w=torch.linspace(0.5, -0.3, 7))
+    ours = optim.AdamW(lr=0.1, weight_decay=0.2, amsgrad=True)
+    adam = optim.Adam(
+        lr=0.1, weight_decay=0.2, amsgrad=True, decoupled_weight_decay=True
+    )
+    got, _ = ours.step(params, grads, ours.init(params))
+    want, _ = adam.step(params, grads, adam.init(params))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_adamw_pickles_with_its_fixed_field() -> None:
+    """A pickled AdamW comes back an AdamW whose decay is still decoupled."""
+    back = pickle.loads(pickle.dumps(optim.AdamW(lr=0.5, weight_decay=0.1)))
+    assert type(back) is optim.AdamW
+    assert back.decoupled_weight_decay is True
+    assert (back.lr, back.weight_decay) == (0.5, 0.1)
