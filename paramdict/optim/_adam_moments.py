@@ -1,19 +1,13 @@
-"""The pieces the Adam family shares: the running moments and the decay prologue."""
+"""The piece the Adam family shares: the running moments of the gradient."""
 
 from __future__ import annotations
-
-from typing import TypeVar
 
 from torch import Tensor
 
 from .._paramdict import ParamDict
-from ._base import HasStep, TorchOptimizer
-from ._hyper import Rate
 from ._kernels import Kernels
 
-S = TypeVar("S", bound=HasStep)
-
-__all__ = ["decayed", "moments"]
+__all__ = ["moments"]
 
 
 def moments(
@@ -29,25 +23,3 @@ def moments(
     exp_avg_sq = ops.mul(exp_avg_sq, beta2)
     exp_avg_sq = ops.addcmul(exp_avg_sq, grads, grads, 1 - beta2)
     return exp_avg, exp_avg_sq
-
-
-def decayed(
-    opt: TorchOptimizer[S],
-    decoupled: bool,
-    params: ParamDict,
-    grads: ParamDict,
-    step: Tensor,
-    lr: Rate,
-    ops: Kernels,
-) -> tuple[ParamDict, ParamDict]:
-    """Return `(params, grads)` after `maximize` and the weight decay.
-
-    Decoupled decay multiplies the parameters by `1 - lr * weight_decay` (`lr`
-    as the rule read it, scheduled or not); else the decay is the L2 term of the
-    prologue.
-    """
-    if not decoupled:
-        return params, opt.prologue(params, grads, step, ops)
-    if opt.maximize:
-        grads = ops.neg(grads)
-    return ops.decay(params, lr, opt.rate("weight_decay", step)), grads

@@ -434,7 +434,20 @@ class TorchOptimizer(Optimizer[S]):
     # ------------------------------------------------------------ the driver
 
     decoupled_decay: ClassVar[bool] = False
-    """Decay the parameters by `1 - lr * weight_decay` (else: L2, `prologue`)."""
+    """Decay the parameters by `1 - lr * weight_decay` (else: L2, `prologue`).
+
+    An optimizer with torch's `decoupled_weight_decay` option (Adam, NAdam,
+    RAdam) leaves this False: the option decides per instance (`_decoupled`).
+    """
+
+    def _decoupled(self) -> bool:
+        """Whether the weight decay of this optimizer's steps is decoupled.
+
+        The class's `decoupled_decay`, else its `decoupled_weight_decay` option
+        (torch's name) when it has one.
+        """
+        option: object = getattr(self, "decoupled_weight_decay", False)
+        return self.decoupled_decay or option is True
 
     @override
     def update(
@@ -443,8 +456,9 @@ class TorchOptimizer(Optimizer[S]):
         """Run the step around `math`: the counter, rate, prologue and new state.
 
         It reads `lr` (scheduled or not), handles `maximize` and the weight decay
-        (`decoupled_decay`), calls `math` and builds the new state: the counter,
-        `math`'s buffers, the advanced schedule. A rule may override it instead.
+        (decoupled per `_decoupled`, else L2 in `prologue`), calls `math` and
+        builds the new state: the counter, `math`'s buffers, the advanced
+        schedule. A rule may override it instead.
 
         Args:
             params: The current parameters.
@@ -468,7 +482,7 @@ class TorchOptimizer(Optimizer[S]):
         """
         step = self.next_step(state)
         lr = self.rate("lr", step, state)
-        if self.decoupled_decay:
+        if self._decoupled():
             if self.maximize:
                 grads = ops.neg(grads)
             params = ops.decay(params, lr, self.rate("weight_decay", step))
@@ -499,7 +513,7 @@ class TorchOptimizer(Optimizer[S]):
         lr: Rate,
         ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict, ...]]:
+    ) -> tuple[ParamDict, tuple[ParamDict | Tensor, ...]]:
         """Return the new parameters and buffers: the rule's arithmetic only (the hook).
 
         Override this (or `update`) to write an optimizer: `update` did the rest.
@@ -507,9 +521,10 @@ class TorchOptimizer(Optimizer[S]):
         return the new ones in the state's field order.
 
         Args:
-            params: The parameters (already decayed when `decoupled_decay`).
+            params: The parameters (already decayed when decoupled).
             grads: The gradients (negated to maximize; with the L2 term).
-            buffers: The state before the step, for its buffer fields.
+            buffers: The state before the step, for its buffer fields (each a
+                ParamDict, or a 0-dim tensor such as NAdam's `mu_product`).
             step: The number of the step being taken.
             lr: The learning rate of this step.
             ops: The kernels to compute with.
@@ -556,7 +571,7 @@ class TorchOptimizer(Optimizer[S]):
 
         torch.optim's order: `-grads` when `maximize`, then
         `grads + weight_decay * params` when the weight decay is not zero.
-        Decoupled decay (AdamW) is a rule's own step instead (`ops.decay`).
+        Decoupled decay (AdamW) is `update`'s `ops.decay` of the parameters instead.
 
         Args:
             params: The parameters.

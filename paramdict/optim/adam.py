@@ -14,7 +14,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from . import _fused
-from ._adam_moments import decayed, moments
+from ._adam_moments import moments
 from ._base import TorchOptimizer
 from ._fields import betas, flag, fused_option, non_negative, shared_last
 from ._hyper import (
@@ -133,10 +133,6 @@ class Adam(TorchOptimizer[AdamState]):
     decoupled_weight_decay: bool = flag()
     fused: bool | None = fused_option()
 
-    def _decoupled(self) -> bool:
-        """Whether the weight decay is decoupled (applied to the parameters)."""
-        return self.decoupled_weight_decay
-
     def init_state(self, params: ParamDict, /) -> AdamState:
         """Return the first state: step 0 and zero moments.
 
@@ -191,17 +187,21 @@ class Adam(TorchOptimizer[AdamState]):
         return state
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: AdamState, ops: Kernels, /
-    ) -> tuple[ParamDict, AdamState]:
-        beta1, beta2 = self.cycled("betas", state)
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        params, grads = decayed(self, self._decoupled(), params, grads, step, lr, ops)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: AdamState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict, ParamDict]]:
+        beta1, beta2 = self.cycled("betas", buffers)
         exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
         )
-        max_exp_avg_sq = state.max_exp_avg_sq
+        max_exp_avg_sq = buffers.max_exp_avg_sq
         second = exp_avg_sq
         if self.amsgrad:
             max_exp_avg_sq = ops.maximum(max_exp_avg_sq, exp_avg_sq)
@@ -216,10 +216,7 @@ class Adam(TorchOptimizer[AdamState]):
         # torch's `addcdiv(m, denom, value=step_size)`; a tensor `step_size`
         # multiplies `m` first, as torch does with a tensor rate.
         new_params = ops.addcdiv(params, exp_avg, denom, step_size)
-        new_state = AdamState(
-            step, exp_avg, exp_avg_sq, max_exp_avg_sq, self.next_schedule(state)
-        )
-        return new_params, new_state
+        return new_params, (exp_avg, exp_avg_sq, max_exp_avg_sq)
 
 
 def _in_adams_order(

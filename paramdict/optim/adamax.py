@@ -96,17 +96,20 @@ class Adamax(TorchOptimizer[AdamaxState]):
         )
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: AdamaxState, ops: Kernels, /
-    ) -> tuple[ParamDict, AdamaxState]:
-        beta1, beta2 = self.cycled("betas", state)
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
-        exp_avg = ops.lerp(state.exp_avg, grads, 1 - beta1)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: AdamaxState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
+        beta1, beta2 = self.cycled("betas", buffers)
+        exp_avg = ops.lerp(buffers.exp_avg, grads, 1 - beta1)
         norm = ops.add(ops.abs(grads), self.eps)
-        exp_inf = ops.maximum(ops.mul(state.exp_inf, beta2), norm)
-        clr = quotient(self.rate("lr", step, state), 1 - beta1**step)
+        exp_inf = ops.maximum(ops.mul(buffers.exp_inf, beta2), norm)
+        clr = quotient(lr, 1 - beta1**step)
         new_params = ops.addcdiv(params, exp_avg, exp_inf, -clr)
-        return new_params, AdamaxState(
-            step, exp_avg, exp_inf, self.next_schedule(state)
-        )
+        return new_params, (exp_avg, exp_inf)

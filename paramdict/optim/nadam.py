@@ -10,7 +10,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._adam_moments import decayed, moments
+from ._adam_moments import moments
 from ._base import TorchOptimizer
 from ._fields import betas, flag, non_negative, shared_last
 from ._hyper import (
@@ -116,20 +116,23 @@ class NAdam(TorchOptimizer[NAdamState]):
         return NAdamState(counter, mu_product, params.zeros_like(), params.zeros_like())
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: NAdamState, ops: Kernels, /
-    ) -> tuple[ParamDict, NAdamState]:
-        beta1, beta2 = self.cycled("betas", state)
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        decoupled = self.decoupled_weight_decay
-        params, grads = decayed(self, decoupled, params, grads, step, lr, ops)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: NAdamState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[Tensor, ParamDict, ParamDict]]:
+        beta1, beta2 = self.cycled("betas", buffers)
         mu = _momentum(beta1, step, self.momentum_decay)
         mu_next = _momentum(beta1, step + 1, self.momentum_decay)
         # torch multiplies its stored `mu_product` in place, in that tensor's dtype.
-        mu_product = state.mu_product * mu.to(state.mu_product.dtype)
+        mu_product = buffers.mu_product * mu.to(buffers.mu_product.dtype)
         exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
         )
         bias_correction2 = 1 - beta2**step
         denom = ops.sqrt(ops.div(ops.borrowed(exp_avg_sq), bias_correction2))
@@ -140,7 +143,4 @@ class NAdam(TorchOptimizer[NAdamState]):
         avg_size = quotient(product(lr, -mu_next), 1.0 - product_now * mu_next)
         new_params = ops.addcdiv(params, grads, denom, grad_size)
         new_params = ops.addcdiv(new_params, exp_avg, denom, avg_size)
-        new_state = NAdamState(
-            step, mu_product, exp_avg, exp_avg_sq, self.next_schedule(state)
-        )
-        return new_params, new_state
+        return new_params, (mu_product, exp_avg, exp_avg_sq)

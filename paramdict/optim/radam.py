@@ -10,7 +10,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._adam_moments import decayed, moments
+from ._adam_moments import moments
 from ._base import TorchOptimizer
 from ._fields import betas, flag, non_negative, shared_last
 from ._hyper import (
@@ -96,16 +96,19 @@ class RAdam(TorchOptimizer[RAdamState]):
         )
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: RAdamState, ops: Kernels, /
-    ) -> tuple[ParamDict, RAdamState]:
-        beta1, beta2 = self.cycled("betas", state)
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        decoupled = self.decoupled_weight_decay
-        params, grads = decayed(self, decoupled, params, grads, step, lr, ops)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: RAdamState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
+        beta1, beta2 = self.cycled("betas", buffers)
         exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
         )
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step
@@ -131,6 +134,4 @@ class RAdam(TorchOptimizer[RAdamState]):
         full = ops.mul(ops.mul(ops.borrowed(momentum), adaptive), rect)
         update = ops.where(rectified, full, momentum)
         new_params = ops.sub_scaled(params, update, 1)
-        return new_params, RAdamState(
-            step, exp_avg, exp_avg_sq, self.next_schedule(state)
-        )
+        return new_params, (exp_avg, exp_avg_sq)

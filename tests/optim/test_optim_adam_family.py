@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import pickle
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -58,3 +60,32 @@ def test_adamw_pickles_with_its_fixed_field() -> None:
     assert type(back) is optim.AdamW
     assert back.decoupled_weight_decay is True
     assert (back.lr, back.weight_decay) == (0.5, 0.1)
+
+
+@pytest.mark.parametrize(
+    "cls", [optim.Adam, optim.AdamW, optim.NAdam, optim.RAdam, optim.Adamax]
+)
+def test_adam_family_rules_are_math_only(cls: type[optim.TorchOptimizer[Any]]) -> None:
+    """The driver owns the step: each rule defines `math` and inherits `update`."""
+    assert cls.update is optim.TorchOptimizer.update
+    assert "math" in vars(cls) or cls is optim.AdamW
+
+
+@pytest.mark.parametrize("cls", [optim.Adam, optim.NAdam, optim.RAdam])
+def test_decoupled_weight_decay_option_decides_the_drivers_decay(
+    cls: Callable[..., optim.TorchOptimizer[Any]],
+) -> None:
+    """`decoupled_weight_decay` decays the parameters first; else the gradient."""
+    params = ParamDict(w=torch.tensor([2.0, -1.0, 0.5], dtype=torch.float64))
+    grads = ParamDict(w=torch.tensor([0.3, 0.2, -0.7], dtype=torch.float64))
+    plain = cls(lr=0.5)
+    for decoupled in (True, False):
+        opt = cls(lr=0.5, weight_decay=0.2, decoupled_weight_decay=decoupled)
+        new, _ = opt.step(params, grads, opt.init(params))
+        if decoupled:  # p * (1 - lr * wd), then the rule without decay
+            start = ParamDict(w=params["w"] * (1 - 0.5 * 0.2))
+            want, _ = plain.step(start, grads, plain.init(start))
+        else:  # the rule on g + wd * p
+            l2 = ParamDict(w=grads["w"] + 0.2 * params["w"])
+            want, _ = plain.step(params, l2, plain.init(params))
+        torch.testing.assert_close(new["w"], want["w"], rtol=1e-15, atol=1e-15)
