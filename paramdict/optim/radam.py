@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import attrs
 import torch
@@ -13,9 +13,7 @@ from .._paramdict import ParamDict
 from ._adam_moments import moments
 from ._base import TorchOptimizer
 from ._fields import betas, flag, non_negative, shared_last
-from ._hyper import (
-    Rate,
-)
+from ._hyper import Rate, is_traced, product, quotient
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -110,28 +108,96 @@ class RAdam(TorchOptimizer[RAdamState]):
         exp_avg, exp_avg_sq = moments(
             (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
         )
+        host = _host_rates(self, step, lr, beta1)
+        if host is not None:
+            # Eager: torch's foreach RAdam reads the step on the host and
+            # computes one side, with Python floats: so does this (14 -> 8
+            # foreach kernels a step, 5 of them after the moments).
+            new_params = _one_side(
+                params, exp_avg, exp_avg_sq, *host, beta2, self.eps, ops
+            )
+            return new_params, (exp_avg, exp_avg_sq)
+        # Traced (compiled, vmapped), differentiable or with per-key rates: the
+        # same arithmetic on 0-dim tensors, both sides, and a `where`.
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step
-        # The length of the approximated moving average, and its maximum.
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
         rectified = rho_t > 5.0
-        # Where `rho_t <= 5` the rectification is undefined: 1 keeps it finite
-        # (and its gradient zero) in the branch that is not taken.
-        rect = torch.where(
-            rectified,
-            (rho_t - 4)
-            * (rho_t - 2)
-            * rho_inf
-            / ((rho_inf - 4) * (rho_inf - 2) * rho_t),
-            1.0,
-        ).sqrt()
-        # torch's `exp_avg / bias_correction1 * lr [* adaptive_lr * rect]`.
-        momentum = ops.mul(ops.div(ops.borrowed(exp_avg), bias_correction1), lr)
-        adaptive = ops.add(ops.sqrt(ops.borrowed(exp_avg_sq)), self.eps)
-        # `bias_correction2 ** 0.5 / t` is `reciprocal(t) * bias_correction2 ** 0.5`.
-        adaptive = ops.mul(ops.reciprocal(adaptive), bias_correction2.sqrt())
-        full = ops.mul(ops.mul(ops.borrowed(momentum), adaptive), rect)
-        update = ops.where(rectified, full, momentum)
-        new_params = ops.sub_scaled(params, update, 1)
+        # Before the rectification `rho_t` is replaced by a value that keeps
+        # the untaken side finite (and its gradient zero).
+        safe_rho_t = torch.where(rectified, rho_t, rho_inf)
+        rect = _rect(safe_rho_t, rho_inf)
+        scale = product(
+            quotient(product(lr, rect), bias_correction1), -bias_correction2.sqrt()
+        )
+        early = ops.sub_scaled(
+            ops.borrowed(params), exp_avg, quotient(lr, bias_correction1)
+        )
+        denom = _denominator(exp_avg_sq, scale, self.eps, ops)
+        new_params = ops.where(rectified, ops.addcmul(params, denom, exp_avg), early)
         return new_params, (exp_avg, exp_avg_sq)
+
+
+def _rect(rho_t: Any, rho_inf: float) -> Any:
+    """Return the variance rectification for `rho_t` (a float or a tensor) > 4."""
+    return (
+        (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
+    ) ** 0.5
+
+
+def _host_rates(
+    opt: RAdam, step: Tensor, lr: Rate, beta1: float | Tensor
+) -> tuple[float, float, float] | None:
+    """Return `(step, lr, beta1)` as floats where torch.optim reads them, else None.
+
+    An eager, non-differentiable step on the CPU with a number or a 0-dim CPU
+    `lr` (torch's `_get_value(step)` and `_to_scalar(lr)`); None when traced,
+    differentiable, per-key, or on another device (a read would wait for it).
+    """
+    values = (step, lr, beta1)
+    if opt.differentiable or isinstance(lr, ParamDict):
+        return None
+    for value in values:
+        if isinstance(value, Tensor) and (
+            value.device.type != "cpu" or is_traced(value)
+        ):
+            return None
+    return float(step), float(lr), float(beta1)
+
+
+def _one_side(
+    params: ParamDict,
+    exp_avg: ParamDict,
+    exp_avg_sq: ParamDict,
+    step: float,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    ops: Kernels,
+) -> ParamDict:
+    """Return the new parameters, the step's side chosen on the host.
+
+    torch's foreach arithmetic: `p += m / ((sqrt(v) + eps) / scale)` with
+    `scale = -(sqrt(bc2) * (lr * rect / bc1))`; before the rectification
+    (`rho_t <= 5`), `p -= (lr / bc1) * m`.
+    """
+    bias_correction1 = 1 - beta1**step
+    bias_correction2 = 1 - beta2**step
+    rho_inf = 2 / (1 - beta2) - 1
+    rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+    if rho_t <= 5:
+        return ops.sub_scaled(params, exp_avg, lr / bias_correction1)
+    scale = (
+        (bias_correction2**0.5) * (lr * _rect(rho_t, rho_inf) / bias_correction1) * -1
+    )
+    return ops.addcmul(params, _denominator(exp_avg_sq, scale, eps, ops), exp_avg)
+
+
+def _denominator(
+    exp_avg_sq: ParamDict, scale: float | Tensor | ParamDict, eps: float, ops: Kernels
+) -> ParamDict:
+    """Return `1 / ((sqrt(v) + eps) / scale)`, the factor of `exp_avg` in the step."""
+    denom = ops.add(ops.sqrt(ops.borrowed(exp_avg_sq)), eps)
+    return ops.reciprocal(ops.div(denom, scale))

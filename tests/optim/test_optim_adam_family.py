@@ -89,3 +89,60 @@ def test_decoupled_weight_decay_option_decides_the_drivers_decay(
             l2 = ParamDict(w=grads["w"] + 0.2 * params["w"])
             want, _ = plain.step(params, l2, plain.init(params))
         torch.testing.assert_close(new["w"], want["w"], rtol=1e-15, atol=1e-15)
+
+
+def _radam_run(opt: optim.RAdam, steps: int) -> ParamDict:
+    """Return the float64 parameters after `steps` RAdam steps on fixed gradients."""
+    gen = torch.Generator().manual_seed(0)
+    params = ParamDict(
+        w=torch.randn(4, 3, generator=gen, dtype=torch.float64),
+        b=torch.randn(3, generator=gen, dtype=torch.float64),
+    )
+    state = opt.init(params)
+    for _ in range(steps):
+        grads = {
+            k: torch.randn(v.shape, generator=gen, dtype=v.dtype)
+            for k, v in params.items()
+        }
+        params, state = opt.step(params, grads, state)
+    return params
+
+
+def test_radam_host_branch_matches_the_where_form() -> None:
+    """An eager step's one side equals the traced `where` form, both sides of step 6."""
+    eager = _radam_run(optim.RAdam(lr=0.05, weight_decay=0.01), 10)
+    recorded = _radam_run(
+        optim.RAdam(lr=0.05, weight_decay=0.01, differentiable=True), 10
+    )
+    per_key = _radam_run(
+        optim.RAdam(
+            lr=ParamDict(
+                w=torch.tensor(0.05, dtype=torch.float64),
+                b=torch.tensor(0.05, dtype=torch.float64),
+            ),
+            weight_decay=0.01,
+        ),
+        10,
+    )
+    for k in eager:
+        torch.testing.assert_close(
+            recorded[k].detach(), eager[k], rtol=1e-13, atol=1e-15
+        )
+        torch.testing.assert_close(per_key[k], eager[k], rtol=1e-13, atol=1e-15)
+
+
+def test_radam_matches_torch_foreach_across_the_rectification() -> None:
+    """RAdam's eager step follows torch's foreach RAdam on both sides of step 6."""
+    gen = torch.Generator().manual_seed(1)
+    start = torch.randn(6, 5, generator=gen, dtype=torch.float64)
+    grads = [torch.randn(6, 5, generator=gen, dtype=torch.float64) for _ in range(10)]
+    theirs = start.clone().requires_grad_()
+    reference = torch.optim.RAdam([theirs], lr=0.05, foreach=True)
+    opt = optim.RAdam(lr=0.05)
+    params = ParamDict(w=start.clone())
+    state = opt.init(params)
+    for grad in grads:
+        theirs.grad = grad.clone()
+        reference.step()
+        params, state = opt.step_(params, {"w": grad}, state)
+        torch.testing.assert_close(params["w"], theirs.detach(), rtol=1e-13, atol=1e-15)
