@@ -146,7 +146,11 @@ class TorchOptimizer(Optimizer[S]):
         return state
 
     def init_state(self, params: ParamDict, /) -> S:
-        """Return the state at step 0 for checked `params` (override this).
+        """Return the state at step 0 for checked `params`.
+
+        By default a zero counter and a zero buffer for each field of
+        `state_type` after `step` (but `schedule`, which `init` fills):
+        override it for a buffer that starts otherwise or may be empty.
 
         Args:
             params: The parameters, already checked by `init`.
@@ -156,10 +160,14 @@ class TorchOptimizer(Optimizer[S]):
 
         Example:
             >>> from paramdict import optim
-            >>> optim.SGD(momentum=0.9).init_state(ParamDict(w=torch.ones(1))).step
-            tensor(0., dtype=torch.float64)
+            >>> state = optim.RAdam().init_state(ParamDict(w=torch.ones(2)))
+            >>> state.step, state.exp_avg_sq["w"]
+            (tensor(0., dtype=torch.float64), tensor([0., 0.]))
         """
-        raise NotImplementedError
+        fields: tuple[str, ...] = type(self).state_type._fields
+        buffers = [params.zeros_like() for f in fields[1:] if f != "schedule"]
+        state: S = type(self).state_type(self.counter(params), *buffers)
+        return state
 
     def _check_rates(self, params: ParamDict) -> None:
         for name in ("lr", "weight_decay"):

@@ -6,7 +6,7 @@ NAdam, RAdam and Adamax are in their own modules and importable from here too.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
@@ -14,16 +14,12 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from . import _fused
-from ._adam_moments import moments
-from ._base import TorchOptimizer
-from ._fields import betas, flag, fused_option, non_negative, shared_last
-from ._hyper import (
-    Rate,
-    quotient,
-)
+from ._adam_moments import AdamOptions, in_inherited_order, moments
+from ._fields import flag, fused_option
+from ._hyper import Rate, quotient
 from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState
+from ._scheduled import SlotState
 from .adamax import Adamax, AdamaxState
 from .nadam import NAdam, NAdamState
 from .radam import RAdam, RAdamState
@@ -70,8 +66,8 @@ class AdamState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
-class Adam(TorchOptimizer[AdamState]):
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
+class Adam(AdamOptions[AdamState]):
     """Adam, the functional `torch.optim.Adam`.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adam`, so a run
@@ -125,10 +121,6 @@ class Adam(TorchOptimizer[AdamState]):
     state_type: ClassVar[type[AdamState]] = AdamState
     buffer_options: ClassVar[Mapping[str, str]] = {"max_exp_avg_sq": "amsgrad=True"}
 
-    lr: LearningRate = 1e-3
-    betas: tuple[float, float] = betas((0.9, 0.999))
-    eps: float = non_negative(1e-8)
-    weight_decay: Rate = 0.0
     amsgrad: bool = flag()
     decoupled_weight_decay: bool = flag()
     fused: bool | None = fused_option()
@@ -219,16 +211,7 @@ class Adam(TorchOptimizer[AdamState]):
         return new_params, (exp_avg, exp_avg_sq, max_exp_avg_sq)
 
 
-def _in_adams_order(
-    cls: type, fields: list[attrs.Attribute[Any]]
-) -> list[attrs.Attribute[Any]]:
-    """Keep `Adam`'s field order in a subclass that redeclares some of them."""
-    order = [f.name for f in attrs.fields(Adam)]
-    fields = sorted(fields, key=lambda f: order.index(f.name))
-    return shared_last(cls, fields)
-
-
-@attrs.frozen(kw_only=True, eq=False, field_transformer=_in_adams_order)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
 class AdamW(Adam):
     """AdamW, the functional `torch.optim.AdamW`: Adam with decoupled weight decay.
 

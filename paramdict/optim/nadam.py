@@ -10,15 +10,9 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._adam_moments import moments
-from ._base import TorchOptimizer
-from ._fields import betas, flag, non_negative, shared_last
-from ._hyper import (
-    Rate,
-    product,
-    quotient,
-    state_scalar_dtype,
-)
+from ._adam_moments import AdamOptions, in_inherited_order, moments
+from ._fields import flag, non_negative
+from ._hyper import Rate, product, quotient, state_scalar_dtype
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -30,14 +24,12 @@ __all__ = ["NAdam", "NAdamState"]
 class NAdamState(NamedTuple):
     """The state of `NAdam`.
 
+    `AdamState`'s fields (the same meaning) without `max_exp_avg_sq`, and:
+
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         mu_product: The product of the momentum coefficients so far, a 0-dim
             tensor in torch.optim's dtype for it (float32 unless the default
             dtype is float64).
-        exp_avg: The running average of the gradients, keyed like the parameters.
-        exp_avg_sq: The running average of the squared gradients.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -60,8 +52,8 @@ def _momentum(beta1: float | Tensor, step: Tensor, momentum_decay: float) -> Ten
     return beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
 
 
-@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
-class NAdam(TorchOptimizer[NAdamState]):
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
+class NAdam(AdamOptions[NAdamState]):
     """NAdam, the functional `torch.optim.NAdam`: Adam with Nesterov momentum.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.NAdam`, so a
@@ -75,22 +67,16 @@ class NAdam(TorchOptimizer[NAdamState]):
         momentum_decay: The decay of the momentum schedule, `>= 0`.
 
     Example:
-        >>> import torch
         >>> from paramdict import ParamDict, optim
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> opt = optim.NAdam(lr=0.1)
-        >>> state = opt.init(params)
-        >>> params, state = opt.step(params, {"w": torch.tensor([3.0, -3.0])}, state)
-        >>> params["w"]
+        >>> opt, params = optim.NAdam(lr=0.1), ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> _ = opt.step_(params, {"w": torch.tensor([3.0, -3.0])}, opt.init(params))
+        >>> params["w"]  # written in place
         tensor([0.8944, 2.1056])
     """
 
     state_type: ClassVar[type[NAdamState]] = NAdamState
 
     lr: LearningRate = 2e-3
-    betas: tuple[float, float] = betas((0.9, 0.999))
-    eps: float = non_negative(1e-8)
-    weight_decay: Rate = 0.0
     momentum_decay: float = non_negative(4e-3)
     decoupled_weight_decay: bool = flag()
 

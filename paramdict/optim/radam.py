@@ -10,13 +10,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._adam_moments import moments
-from ._base import TorchOptimizer
-from ._fields import betas, flag, non_negative, shared_last
+from ._adam_moments import AdamOptions, in_inherited_order, moments
+from ._fields import flag
 from ._hyper import Rate, is_traced, product, quotient
 from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState
+from ._scheduled import SlotState
 
 __all__ = ["RAdam", "RAdamState"]
 
@@ -25,19 +24,12 @@ __all__ = ["RAdam", "RAdamState"]
 class RAdamState(NamedTuple):
     """The state of `RAdam`.
 
-    Attributes:
-        step: The number of steps taken, a 0-dim tensor.
-        exp_avg: The running average of the gradients, keyed like the parameters.
-        exp_avg_sq: The running average of the squared gradients.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
+    Its fields are `AdamState`'s (the same meaning) without `max_exp_avg_sq`.
 
     Example:
         >>> from paramdict import optim
-        >>> opt = optim.RAdam(betas=(0.5, 0.5))
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> _, state = opt.step(params, params.full_like(2.0), opt.init(params))
-        >>> state.exp_avg["w"], state.exp_avg_sq["w"]
-        (tensor([1., 1.]), tensor([2., 2.]))
+        >>> optim.RAdamState._fields
+        ('step', 'exp_avg', 'exp_avg_sq', 'schedule')
     """
 
     step: Tensor
@@ -46,8 +38,8 @@ class RAdamState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
-class RAdam(TorchOptimizer[RAdamState]):
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
+class RAdam(AdamOptions[RAdamState]):
     """RAdam, the functional `torch.optim.RAdam`: Adam with a rectified variance.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.RAdam`, so a
@@ -57,41 +49,17 @@ class RAdam(TorchOptimizer[RAdamState]):
     options are `Adam`'s without `amsgrad` (same meaning and checks).
 
     Example:
-        >>> import torch
         >>> from paramdict import ParamDict, optim
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
         >>> opt = optim.RAdam(lr=0.1)
-        >>> state = opt.init(params)
-        >>> params, state = opt.step(params, {"w": torch.tensor([3.0, -3.0])}, state)
-        >>> params["w"]
-        tensor([0.7000, 2.3000])
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> new, _ = opt.step(params, params.full_like(3.0), opt.init(params))
+        >>> new["w"]  # not yet rectified: `p - lr * g` on the first step
+        tensor([0.7000, 1.7000])
     """
 
     state_type: ClassVar[type[RAdamState]] = RAdamState
 
-    lr: LearningRate = 1e-3
-    betas: tuple[float, float] = betas((0.9, 0.999))
-    eps: float = non_negative(1e-8)
-    weight_decay: Rate = 0.0
     decoupled_weight_decay: bool = flag()
-
-    def init_state(self, params: ParamDict, /) -> RAdamState:
-        """Return the first state: step 0 and zero moments.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            A `RAdamState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.RAdam().init(ParamDict(w=torch.ones(2))).exp_avg_sq["w"]
-            tensor([0., 0.])
-        """
-        return RAdamState(
-            self.counter(params), params.zeros_like(), params.zeros_like()
-        )
 
     @override
     def math(
