@@ -442,18 +442,10 @@ class TorchOptimizer(Optimizer[S]):
     # ------------------------------------------------------------ the driver
 
     decoupled_decay: ClassVar[bool] = False
-    """Decay the parameters by `1 - lr * weight_decay` (else: L2, `prologue`).
-
-    An optimizer with torch's `decoupled_weight_decay` option (Adam, NAdam,
-    RAdam) leaves this False: the option decides per instance (`_decoupled`).
-    """
+    """Decay the parameters by `1 - lr * weight_decay` (else: L2, `prologue`)."""
 
     def _decoupled(self) -> bool:
-        """Whether the weight decay of this optimizer's steps is decoupled.
-
-        The class's `decoupled_decay`, else its `decoupled_weight_decay` option
-        (torch's name) when it has one.
-        """
+        """`decoupled_decay`, else the `decoupled_weight_decay` option (Adam's)."""
         option: object = getattr(self, "decoupled_weight_decay", False)
         return self.decoupled_decay or option is True
 
