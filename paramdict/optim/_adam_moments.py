@@ -1,19 +1,72 @@
-"""The pieces the Adam family shares: the running moments and the decay prologue."""
+"""What the Adam family shares: its common options and the running moments."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import attrs
 from torch import Tensor
 
 from .._paramdict import ParamDict
 from ._base import HasStep, TorchOptimizer
+from ._fields import betas, non_negative, shared_last
 from ._hyper import Rate
 from ._kernels import Kernels
+from ._scheduled import LearningRate
+
+__all__ = ["AdamOptions", "in_inherited_order", "moments"]
 
 S = TypeVar("S", bound=HasStep)
 
-__all__ = ["decayed", "moments"]
+
+def in_inherited_order(
+    cls: type, fields: list[attrs.Attribute[Any]]
+) -> list[attrs.Attribute[Any]]:
+    """Return `fields` with each redeclared one at its base's place, shared last.
+
+    The field transformer of the Adam family: a subclass that redeclares an
+    option (NAdam's `lr` default, AdamW's `weight_decay`) keeps torch.optim's
+    order of the arguments, which attrs would otherwise put last.
+
+    Args:
+        cls: The class being made.
+        fields: Its fields, inherited ones first.
+
+    Returns:
+        The fields in the base's order, new ones after, then the shared options.
+
+    Example:
+        >>> from paramdict import optim
+        >>> [f.name for f in attrs.fields(optim.NAdam)][:4]
+        ['lr', 'betas', 'eps', 'weight_decay']
+    """
+    base = next(b for b in cls.__mro__[1:] if attrs.has(b))
+    order = {f.name: i for i, f in enumerate(attrs.fields(base))}
+    placed = sorted(
+        enumerate(fields),
+        key=lambda item: (order.get(item[1].name, len(order)), item[0]),
+    )
+    return shared_last(cls, [f for _, f in placed])
+
+
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
+class AdamOptions(TorchOptimizer[S]):
+    """The options of every Adam-family optimizer, declared once.
+
+    `Adam`'s docstring says what each means; `NAdam`, `RAdam`, `Adamax` and
+    `AdamW` add or redeclare their own (a default, a fixed value).
+
+    Example:
+        >>> from paramdict import optim
+        >>> opt = optim.Adamax()
+        >>> isinstance(opt, AdamOptions), opt.betas, opt.eps
+        (True, (0.9, 0.999), 1e-08)
+    """
+
+    lr: LearningRate = 1e-3
+    betas: tuple[float, float] = betas((0.9, 0.999))
+    eps: float = non_negative(1e-8)
+    weight_decay: Rate = 0.0
 
 
 def moments(
@@ -29,25 +82,3 @@ def moments(
     exp_avg_sq = ops.mul(exp_avg_sq, beta2)
     exp_avg_sq = ops.addcmul(exp_avg_sq, grads, grads, 1 - beta2)
     return exp_avg, exp_avg_sq
-
-
-def decayed(
-    opt: TorchOptimizer[S],
-    decoupled: bool,
-    params: ParamDict,
-    grads: ParamDict,
-    step: Tensor,
-    lr: Rate,
-    ops: Kernels,
-) -> tuple[ParamDict, ParamDict]:
-    """Return `(params, grads)` after `maximize` and the weight decay.
-
-    Decoupled decay multiplies the parameters by `1 - lr * weight_decay` (`lr`
-    as the rule read it, scheduled or not); else the decay is the L2 term of the
-    prologue.
-    """
-    if not decoupled:
-        return params, opt.prologue(params, grads, step, ops)
-    if opt.maximize:
-        grads = ops.neg(grads)
-    return ops.decay(params, lr, opt.rate("weight_decay", step)), grads

@@ -147,7 +147,11 @@ class TorchOptimizer(Optimizer[S]):
         return state
 
     def init_state(self, params: ParamDict, /) -> S:
-        """Return the state at step 0 for checked `params` (override this).
+        """Return the state at step 0 for checked `params`.
+
+        By default a zero counter and a zero buffer for each field of
+        `state_type` after `step` (but `schedule`, which `init` fills):
+        override it for a buffer that starts otherwise or may be empty.
 
         Args:
             params: The parameters, already checked by `init`.
@@ -157,10 +161,14 @@ class TorchOptimizer(Optimizer[S]):
 
         Example:
             >>> from paramdict import optim
-            >>> optim.SGD(momentum=0.9).init_state(ParamDict(w=torch.ones(1))).step
-            tensor(0., dtype=torch.float64)
+            >>> state = optim.RAdam().init_state(ParamDict(w=torch.ones(2)))
+            >>> state.step, state.exp_avg_sq["w"]
+            (tensor(0., dtype=torch.float64), tensor([0., 0.]))
         """
-        raise NotImplementedError
+        fields: tuple[str, ...] = type(self).state_type._fields
+        buffers = [params.zeros_like() for f in fields[1:] if f != "schedule"]
+        state: S = type(self).state_type(self.counter(params), *buffers)
+        return state
 
     def _check_rates(self, params: ParamDict) -> None:
         for name in ("lr", "weight_decay"):
@@ -447,6 +455,11 @@ class TorchOptimizer(Optimizer[S]):
     decoupled_decay: ClassVar[bool] = False
     """Decay the parameters by `1 - lr * weight_decay` (else: L2, `prologue`)."""
 
+    def _decoupled(self) -> bool:
+        """`decoupled_decay`, else the `decoupled_weight_decay` option (Adam's)."""
+        option: object = getattr(self, "decoupled_weight_decay", False)
+        return self.decoupled_decay or option is True
+
     @override
     def update(
         self, params: ParamDict, grads: ParamDict, state: S, ops: Kernels, /
@@ -454,8 +467,9 @@ class TorchOptimizer(Optimizer[S]):
         """Run the step around `math`: the counter, rate, prologue and new state.
 
         It reads `lr` (scheduled or not), handles `maximize` and the weight decay
-        (`decoupled_decay`), calls `math` and builds the new state: the counter,
-        `math`'s buffers, the advanced schedule. A rule may override it instead.
+        (decoupled per `_decoupled`, else L2 in `prologue`), calls `math` and
+        builds the new state: the counter, `math`'s buffers, the advanced
+        schedule. A rule may override it instead.
 
         Args:
             params: The current parameters.
@@ -479,7 +493,7 @@ class TorchOptimizer(Optimizer[S]):
         """
         step = self.next_step(state)
         lr = self.rate("lr", step, state)
-        if self.decoupled_decay:
+        if self._decoupled():
             if self.maximize:
                 grads = ops.neg(grads)
             params = ops.decay(params, lr, self.rate("weight_decay", step))
@@ -510,7 +524,7 @@ class TorchOptimizer(Optimizer[S]):
         lr: Rate,
         ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict, ...]]:
+    ) -> tuple[ParamDict, tuple[ParamDict | Tensor, ...]]:
         """Return the new parameters and buffers: the rule's arithmetic only (the hook).
 
         Override this (or `update`) to write an optimizer: `update` did the rest.
@@ -518,9 +532,10 @@ class TorchOptimizer(Optimizer[S]):
         return the new ones in the state's field order.
 
         Args:
-            params: The parameters (already decayed when `decoupled_decay`).
+            params: The parameters (already decayed when decoupled).
             grads: The gradients (negated to maximize; with the L2 term).
-            buffers: The state before the step, for its buffer fields.
+            buffers: The state before the step, for its buffer fields (each a
+                ParamDict, or a 0-dim tensor such as NAdam's `mu_product`).
             step: The number of the step being taken.
             lr: The learning rate of this step.
             ops: The kernels to compute with.
@@ -567,7 +582,7 @@ class TorchOptimizer(Optimizer[S]):
 
         torch.optim's order: `-grads` when `maximize`, then
         `grads + weight_decay * params` when the weight decay is not zero.
-        Decoupled decay (AdamW) is a rule's own step instead (`ops.decay`).
+        Decoupled decay (AdamW) is `update`'s `ops.decay` of the parameters instead.
 
         Args:
             params: The parameters.

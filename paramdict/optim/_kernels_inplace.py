@@ -254,7 +254,12 @@ class InPlaceKernels(Kernels):
     def maximum(self, x: P, other: ParamDict, /) -> P:
         if not self._mine(x):
             return self._made(super().maximum(x, other))
-        return self._copied(x, super().maximum(x, other))
+        values = _values(x)
+        if holds_dtensors(values):
+            return self._copied(x, super().maximum(x, other))
+        # One pass instead of a new result and a copy (Adamax, AMSGrad).
+        torch._foreach_maximum_(values, x._aligned(other, what="`maximum`"))
+        return self._spend(x)
 
     @override
     def abs(self, x: P, /) -> P:

@@ -14,16 +14,12 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from . import _fused
-from ._adam_moments import decayed, moments
-from ._base import TorchOptimizer
-from ._fields import betas, flag, fused_option, non_negative, shared_last
-from ._hyper import (
-    Rate,
-    quotient,
-)
+from ._adam_moments import AdamOptions, in_inherited_order, moments
+from ._fields import flag, fused_option
+from ._hyper import Rate, quotient
 from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState
+from ._scheduled import SlotState
 from .adamax import Adamax, AdamaxState
 from .nadam import NAdam, NAdamState
 from .radam import RAdam, RAdamState
@@ -70,22 +66,64 @@ class AdamState(NamedTuple):
     schedule: SlotState = ()
 
 
-class _AdamFamily(TorchOptimizer[AdamState]):
-    """The shared state and rule of Adam and AdamW."""
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
+class Adam(AdamOptions[AdamState]):
+    """Adam, the functional `torch.optim.Adam`.
 
-    __slots__ = ()
+    Same hyperparameters, defaults and arithmetic as `torch.optim.Adam`, so a run
+    gives the same parameters. The bias corrections are computed in double
+    precision from a step-count tensor, so nothing is read back to the host and
+    `torch.compile` does not specialize on the step.
+
+    The attributes below are the constructor's keyword arguments. Configurations
+    are immutable and compared by identity (hyperparameters may be tensors).
+
+    Attributes:
+        lr: Learning rate: a number, a 0-dim tensor (learnable with
+            `differentiable=True`), a ParamDict of per-key values, or a
+            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
+        betas: Coefficients of the running averages of the gradient and its
+            square, each in [0, 1).
+        eps: Term added to the denominator for numerical stability.
+        weight_decay: Weight decay: added to the gradient as an L2 penalty, or
+            applied to the parameters with `decoupled_weight_decay=True`; a
+            number, a 0-dim tensor or a ParamDict of per-key values.
+        amsgrad: Use the running maximum of the second moment (AMSGrad).
+        maximize: Maximize the objective instead of minimizing it.
+        decoupled_weight_decay: Decay the parameters directly (then this is
+            `AdamW`).
+        differentiable: Keep the autograd graph through `step` (see `step`).
+        fused: Which kernels an eager, non-differentiable step uses. `None`
+            (the default): torch's fused kernel wherever the step allows it
+            (every entry float32 or float64 on one device that has the kernel,
+            number or CPU-scheduled rates), bitwise `torch.optim` with
+            `fused=True`, and the
+            foreach rule otherwise. `False`: always the foreach rule, bitwise
+            `torch.optim` with `foreach=True`. `True`: the fused kernel, and a
+            step it cannot take is refused (not with `differentiable=True`).
+
+    Raises:
+        ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
+            outside [0, 1); the message names the argument.
+        TypeError: If a hyperparameter is of the wrong kind.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> opt = optim.Adam(lr=0.1)
+        >>> state = opt.init(params)
+        >>> params, state = opt.step(params, {"w": torch.tensor([3.0, -3.0])}, state)
+        >>> params["w"]
+        tensor([0.9000, 2.1000])
+    """
 
     state_type: ClassVar[type[AdamState]] = AdamState
     buffer_options: ClassVar[Mapping[str, str]] = {"max_exp_avg_sq": "amsgrad=True"}
 
-    betas: tuple[float, float]
-    eps: float
-    amsgrad: bool
-    fused: bool | None
-
-    def _decoupled(self) -> bool:
-        """Whether the weight decay is decoupled (applied to the parameters)."""
-        raise NotImplementedError
+    amsgrad: bool = flag()
+    decoupled_weight_decay: bool = flag()
+    fused: bool | None = fused_option()
 
     def init_state(self, params: ParamDict, /) -> AdamState:
         """Return the first state: step 0 and zero moments.
@@ -141,17 +179,21 @@ class _AdamFamily(TorchOptimizer[AdamState]):
         return state
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: AdamState, ops: Kernels, /
-    ) -> tuple[ParamDict, AdamState]:
-        beta1, beta2 = self.cycled("betas", state)
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        params, grads = decayed(self, self._decoupled(), params, grads, step, lr, ops)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: AdamState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict, ParamDict]]:
+        beta1, beta2 = self.cycled("betas", buffers)
         exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
         )
-        max_exp_avg_sq = state.max_exp_avg_sq
+        max_exp_avg_sq = buffers.max_exp_avg_sq
         second = exp_avg_sq
         if self.amsgrad:
             max_exp_avg_sq = ops.maximum(max_exp_avg_sq, exp_avg_sq)
@@ -166,109 +208,18 @@ class _AdamFamily(TorchOptimizer[AdamState]):
         # torch's `addcdiv(m, denom, value=step_size)`; a tensor `step_size`
         # multiplies `m` first, as torch does with a tensor rate.
         new_params = ops.addcdiv(params, exp_avg, denom, step_size)
-        new_state = AdamState(
-            step, exp_avg, exp_avg_sq, max_exp_avg_sq, self.next_schedule(state)
-        )
-        return new_params, new_state
+        return new_params, (exp_avg, exp_avg_sq, max_exp_avg_sq)
 
 
-@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
-class Adam(_AdamFamily):
-    """Adam, the functional `torch.optim.Adam`.
-
-    Same hyperparameters, defaults and arithmetic as `torch.optim.Adam`, so a run
-    gives the same parameters. The bias corrections are computed in double
-    precision from a step-count tensor, so nothing is read back to the host and
-    `torch.compile` does not specialize on the step.
-
-    The attributes below are the constructor's keyword arguments. Configurations
-    are immutable and compared by identity (hyperparameters may be tensors).
-
-    Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
-        betas: Coefficients of the running averages of the gradient and its
-            square, each in [0, 1).
-        eps: Term added to the denominator for numerical stability.
-        weight_decay: Weight decay: added to the gradient as an L2 penalty, or
-            applied to the parameters with `decoupled_weight_decay=True`; a
-            number, a 0-dim tensor or a ParamDict of per-key values.
-        amsgrad: Use the running maximum of the second moment (AMSGrad).
-        maximize: Maximize the objective instead of minimizing it.
-        decoupled_weight_decay: Decay the parameters directly (then this is
-            `AdamW`).
-        differentiable: Keep the autograd graph through `step` (see `step`).
-        fused: Which kernels an eager, non-differentiable step uses. `None`
-            (the default): torch's fused kernel wherever the step allows it
-            (every entry float32 or float64 on one device that has the kernel,
-            number or CPU-scheduled rates), bitwise `torch.optim` with
-            `fused=True`, and the
-            foreach rule otherwise. `False`: always the foreach rule, bitwise
-            `torch.optim` with `foreach=True`. `True`: the fused kernel, and a
-            step it cannot take is refused (not with `differentiable=True`).
-
-    Raises:
-        ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
-            outside [0, 1); the message names the argument.
-        TypeError: If a hyperparameter is of the wrong kind.
-
-    Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> opt = optim.Adam(lr=0.1)
-        >>> state = opt.init(params)
-        >>> params, state = opt.step(params, {"w": torch.tensor([3.0, -3.0])}, state)
-        >>> params["w"]
-        tensor([0.9000, 2.1000])
-    """
-
-    lr: LearningRate = 1e-3
-    betas: tuple[float, float] = betas((0.9, 0.999))
-    eps: float = non_negative(1e-8)
-    weight_decay: Rate = 0.0
-    amsgrad: bool = flag()
-    decoupled_weight_decay: bool = flag()
-    fused: bool | None = fused_option()
-
-    def _decoupled(self) -> bool:
-        return self.decoupled_weight_decay
-
-
-@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
-class AdamW(_AdamFamily):
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
+class AdamW(Adam):
     """AdamW, the functional `torch.optim.AdamW`: Adam with decoupled weight decay.
 
-    The parameters are multiplied by `1 - lr * weight_decay` before the Adam
-    update, as in `torch.optim.AdamW`; everything else is `Adam`: both are the
-    same rule of the Adam family, AdamW with `decoupled_weight_decay` always on.
-    The attributes below are the constructor's keyword arguments.
-
-    Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
-        betas: Coefficients of the running averages, each in [0, 1).
-        eps: Term added to the denominator for numerical stability.
-        weight_decay: Decoupled weight decay: a number, a 0-dim tensor or a
-            ParamDict of per-key values (e.g. zero for biases).
-        amsgrad: Use the running maximum of the second moment (AMSGrad).
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
-        fused: Which kernels an eager, non-differentiable step uses. `None`
-            (the default): torch's fused kernel wherever the step allows it
-            (every entry float32 or float64 on one device that has the kernel,
-            number or CPU-scheduled rates), bitwise `torch.optim` with
-            `fused=True`, and the
-            foreach rule otherwise. `False`: always the foreach rule, bitwise
-            `torch.optim` with `foreach=True`. `True`: the fused kernel, and a
-            step it cannot take is refused (not with `differentiable=True`).
-
-    Raises:
-        ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
-            outside [0, 1); the message names the argument.
-        TypeError: If a hyperparameter is of the wrong kind.
+    `Adam` with `decoupled_weight_decay` always on (as `torch.optim.AdamW`
+    derives from `torch.optim.Adam`): the parameters are multiplied by
+    `1 - lr * weight_decay` before the Adam update. The options are `Adam`'s
+    but that one; `weight_decay` defaults to `1e-2` and may be a per-key
+    ParamDict (zero for biases, say). See `Adam` for their meaning.
 
     Example:
         >>> import torch
@@ -281,12 +232,5 @@ class AdamW(_AdamFamily):
         tensor([0.9500])
     """
 
-    lr: LearningRate = 1e-3
-    betas: tuple[float, float] = betas((0.9, 0.999))
-    eps: float = non_negative(1e-8)
     weight_decay: Rate = 1e-2
-    amsgrad: bool = flag()
-    fused: bool | None = fused_option()
-
-    def _decoupled(self) -> bool:
-        return True
+    decoupled_weight_decay: bool = attrs.field(default=True, init=False, repr=False)

@@ -9,12 +9,8 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
-from ._fields import betas, non_negative, shared_last
-from ._hyper import (
-    Rate,
-    quotient,
-)
+from ._adam_moments import AdamOptions, in_inherited_order
+from ._hyper import Rate, quotient
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -26,11 +22,11 @@ __all__ = ["Adamax", "AdamaxState"]
 class AdamaxState(NamedTuple):
     """The state of `Adamax`.
 
+    `AdamState`'s `step`, `exp_avg` and `schedule` (the same meaning), and:
+
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
-        exp_avg: The running average of the gradients, keyed like the parameters.
-        exp_inf: The exponentially weighted infinity norm of the gradients.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
+        exp_inf: The exponentially weighted infinity norm of the gradients,
+            in place of `exp_avg_sq`.
 
     Example:
         >>> from paramdict import optim
@@ -48,80 +44,47 @@ class AdamaxState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
-class Adamax(TorchOptimizer[AdamaxState]):
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
+class Adamax(AdamOptions[AdamaxState]):
     """Adamax, the functional `torch.optim.Adamax`: Adam with the infinity norm.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adamax`, so a
     run gives the same parameters. The second moment is replaced by an
-    exponentially weighted infinity norm, `max(beta2 * exp_inf, |g| + eps)`.
-    The attributes below are the constructor's keyword arguments.
-
-    Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
-        betas: Coefficients of the running average and of the infinity norm,
-            each in [0, 1).
-        eps: Term added to the denominator for numerical stability.
-        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
-            or a ParamDict of per-key values.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
-
-    Raises:
-        ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
-            outside [0, 1); the message names the argument.
-        TypeError: If a hyperparameter is of the wrong kind.
+    exponentially weighted infinity norm, `max(beta2 * exp_inf, |g| + eps)`,
+    whose decay is the second beta. Its options are `Adam`'s without
+    `amsgrad` and `decoupled_weight_decay` (same meaning and checks): the
+    weight decay is an L2 penalty added to the gradient.
 
     Example:
-        >>> import torch
         >>> from paramdict import ParamDict, optim
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
         >>> opt = optim.Adamax(lr=0.1)
+        >>> params = ParamDict(w=torch.tensor([1.0, -1.0]))
         >>> state = opt.init(params)
-        >>> params, state = opt.step(params, {"w": torch.tensor([3.0, -3.0])}, state)
-        >>> params["w"]
-        tensor([0.9000, 2.1000])
+        >>> for g in ([1.0, -1.0], [4.0, 0.5]):
+        ...     params, state = opt.step(params, {"w": torch.tensor(g)}, state)
+        >>> state.exp_inf["w"]  # max(beta2 * exp_inf, |g| + eps)
+        tensor([4.0000, 0.9990])
     """
 
     state_type: ClassVar[type[AdamaxState]] = AdamaxState
 
     lr: LearningRate = 2e-3
-    betas: tuple[float, float] = betas((0.9, 0.999))
-    eps: float = non_negative(1e-8)
-    weight_decay: Rate = 0.0
-
-    def init_state(self, params: ParamDict, /) -> AdamaxState:
-        """Return the first state: step 0, zero average and norm.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `AdamaxState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.Adamax().init(ParamDict(w=torch.ones(2))).exp_inf["w"]
-            tensor([0., 0.])
-        """
-        return AdamaxState(
-            self.counter(params), params.zeros_like(), params.zeros_like()
-        )
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: AdamaxState, ops: Kernels, /
-    ) -> tuple[ParamDict, AdamaxState]:
-        beta1, beta2 = self.cycled("betas", state)
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
-        exp_avg = ops.lerp(state.exp_avg, grads, 1 - beta1)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: AdamaxState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
+        beta1, beta2 = self.cycled("betas", buffers)
+        exp_avg = ops.lerp(buffers.exp_avg, grads, 1 - beta1)
         norm = ops.add(ops.abs(grads), self.eps)
-        exp_inf = ops.maximum(ops.mul(state.exp_inf, beta2), norm)
-        clr = quotient(self.rate("lr", step, state), 1 - beta1**step)
+        exp_inf = ops.maximum(ops.mul(buffers.exp_inf, beta2), norm)
+        clr = quotient(lr, 1 - beta1**step)
         new_params = ops.addcdiv(params, exp_avg, exp_inf, -clr)
-        return new_params, AdamaxState(
-            step, exp_avg, exp_inf, self.next_schedule(state)
-        )
+        return new_params, (exp_avg, exp_inf)

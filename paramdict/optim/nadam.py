@@ -10,15 +10,9 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._adam_moments import decayed, moments
-from ._base import TorchOptimizer
-from ._fields import betas, flag, non_negative, shared_last
-from ._hyper import (
-    Rate,
-    product,
-    quotient,
-    state_scalar_dtype,
-)
+from ._adam_moments import AdamOptions, in_inherited_order, moments
+from ._fields import flag, non_negative
+from ._hyper import Rate, product, quotient, state_scalar_dtype
 from ._kernels import Kernels
 from ._protocol import register_state
 from ._scheduled import LearningRate, SlotState
@@ -30,14 +24,12 @@ __all__ = ["NAdam", "NAdamState"]
 class NAdamState(NamedTuple):
     """The state of `NAdam`.
 
+    `AdamState`'s fields (the same meaning) without `max_exp_avg_sq`, and:
+
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         mu_product: The product of the momentum coefficients so far, a 0-dim
             tensor in torch.optim's dtype for it (float32 unless the default
             dtype is float64).
-        exp_avg: The running average of the gradients, keyed like the parameters.
-        exp_avg_sq: The running average of the squared gradients.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -60,54 +52,31 @@ def _momentum(beta1: float | Tensor, step: Tensor, momentum_decay: float) -> Ten
     return beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
 
 
-@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
-class NAdam(TorchOptimizer[NAdamState]):
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
+class NAdam(AdamOptions[NAdamState]):
     """NAdam, the functional `torch.optim.NAdam`: Adam with Nesterov momentum.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.NAdam`, so a
     run gives the same parameters. The momentum schedule
     `mu_t = beta1 * (1 - 0.5 * 0.96 ** (t * momentum_decay))` is computed in
     double precision from the step-count tensor, and `mu_product` is kept in
-    torch.optim's dtype for it, so the rounding is torch's. The attributes below
-    are the constructor's keyword arguments.
+    torch.optim's dtype for it, so the rounding is torch's. Its options are
+    `Adam`'s (without `amsgrad`), same meaning and checks, plus one:
 
     Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
-        betas: Coefficients of the running averages of the gradient and its
-            square, each in [0, 1).
-        eps: Term added to the denominator for numerical stability.
-        weight_decay: Weight decay: an L2 penalty added to the gradient, or
-            applied to the parameters with `decoupled_weight_decay=True`.
-        momentum_decay: The decay of the momentum schedule.
-        decoupled_weight_decay: Decay the parameters directly, as AdamW does
-            (NAdamW).
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
-
-    Raises:
-        ValueError: If `lr`, `eps`, `weight_decay` or `momentum_decay` is
-            negative or a beta is outside [0, 1); the message names it.
-        TypeError: If a hyperparameter is of the wrong kind.
+        momentum_decay: The decay of the momentum schedule, `>= 0`.
 
     Example:
-        >>> import torch
         >>> from paramdict import ParamDict, optim
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> opt = optim.NAdam(lr=0.1)
-        >>> state = opt.init(params)
-        >>> params, state = opt.step(params, {"w": torch.tensor([3.0, -3.0])}, state)
-        >>> params["w"]
+        >>> opt, params = optim.NAdam(lr=0.1), ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> _ = opt.step_(params, {"w": torch.tensor([3.0, -3.0])}, opt.init(params))
+        >>> params["w"]  # written in place
         tensor([0.8944, 2.1056])
     """
 
     state_type: ClassVar[type[NAdamState]] = NAdamState
 
     lr: LearningRate = 2e-3
-    betas: tuple[float, float] = betas((0.9, 0.999))
-    eps: float = non_negative(1e-8)
-    weight_decay: Rate = 0.0
     momentum_decay: float = non_negative(4e-3)
     decoupled_weight_decay: bool = flag()
 
@@ -133,20 +102,23 @@ class NAdam(TorchOptimizer[NAdamState]):
         return NAdamState(counter, mu_product, params.zeros_like(), params.zeros_like())
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: NAdamState, ops: Kernels, /
-    ) -> tuple[ParamDict, NAdamState]:
-        beta1, beta2 = self.cycled("betas", state)
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        decoupled = self.decoupled_weight_decay
-        params, grads = decayed(self, decoupled, params, grads, step, lr, ops)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: NAdamState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[Tensor, ParamDict, ParamDict]]:
+        beta1, beta2 = self.cycled("betas", buffers)
         mu = _momentum(beta1, step, self.momentum_decay)
         mu_next = _momentum(beta1, step + 1, self.momentum_decay)
         # torch multiplies its stored `mu_product` in place, in that tensor's dtype.
-        mu_product = state.mu_product * mu.to(state.mu_product.dtype)
+        mu_product = buffers.mu_product * mu.to(buffers.mu_product.dtype)
         exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
         )
         bias_correction2 = 1 - beta2**step
         denom = ops.sqrt(ops.div(ops.borrowed(exp_avg_sq), bias_correction2))
@@ -157,7 +129,4 @@ class NAdam(TorchOptimizer[NAdamState]):
         avg_size = quotient(product(lr, -mu_next), 1.0 - product_now * mu_next)
         new_params = ops.addcdiv(params, grads, denom, grad_size)
         new_params = ops.addcdiv(new_params, exp_avg, denom, avg_size)
-        new_state = NAdamState(
-            step, mu_product, exp_avg, exp_avg_sq, self.next_schedule(state)
-        )
-        return new_params, new_state
+        return new_params, (mu_product, exp_avg, exp_avg_sq)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import attrs
 import torch
@@ -10,15 +10,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._adam_moments import decayed, moments
-from ._base import TorchOptimizer
-from ._fields import betas, flag, non_negative, shared_last
-from ._hyper import (
-    Rate,
-)
+from ._adam_moments import AdamOptions, in_inherited_order, moments
+from ._fields import flag
+from ._hyper import Rate, is_traced, product, quotient
 from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState
+from ._scheduled import SlotState
 
 __all__ = ["RAdam", "RAdamState"]
 
@@ -27,19 +24,12 @@ __all__ = ["RAdam", "RAdamState"]
 class RAdamState(NamedTuple):
     """The state of `RAdam`.
 
-    Attributes:
-        step: The number of steps taken, a 0-dim tensor.
-        exp_avg: The running average of the gradients, keyed like the parameters.
-        exp_avg_sq: The running average of the squared gradients.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
+    Its fields are `AdamState`'s (the same meaning) without `max_exp_avg_sq`.
 
     Example:
         >>> from paramdict import optim
-        >>> opt = optim.RAdam(betas=(0.5, 0.5))
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> _, state = opt.step(params, params.full_like(2.0), opt.init(params))
-        >>> state.exp_avg["w"], state.exp_avg_sq["w"]
-        (tensor([1., 1.]), tensor([2., 2.]))
+        >>> optim.RAdamState._fields
+        ('step', 'exp_avg', 'exp_avg_sq', 'schedule')
     """
 
     step: Tensor
@@ -48,107 +38,134 @@ class RAdamState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
-class RAdam(TorchOptimizer[RAdamState]):
+@attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
+class RAdam(AdamOptions[RAdamState]):
     """RAdam, the functional `torch.optim.RAdam`: Adam with a rectified variance.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.RAdam`, so a
     run gives the same parameters. While the variance estimate is unreliable
     (the approximated moving-average length `rho_t` is at most 5) the step is
-    the bias-corrected momentum alone; after that it is rectified Adam. The
-    choice is made on the step-count tensor, so nothing is read back to the
-    host. The attributes below are the constructor's keyword arguments.
-
-    Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule (`CyclicLR` and `OneCycleLR` cycle the first beta too).
-        betas: Coefficients of the running averages, each in [0, 1).
-        eps: Term added to the denominator for numerical stability.
-        weight_decay: Weight decay: an L2 penalty added to the gradient, or
-            applied to the parameters with `decoupled_weight_decay=True`.
-        decoupled_weight_decay: Decay the parameters directly, as AdamW does.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
-
-    Raises:
-        ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
-            outside [0, 1); the message names the argument.
-        TypeError: If a hyperparameter is of the wrong kind.
+    the bias-corrected momentum alone; after that it is rectified Adam. Its
+    options are `Adam`'s without `amsgrad` (same meaning and checks).
 
     Example:
-        >>> import torch
         >>> from paramdict import ParamDict, optim
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
         >>> opt = optim.RAdam(lr=0.1)
-        >>> state = opt.init(params)
-        >>> params, state = opt.step(params, {"w": torch.tensor([3.0, -3.0])}, state)
-        >>> params["w"]
-        tensor([0.7000, 2.3000])
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> new, _ = opt.step(params, params.full_like(3.0), opt.init(params))
+        >>> new["w"]  # not yet rectified: `p - lr * g` on the first step
+        tensor([0.7000, 1.7000])
     """
 
     state_type: ClassVar[type[RAdamState]] = RAdamState
 
-    lr: LearningRate = 1e-3
-    betas: tuple[float, float] = betas((0.9, 0.999))
-    eps: float = non_negative(1e-8)
-    weight_decay: Rate = 0.0
     decoupled_weight_decay: bool = flag()
 
-    def init_state(self, params: ParamDict, /) -> RAdamState:
-        """Return the first state: step 0 and zero moments.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            A `RAdamState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.RAdam().init(ParamDict(w=torch.ones(2))).exp_avg_sq["w"]
-            tensor([0., 0.])
-        """
-        return RAdamState(
-            self.counter(params), params.zeros_like(), params.zeros_like()
-        )
-
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: RAdamState, ops: Kernels, /
-    ) -> tuple[ParamDict, RAdamState]:
-        beta1, beta2 = self.cycled("betas", state)
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        decoupled = self.decoupled_weight_decay
-        params, grads = decayed(self, decoupled, params, grads, step, lr, ops)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: RAdamState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
+        beta1, beta2 = self.cycled("betas", buffers)
         exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), state.exp_avg, state.exp_avg_sq, grads, ops
+            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
         )
+        host = _host_rates(self, step, lr, beta1)
+        if host is not None:
+            # Eager: torch's foreach RAdam reads the step on the host and
+            # computes one side, with Python floats: so does this (14 -> 8
+            # foreach kernels a step, 5 of them after the moments).
+            new_params = _one_side(
+                params, exp_avg, exp_avg_sq, *host, beta2, self.eps, ops
+            )
+            return new_params, (exp_avg, exp_avg_sq)
+        # Traced (compiled, vmapped), differentiable or with per-key rates: the
+        # same arithmetic on 0-dim tensors, both sides, and a `where`.
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step
-        # The length of the approximated moving average, and its maximum.
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
         rectified = rho_t > 5.0
-        # Where `rho_t <= 5` the rectification is undefined: 1 keeps it finite
-        # (and its gradient zero) in the branch that is not taken.
-        rect = torch.where(
-            rectified,
-            (rho_t - 4)
-            * (rho_t - 2)
-            * rho_inf
-            / ((rho_inf - 4) * (rho_inf - 2) * rho_t),
-            1.0,
-        ).sqrt()
-        # torch's `exp_avg / bias_correction1 * lr [* adaptive_lr * rect]`.
-        momentum = ops.mul(ops.div(ops.borrowed(exp_avg), bias_correction1), lr)
-        adaptive = ops.add(ops.sqrt(ops.borrowed(exp_avg_sq)), self.eps)
-        # `bias_correction2 ** 0.5 / t` is `reciprocal(t) * bias_correction2 ** 0.5`.
-        adaptive = ops.mul(ops.reciprocal(adaptive), bias_correction2.sqrt())
-        full = ops.mul(ops.mul(ops.borrowed(momentum), adaptive), rect)
-        update = ops.where(rectified, full, momentum)
-        new_params = ops.sub_scaled(params, update, 1)
-        return new_params, RAdamState(
-            step, exp_avg, exp_avg_sq, self.next_schedule(state)
+        # Before the rectification `rho_t` is replaced by a value that keeps
+        # the untaken side finite (and its gradient zero).
+        safe_rho_t = torch.where(rectified, rho_t, rho_inf)
+        rect = _rect(safe_rho_t, rho_inf)
+        scale = product(
+            quotient(product(lr, rect), bias_correction1), -bias_correction2.sqrt()
         )
+        early = ops.sub_scaled(
+            ops.borrowed(params), exp_avg, quotient(lr, bias_correction1)
+        )
+        denom = _denominator(exp_avg_sq, scale, self.eps, ops)
+        new_params = ops.where(rectified, ops.addcmul(params, denom, exp_avg), early)
+        return new_params, (exp_avg, exp_avg_sq)
+
+
+def _rect(rho_t: Any, rho_inf: float) -> Any:
+    """Return the variance rectification for `rho_t` (a float or a tensor) > 4."""
+    return (
+        (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
+    ) ** 0.5
+
+
+def _host_rates(
+    opt: RAdam, step: Tensor, lr: Rate, beta1: float | Tensor
+) -> tuple[float, float, float] | None:
+    """Return `(step, lr, beta1)` as floats where torch.optim reads them, else None.
+
+    An eager, non-differentiable step on the CPU with a number or a 0-dim CPU
+    `lr` (torch's `_get_value(step)` and `_to_scalar(lr)`); None when traced,
+    differentiable, per-key, or on another device (a read would wait for it).
+    """
+    values = (step, lr, beta1)
+    if opt.differentiable or isinstance(lr, ParamDict):
+        return None
+    for value in values:
+        if isinstance(value, Tensor) and (
+            value.device.type != "cpu" or is_traced(value)
+        ):
+            return None
+    return float(step), float(lr), float(beta1)
+
+
+def _one_side(
+    params: ParamDict,
+    exp_avg: ParamDict,
+    exp_avg_sq: ParamDict,
+    step: float,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    ops: Kernels,
+) -> ParamDict:
+    """Return the new parameters, the step's side chosen on the host.
+
+    torch's foreach arithmetic: `p += m / ((sqrt(v) + eps) / scale)` with
+    `scale = -(sqrt(bc2) * (lr * rect / bc1))`; before the rectification
+    (`rho_t <= 5`), `p -= (lr / bc1) * m`.
+    """
+    bias_correction1 = 1 - beta1**step
+    bias_correction2 = 1 - beta2**step
+    rho_inf = 2 / (1 - beta2) - 1
+    rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+    if rho_t <= 5:
+        return ops.sub_scaled(params, exp_avg, lr / bias_correction1)
+    scale = (
+        (bias_correction2**0.5) * (lr * _rect(rho_t, rho_inf) / bias_correction1) * -1
+    )
+    return ops.addcmul(params, _denominator(exp_avg_sq, scale, eps, ops), exp_avg)
+
+
+def _denominator(
+    exp_avg_sq: ParamDict, scale: float | Tensor | ParamDict, eps: float, ops: Kernels
+) -> ParamDict:
+    """Return `1 / ((sqrt(v) + eps) / scale)`, the factor of `exp_avg` in the step."""
+    denom = ops.add(ops.sqrt(ops.borrowed(exp_avg_sq)), eps)
+    return ops.reciprocal(ops.div(denom, scale))
