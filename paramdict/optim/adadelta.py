@@ -108,20 +108,22 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
         )
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: AdadeltaState, ops: Kernels, /
-    ) -> tuple[ParamDict, AdadeltaState]:
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: AdadeltaState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
         rho, eps = self.rho, self.eps
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
-        square_avg = ops.mul(state.square_avg, rho)
+        square_avg = ops.mul(buffers.square_avg, rho)
         square_avg = ops.addcmul(square_avg, grads, grads, 1 - rho)
         std = ops.sqrt(ops.add(ops.borrowed(square_avg), eps))
-        delta = ops.sqrt(ops.add(ops.borrowed(state.acc_delta), eps))
+        delta = ops.sqrt(ops.add(ops.borrowed(buffers.acc_delta), eps))
         delta = ops.mul(ops.div(delta, std), grads)
-        acc_delta = ops.mul(state.acc_delta, rho)
+        acc_delta = ops.mul(buffers.acc_delta, rho)
         acc_delta = ops.addcmul(acc_delta, delta, delta, 1 - rho)
-        new_params = ops.sub_scaled(params, delta, self.rate("lr", step, state))
-        return new_params, AdadeltaState(
-            step, square_avg, acc_delta, self.next_schedule(state)
-        )
+        return ops.sub_scaled(params, delta, lr), (square_avg, acc_delta)

@@ -147,16 +147,18 @@ class Adagrad(TorchOptimizer[AdagradState]):
         return state
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: AdagradState, ops: Kernels, /
-    ) -> tuple[ParamDict, AdagradState]:
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
-        minus_clr = -quotient(
-            self.rate("lr", step, state), 1 + (step - 1) * self.lr_decay
-        )
-        total = ops.addcmul(state.sum, grads, grads)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: AdagradState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict]]:
+        minus_clr = -quotient(lr, 1 + (step - 1) * self.lr_decay)
+        total = ops.addcmul(buffers.sum, grads, grads)
         std = ops.add(ops.sqrt(ops.borrowed(total)), self.eps)
         # torch's `addcdiv(g, std, value=-clr)`, the rate multiplying `g` first.
-        new_params = ops.addcdiv(params, grads, std, minus_clr)
-        return new_params, AdagradState(step, total, self.next_schedule(state))
+        return ops.addcdiv(params, grads, std, minus_clr), (total,)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 import attrs
 import torch
@@ -169,28 +169,33 @@ class ASGD(TorchOptimizer[ASGDState]):
         super().check_state(params, state)
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: ASGDState, ops: Kernels, /
-    ) -> tuple[ParamDict, ASGDState]:
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: ASGDState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[Any, ...]]:  # `eta` and `mu` are scalars, not buffers
         lambd = self.lambd
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
         # torch reads `eta` as a number: a double of the stored value.
-        eta = state.eta.to(step.dtype)
+        eta = buffers.eta.to(step.dtype)
         params = ops.mul(params, _one_minus(lambd, eta))
         new_params = ops.sub_scaled(params, grads, eta)
         ax = ops.add_scaled(
-            state.ax,
-            ops.mul(ops.sub_scaled(ops.borrowed(new_params), state.ax, 1), state.mu),
+            buffers.ax,
+            ops.mul(
+                ops.sub_scaled(ops.borrowed(new_params), buffers.ax, 1), buffers.mu
+            ),
             1,
         )
-        ax = ops.where(state.mu != 1, ax, new_params)
-        new_eta = _eta(self.rate("lr", step, state), lambd, self.alpha, step)
+        ax = ops.where(buffers.mu != 1, ax, new_params)
+        new_eta = _eta(lr, lambd, self.alpha, step)
         mu = 1 / torch.clamp(step - self.t0, min=1)
-        dtype = state.mu.dtype
-        return new_params, ASGDState(
-            step, new_eta.to(dtype), mu.to(dtype), ax, self.next_schedule(state)
-        )
+        dtype = buffers.mu.dtype
+        return new_params, (new_eta.to(dtype), mu.to(dtype), ax)
 
 
 def _one_minus(lambd: float, eta: Tensor | ParamDict) -> Tensor | ParamDict:

@@ -142,6 +142,7 @@ class Muon(TorchOptimizer[MuonState]):
     """
 
     state_type: ClassVar[type[MuonState]] = MuonState
+    decoupled_decay: ClassVar[bool] = True
 
     lr: LearningRate = 1e-3
     weight_decay: Rate = 0.1
@@ -206,13 +207,18 @@ class Muon(TorchOptimizer[MuonState]):
         return {k: lr * r for k, r in ratios.items()}
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: MuonState, ops: Kernels, /
-    ) -> tuple[ParamDict, MuonState]:
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        momentum = self.cycled("momentum", state)
-        buffer = ops.lerp(state.momentum_buffer, grads, 1 - momentum)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: MuonState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict]]:
+        momentum = self.cycled("momentum", buffers)
+        buffer = ops.lerp(buffers.momentum_buffer, grads, 1 - momentum)
         if self.nesterov:
             update = ops.lerp(grads, buffer, momentum)
         else:
@@ -220,6 +226,5 @@ class Muon(TorchOptimizer[MuonState]):
         update = ops.orthogonalize(
             update, self.ns_coefficients, self.ns_steps, self.eps
         )
-        params = ops.decay(params, lr, self.rate("weight_decay", step))
         new_params = ops.sub_scaled_by_key(params, update, self._adjusted(params, lr))
-        return new_params, MuonState(step, buffer, self.next_schedule(state))
+        return new_params, (buffer,)

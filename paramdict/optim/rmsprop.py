@@ -122,17 +122,21 @@ class RMSprop(TorchOptimizer[RMSpropState]):
         )
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: RMSpropState, ops: Kernels, /
-    ) -> tuple[ParamDict, RMSpropState]:
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: RMSpropState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict, ParamDict]]:
         alpha = self.alpha
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        momentum = self.cycled("momentum", state)
-        grads = self.prologue(params, grads, step, ops)
-        square_avg = ops.mul(state.square_avg, alpha)
+        momentum = self.cycled("momentum", buffers)
+        square_avg = ops.mul(buffers.square_avg, alpha)
         square_avg = ops.addcmul(square_avg, grads, grads, 1 - alpha)
-        grad_avg = state.grad_avg
+        grad_avg = buffers.grad_avg
         if self.centered:
             grad_avg = ops.lerp(grad_avg, grads, 1 - alpha)
             variance = ops.addcmul(ops.borrowed(square_avg), grad_avg, grad_avg, -1)
@@ -140,12 +144,10 @@ class RMSprop(TorchOptimizer[RMSpropState]):
         else:
             avg = ops.sqrt(ops.borrowed(square_avg))
         avg = ops.add(avg, self.eps)
-        buffer = state.momentum_buffer
+        buffer = buffers.momentum_buffer
         if self.momentum > 0:
             buffer = ops.addcdiv(ops.mul(buffer, momentum), grads, avg)
             new_params = ops.sub_scaled(params, buffer, lr)
         else:
             new_params = ops.addcdiv(params, grads, avg, -lr)
-        return new_params, RMSpropState(
-            step, square_avg, buffer, grad_avg, self.next_schedule(state)
-        )
+        return new_params, (square_avg, buffer, grad_avg)

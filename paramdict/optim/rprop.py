@@ -151,24 +151,28 @@ class Rprop(TorchOptimizer[RpropState]):
         return RpropState(counter, params.zeros_like(), params.zeros_like().add(lr))
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: RpropState, ops: Kernels, /
-    ) -> tuple[ParamDict, RpropState]:
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: RpropState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
         etaminus, etaplus = self.etas
         step_size_min, step_size_max = self.step_sizes
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
         # The factor for each entry: etaplus where the gradient kept its sign,
         # etaminus where it flipped, 1 where either is zero (torch's order; the
         # sign is exactly 1, -1 or 0, and etaplus > 1 > etaminus > 0).
-        sign = ops.sign(ops.mul(ops.borrowed(grads), state.prev))
+        sign = ops.sign(ops.mul(ops.borrowed(grads), buffers.prev))
         sign = ops.masked_fill(sign, ops.eq(sign, 1), etaplus)
         sign = ops.masked_fill(sign, ops.eq(sign, -1), etaminus)
         sign = ops.masked_fill(sign, ops.eq(sign, 0), 1)
-        step_size = ops.mul(state.step_size, sign)
+        step_size = ops.mul(buffers.step_size, sign)
         step_size = ops.clamp(step_size, step_size_min, step_size_max)
         # Where the sign flipped the step is skipped and forgotten.
         grads = ops.masked_fill(grads, ops.eq(sign, etaminus), 0)
         direction = ops.sign(ops.borrowed(grads))
-        new_params = ops.addcmul(params, direction, step_size, -1)
-        return new_params, RpropState(step, grads, step_size, self.next_schedule(state))
+        return ops.addcmul(params, direction, step_size, -1), (grads, step_size)
