@@ -100,82 +100,107 @@ class KernelVocabulary(Protocol):
 
     def scalar(self, value: float | Tensor, /) -> Any:
         """Return `value` as the scalar operand for entries of the shared dtype."""
+        ...
 
     def borrowed(self, x: P, /) -> P:
         """Return `x` for a first operand whose old value is still needed."""
+        ...
 
     def subset(self, x: P, keys: tuple[str, ...], /) -> P:
         """Return the entries of `x` under `keys`."""
+        ...
 
     def neg(self, x: P, /) -> P:
         """Return `-x`."""
+        ...
 
     def sqrt(self, x: P, /) -> P:
         """Return the square root of `x`."""
+        ...
 
     def sign(self, x: P, /) -> P:
         """Return the sign of `x`."""
+        ...
 
     def abs(self, x: P, /) -> P:
         """Return `|x|`."""
+        ...
 
     def reciprocal(self, x: P, /) -> P:
         """Return `1 / x` (`torch.reciprocal`, as torch computes `number / tensor`)."""
+        ...
 
     def mul(self, x: P, rate: Rate, /) -> P:
         """Return `x * rate`."""
+        ...
 
     def div(self, x: P, value: float | Tensor | ParamDict, /) -> P:
         """Return `x / value`."""
+        ...
 
     def add(self, x: P, value: float | Tensor, /) -> P:
         """Return `x + value` for a scalar `value` (such as `eps`)."""
+        ...
 
     def decay(self, x: P, lr: Rate, weight_decay: Rate, /) -> P:
         """Return `x * (1 - lr * weight_decay)`: decoupled weight decay (AdamW)."""
+        ...
 
     def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
         """Return `x + rate * y`."""
+        ...
 
     def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
         """Return `x - rate * y`."""
+        ...
 
     def lerp(self, x: P, end: ParamDict, weight: float | Tensor, /) -> P:
         """Return `x + weight * (end - x)`."""
+        ...
 
     def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
         """Return `x + value * a * b`."""
+        ...
 
     def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
         """Return `x + value * a / b`, rounded as `torch.optim` rounds it."""
+        ...
 
     def maximum(self, x: P, other: ParamDict, /) -> P:
         """Return the elementwise maximum of `x` and `other`."""
+        ...
 
     def clamp(self, x: P, min: float, max: float, /) -> P:  # torch's names
         """Return `x` clamped to `[min, max]`."""
+        ...
 
     def eq(self, x: ParamDict, value: float, /) -> ParamDict:
         """Return the boolean mask `x == value`."""
+        ...
 
     def masked_fill(self, x: P, mask: ParamDict, value: float, /) -> P:
         """Return `x` with `value` where the boolean `mask` holds."""
+        ...
 
     def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
         """Return `x` where the 0-dim bool `condition` holds, else `other`."""
+        ...
 
     def sub_scaled_by_key(
         self, x: P, y: ParamDict, rates: Mapping[str, float | Tensor], /
     ) -> P:
         """Return `x - rates[k] * y` entry by entry, one rate per key."""
+        ...
 
     def apply(self, x: P, fn: Callable[..., Tensor], /, *others: ParamDict) -> P:
         """Return `fn(x[k], *(o[k] for o in others))` for each key `k` of `x`."""
+        ...
 
     def orthogonalize(
         self, x: P, coefficients: tuple[float, float, float], steps: int, eps: float, /
     ) -> P:
         """Return each matrix of `x` orthogonalized by Newton-Schulz iterations."""
+        ...
 
 
 def _computed_once(value: Tensor) -> Tensor:

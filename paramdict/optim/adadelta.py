@@ -21,20 +21,17 @@ __all__ = ["Adadelta", "AdadeltaState"]
 
 @register_state
 class AdadeltaState(NamedTuple):
-    """The state of `Adadelta`.
+    """The state of `Adadelta`: two running averages between `step` and `schedule`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         square_avg: The running average of the squared gradients.
         acc_delta: The running average of the squared updates.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
         >>> opt = optim.Adadelta(rho=0.5)
         >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> grads = ParamDict(w=torch.tensor([2.0, 2.0]))
-        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state = opt.step(params, params.full_like(2.0), opt.init(params))[1]
         >>> state.square_avg["w"]
         tensor([2., 2.])
     """
@@ -52,19 +49,15 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adadelta`, so
     a run gives the same parameters: the update is the gradient times
     `sqrt(acc_delta + eps) / sqrt(square_avg + eps)`, scaled by `lr`. The
-    attributes below are the constructor's keyword arguments.
+    attributes below are the constructor's keyword arguments, with `maximize` and
+    `differentiable` (see `TorchOptimizer`).
 
     Attributes:
-        lr: Coefficient that scales the update: a number, a 0-dim tensor
-            (learnable with `differentiable=True`), a ParamDict of per-key
-            values, or a schedule such as
-            `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
+        lr: The coefficient that scales the update, in any rate form (a
+            schedule too).
         rho: Smoothing constant of the running averages, in [0, 1].
         eps: Term added inside the square roots for numerical stability.
-        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
-            or a ParamDict of per-key values.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
+        weight_decay: The L2 penalty added to the gradient, in any rate form.
 
     Raises:
         ValueError: If a rate or `eps` is negative or `rho` is outside [0, 1];
@@ -89,20 +82,9 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
     eps: float = non_negative(1e-6)
     weight_decay: Rate = 0.0
 
+    @override
     def init_state(self, params: ParamDict, /) -> AdadeltaState:
-        """Return the first state: step 0 and zero averages.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `AdadeltaState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.Adadelta().init(ParamDict(w=torch.ones(2))).acc_delta["w"]
-            tensor([0., 0.])
-        """
+        """Return the first state: step 0 and zero averages."""
         return AdadeltaState(
             self.counter(params), params.zeros_like(), params.zeros_like()
         )

@@ -28,18 +28,16 @@ __all__ = ["ASGD", "ASGDState"]
 
 @register_state
 class ASGDState(NamedTuple):
-    """The state of `ASGD`.
+    """The state of `ASGD`: `step`, `eta`, `mu`, `ax` and `schedule`.
 
     `eta` and `mu` are 0-dim tensors in torch.optim's dtype for them (float32
     unless the default dtype is float64), which keeps its rounding; with a
     per-key learning rate `eta` is a ParamDict of per-key values in that dtype.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         eta: The step size of the next step.
         mu: The averaging coefficient of the next step.
         ax: The running average of the parameters, keyed like them.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -75,20 +73,16 @@ class ASGD(TorchOptimizer[ASGDState]):
     `1 - lambd * eta` and moves them by `-eta * grad`; the step size decays as
     `eta = lr / (1 + lambd * lr * t) ** alpha`, and from step `t0` on the
     state's `ax` averages the parameters (`mu = 1 / max(1, t - t0)`). The
-    attributes below are the constructor's keyword arguments.
+    attributes below are the constructor's keyword arguments, with `maximize`
+    and `differentiable` (see `TorchOptimizer`).
 
     Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`, through `eta`), a ParamDict of per-key
-            values, or a schedule such as
-            `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
+        lr: The learning rate, in any of its forms (a schedule too; a tensor
+            is learnable through `eta`).
         lambd: Decay term.
         alpha: Power of the step-size decay.
         t0: The step at which averaging starts.
-        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
-            or a ParamDict of per-key values.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
+        weight_decay: The L2 penalty added to the gradient, in any rate form.
 
     Raises:
         ValueError: If `lr` or `weight_decay` is negative; the message names it.
@@ -113,21 +107,9 @@ class ASGD(TorchOptimizer[ASGDState]):
     t0: float = attrs.field(default=1e6, validator=check_number)
     weight_decay: Rate = 0.0
 
+    @override
     def init_state(self, params: ParamDict, /) -> ASGDState:
-        """Return the first state: step 0, `eta = lr`, `mu = 1`, `ax = 0`.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `ASGDState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.ASGD(lr=0.5).init(ParamDict(w=torch.ones(2)))
-            >>> state.eta, state.mu, state.ax["w"]
-            (tensor(0.5000), tensor(1.), tensor([0., 0.]))
-        """
+        """Return the first state: step 0, `eta = lr`, `mu = 1`, `ax = 0`."""
         counter = self.counter(params)
         dtype = state_scalar_dtype(counter.device)
         first = initial_rate(self.lr, params)

@@ -22,23 +22,20 @@ __all__ = ["RMSprop", "RMSpropState"]
 
 @register_state
 class RMSpropState(NamedTuple):
-    """The state of `RMSprop`.
+    """The state of `RMSprop`; `step` and `schedule` are as in `TorchOptimizer`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         square_avg: The running average of the squared gradients.
         momentum_buffer: The momentum buffer; empty when `momentum == 0`.
         grad_avg: The running average of the gradients; empty unless `centered`.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
-        >>> opt = optim.RMSprop(alpha=0.5)
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> grads = ParamDict(w=torch.tensor([2.0, 2.0]))
-        >>> _, state = opt.step(params, grads, opt.init(params))
-        >>> state.square_avg["w"]
-        tensor([2., 2.])
+        >>> opt = optim.RMSprop(alpha=0.5, centered=True)
+        >>> grads = ParamDict(w=torch.ones(2))
+        >>> state = opt.step(grads, grads * 2, opt.init(grads))[1]
+        >>> state.square_avg["w"], state.grad_avg["w"], len(state.momentum_buffer)
+        (tensor([2., 2.]), tensor([1., 1.]), 0)
     """
 
     step: Tensor
@@ -54,21 +51,17 @@ class RMSprop(TorchOptimizer[RMSpropState]):
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.RMSprop`, so a
     run gives the same parameters. The attributes below are the constructor's
-    keyword arguments.
+    keyword arguments, with `maximize` and `differentiable` (see
+    `TorchOptimizer`).
 
     Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
+        lr: The learning rate, in any of its forms (a schedule too).
         alpha: Smoothing constant of the running averages, in [0, 1].
         eps: Term added to the denominator for numerical stability.
-        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
-            or a ParamDict of per-key values.
+        weight_decay: The L2 penalty added to the gradient, in any rate form.
         momentum: Momentum factor.
         centered: Normalize by an estimate of the gradient's variance instead of
             its second moment.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
 
     Raises:
         ValueError: If a hyperparameter is negative or `alpha` is above 1; the
@@ -99,21 +92,9 @@ class RMSprop(TorchOptimizer[RMSpropState]):
     momentum: float = non_negative(0.0)
     centered: bool = flag()
 
+    @override
     def init_state(self, params: ParamDict, /) -> RMSpropState:
-        """Return the first state: step 0 and zero averages.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `RMSpropState`; buffers for options that are off are empty.
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.RMSprop(centered=True).init(ParamDict(w=torch.ones(2)))
-            >>> state.square_avg["w"], state.grad_avg["w"], len(state.momentum_buffer)
-            (tensor([0., 0.]), tensor([0., 0.]), 0)
-        """
+        """Return the first state: step 0 and zero averages."""
         return RMSpropState(
             self.counter(params),
             params.zeros_like(),

@@ -56,13 +56,11 @@ def _check_step_sizes(instance: object, attribute: Any, value: Any) -> None:
 
 @register_state
 class RpropState(NamedTuple):
-    """The state of `Rprop`.
+    """The state of `Rprop`: `step`, `prev`, `step_size`, `schedule`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         prev: The previous step's gradient (zero where its sign flipped).
         step_size: The per-entry step sizes, starting at `lr`.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -90,7 +88,8 @@ class Rprop(TorchOptimizer[RpropState]):
     the gradient keeps its sign, shrinks by `etas[0]` when it flips (and that
     step is skipped), and stays within `step_sizes`. `lr` is the first step
     size. Like torch.optim's, Rprop has no weight decay. The attributes below
-    are the constructor's keyword arguments.
+    are the constructor's keyword arguments, with `maximize` and
+    `differentiable` (see `TorchOptimizer`).
 
     Attributes:
         lr: The initial step size: a number, a 0-dim tensor, a ParamDict of
@@ -99,8 +98,6 @@ class Rprop(TorchOptimizer[RpropState]):
         etas: `(etaminus, etaplus)`, the factors that shrink and grow the step
             sizes, with `0 < etaminus < 1 < etaplus`.
         step_sizes: `(min, max)`, the bounds of the step sizes.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
 
     Raises:
         ValueError: If `lr` is negative, or `etas` or `step_sizes` is out of
@@ -130,20 +127,9 @@ class Rprop(TorchOptimizer[RpropState]):
         default=(1e-6, 50), validator=_check_step_sizes
     )
 
+    @override
     def init_state(self, params: ParamDict, /) -> RpropState:
-        """Return the first state: step 0, zero `prev`, step sizes at `lr`.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `RpropState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.Rprop(lr=0.5).init(ParamDict(w=torch.ones(2))).step_size["w"]
-            tensor([0.5000, 0.5000])
-        """
+        """Return the first state: step 0, zero `prev`, step sizes at `lr`."""
         counter = self.counter(params)
         # A schedule's first value: torch reads `lr` only to fill the step sizes.
         first = initial_rate(self.lr, params)
