@@ -48,8 +48,10 @@ class KernelVocabulary(Protocol):
     | operation | result |
     | --- | --- |
     | `scalar(value)` | `value`, a 0-dim tensor of the shared dtype |
+    | `item(value)` | a 0-dim tensor's number where the step can read it |
     | `borrowed(x)` | `x`, still readable after the operation it is given to |
     | `subset(x, keys)` | the entries under `keys`, in that order |
+    | `copy(x, source)` | `source`'s values, as a new ParamDict or in `x` |
     | `neg`, `sqrt`, `sign`, `abs`, `reciprocal` `(x)` | elementwise |
     | `mul(x, rate)` | `x * rate` |
     | `div(x, value)`, `add(x, value)` | `x / value`, `x + value` |
@@ -76,7 +78,11 @@ class KernelVocabulary(Protocol):
     tracing. `apply` is for work with no foreach kernel (reductions, matrix
     products); its `fn` writes into nothing, and keeps each entry's shape and
     dtype where `x` is written in place. `orthogonalize` runs in bfloat16, as
-    `torch.optim.Muon`.
+    `torch.optim.Muon`. `item` reads the number on the host (`.item()`, as
+    `torch.optim` reads its step-dependent scalars) in an eager step outside
+    autograd, so that a rule can branch on it; compiled, under a `torch.func`
+    transform or recorded, it returns the tensor, and the rule selects with
+    `where` instead.
 
     The one rule for authors: an operation may consume its first operand. Write
     `x = ops.op(x, ...)` when `x`'s old value is no longer needed, and pass
@@ -102,8 +108,16 @@ class KernelVocabulary(Protocol):
         """Return `value` as the scalar operand for entries of the shared dtype."""
         ...
 
+    def item(self, value: Tensor, /) -> float | Tensor:
+        """Return the 0-dim `value`'s number where the step reads it, else `value`."""
+        ...
+
     def borrowed(self, x: P, /) -> P:
         """Return `x` for a first operand whose old value is still needed."""
+        ...
+
+    def copy(self, x: P, source: ParamDict, /) -> P:
+        """Return `source`'s values in new tensors, or written into `x`."""
         ...
 
     def subset(self, x: P, keys: tuple[str, ...], /) -> P:
@@ -272,8 +286,20 @@ class Kernels(KernelVocabulary):
         return torch.full((), value, dtype=self.dtype, device=self.device)
 
     @override
+    def item(self, value: Tensor, /) -> float | Tensor:
+        if torch.compiler.is_compiling() or (
+            torch._C._functorch.is_functorch_wrapped_tensor(value)
+        ):
+            return value
+        return value.item()
+
+    @override
     def borrowed(self, x: P, /) -> P:
         return x
+
+    @override
+    def copy(self, x: P, source: ParamDict, /) -> P:
+        return x._derive([v.clone() for v in x._aligned(source, what="`copy`")])
 
     @override
     def subset(self, x: P, keys: tuple[str, ...], /) -> P:
@@ -376,14 +402,8 @@ class Kernels(KernelVocabulary):
         return x._derive([self._sub_scaled(v, y[k], rates[k]) for k, v in x.items()])
 
     def _sub_scaled(self, x: Tensor, y: Tensor, rate: float | Tensor) -> Tensor:
-        if (
-            isinstance(rate, Tensor)
-            and rate.dim() == 0
-            and not torch.compiler.is_compiling()
-            and not torch._C._functorch.is_functorch_wrapped_tensor(rate)
-        ):
-            # torch.optim's `_to_scalar`; compiled or under vmap: a tensor.
-            rate = rate.item()
+        if isinstance(rate, Tensor) and rate.dim() == 0:
+            rate = self.item(rate)  # torch.optim's `_to_scalar`
         if isinstance(rate, Tensor):
             return torch.sub(x, y * rate.to(x.dtype))
         return torch.add(x, y.to(x.dtype), alpha=-rate)

@@ -149,6 +149,13 @@ class InPlaceKernels(Kernels):
         return type(x)(x)
 
     @override
+    def copy(self, x: P, source: ParamDict, /) -> P:
+        def kernel(values: list[Tensor]) -> None:
+            copy_(values, x._aligned(source, what="`copy`"))
+
+        return self._into(x, lambda: Kernels.copy(self, x, source), kernel)
+
+    @override
     def subset(self, x: P, keys: tuple[str, ...], /) -> P:
         out = super().subset(x, keys)
         return self._made(out) if self._mine(x) else out

@@ -162,25 +162,39 @@ class ASGD(TorchOptimizer[ASGDState]):
         /,
     ) -> tuple[ParamDict, tuple[Any, ...]]:  # `eta` and `mu` are scalars, not buffers
         lambd = self.lambd
-        # torch reads `eta` as a number: a double of the stored value.
-        eta = buffers.eta.to(step.dtype)
+        # torch reads `eta` and `mu` as numbers (doubles of the stored values);
+        # traced or recorded they stay tensors.
+        eta: float | Tensor | ParamDict = buffers.eta
+        if isinstance(eta, Tensor):
+            eta = ops.item(eta.to(step.dtype))
         params = ops.mul(params, _one_minus(lambd, eta))
         new_params = ops.sub_scaled(params, grads, eta)
-        ax = ops.add_scaled(
-            buffers.ax,
-            ops.mul(
-                ops.sub_scaled(ops.borrowed(new_params), buffers.ax, 1), buffers.mu
-            ),
-            1,
-        )
-        ax = ops.where(buffers.mu != 1, ax, new_params)
+        mu = ops.item(buffers.mu)
+        if isinstance(mu, Tensor):  # no number to branch on: both sides, selected
+            ax = ops.where(
+                mu != 1, self._averaged(buffers.ax, new_params, mu, ops), new_params
+            )
+        elif mu != 1:
+            ax = self._averaged(buffers.ax, new_params, mu, ops)
+        else:  # the average starts at the parameters
+            ax = ops.copy(buffers.ax, new_params)
         new_eta = _eta(lr, lambd, self.alpha, step)
-        mu = 1 / torch.clamp(step - self.t0, min=1)
+        new_mu = 1 / torch.clamp(step - self.t0, min=1)
         dtype = buffers.mu.dtype
-        return new_params, (new_eta.to(dtype), mu.to(dtype), ax)
+        return new_params, (new_eta.to(dtype), new_mu.to(dtype), ax)
+
+    @staticmethod
+    def _averaged(
+        ax: ParamDict, params: ParamDict, mu: Rate, ops: Kernels
+    ) -> ParamDict:
+        """Return `ax + mu * (params - ax)`, rounded as torch.optim's ASGD."""
+        moved = ops.mul(ops.sub_scaled(ops.borrowed(params), ax, 1), mu)
+        return ops.add_scaled(ax, moved, 1)
 
 
-def _one_minus(lambd: float, eta: Tensor | ParamDict) -> Tensor | ParamDict:
+def _one_minus(
+    lambd: float, eta: float | Tensor | ParamDict
+) -> float | Tensor | ParamDict:
     """Return the decay factor `1 - lambd * eta`."""
     if isinstance(eta, ParamDict):
         return eta.map(lambda e: 1 - lambd * e)
