@@ -41,6 +41,13 @@ def _on_cpu(value: Rate, x: ParamDict) -> TypeGuard[Tensor]:
     )
 
 
+def _alike(x: ParamDict, y: ParamDict) -> bool:
+    """Whether `y` has `x`'s keys, and each entry `x`'s shape and dtype."""
+    return x.keys() == y.keys() and all(
+        v.shape == y[k].shape and v.dtype == y[k].dtype for k, v in x.items()
+    )
+
+
 class InPlaceKernels(Kernels):
     """The in-place vocabulary: results are written into owned first operands.
 
@@ -184,11 +191,16 @@ class InPlaceKernels(Kernels):
     @override
     def mul(self, x: P, rate: Rate, /) -> P:
         def kernel(values: list[Tensor]) -> None:
-            torch._foreach_mul_(values, self.scalar(cast("float | Tensor", rate)))
+            if isinstance(rate, ParamDict):
+                torch._foreach_mul_(values, x._aligned(rate, what="`mul`"))
+            else:
+                torch._foreach_mul_(values, self.scalar(rate))
 
-        by_key = isinstance(rate, ParamDict)
+        # A per-key rate of other shapes or dtypes broadcasts or promotes: the
+        # product is made out of place and copied, rounded as `Kernels.mul`.
+        fits = not isinstance(rate, ParamDict) or _alike(x, rate)
         return self._into(
-            x, lambda: Kernels.mul(self, x, rate), None if by_key else kernel
+            x, lambda: Kernels.mul(self, x, rate), kernel if fits else None
         )
 
     @override
@@ -281,8 +293,8 @@ class InPlaceKernels(Kernels):
     @override
     def clamp(self, x: P, min: float, max: float, /) -> P:  # torch's names
         def kernel(values: list[Tensor]) -> None:
-            torch._foreach_clamp_min_(values, min)
-            torch._foreach_clamp_max_(values, max)
+            for v in values:  # one pass each, where the foreach kernels take two
+                v.clamp_(min, max)
 
         return self._into(x, lambda: Kernels.clamp(self, x, min, max), kernel)
 

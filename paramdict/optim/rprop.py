@@ -151,14 +151,16 @@ class Rprop(TorchOptimizer[RpropState]):
         step_size_min, step_size_max = self.step_sizes
         # The factor for each entry: etaplus where the gradient kept its sign,
         # etaminus where it flipped, 1 where either is zero (torch's order; the
-        # sign is exactly 1, -1 or 0, and etaplus > 1 > etaminus > 0).
-        sign = ops.sign(ops.mul(ops.borrowed(grads), buffers.prev))
+        # sign is exactly 1, -1 or 0, and etaplus > 1 > etaminus > 0). It is
+        # computed in `prev`'s memory, which then takes the new `prev`.
+        sign = ops.sign(ops.mul(buffers.prev, grads))
+        flipped = ops.eq(sign, -1)
         sign = ops.masked_fill(sign, ops.eq(sign, 1), etaplus)
-        sign = ops.masked_fill(sign, ops.eq(sign, -1), etaminus)
+        sign = ops.masked_fill(sign, flipped, etaminus)
         sign = ops.masked_fill(sign, ops.eq(sign, 0), 1)
         step_size = ops.mul(buffers.step_size, sign)
         step_size = ops.clamp(step_size, step_size_min, step_size_max)
         # Where the sign flipped the step is skipped and forgotten.
-        grads = ops.masked_fill(grads, ops.eq(sign, etaminus), 0)
-        direction = ops.sign(ops.borrowed(grads))
-        return ops.addcmul(params, direction, step_size, -1), (grads, step_size)
+        prev = ops.masked_fill(ops.copy(sign, grads), flipped, 0)
+        direction = ops.sign(ops.borrowed(prev))
+        return ops.addcmul(params, direction, step_size, -1), (prev, step_size)
