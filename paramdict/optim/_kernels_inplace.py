@@ -320,7 +320,19 @@ class InPlaceKernels(Kernels):
     def sub_scaled_by_key(
         self, x: P, y: ParamDict, rates: Mapping[str, float | Tensor], /
     ) -> P:
-        return self._into(x, lambda: Kernels.sub_scaled_by_key(self, x, y, rates))
+        def kernel(values: list[Tensor]) -> None:
+            for (k, v), old in zip(x.items(), values):
+                rate = rates[k]
+                if isinstance(rate, Tensor) and rate.dim() == 0:
+                    rate = self.item(rate)
+                if isinstance(rate, Tensor):  # as `Kernels`, written in place
+                    old.sub_(y[k] * rate.to(v.dtype))
+                else:
+                    old.add_(y[k].to(v.dtype), alpha=-rate)
+
+        return self._into(
+            x, lambda: Kernels.sub_scaled_by_key(self, x, y, rates), kernel
+        )
 
     @override
     def orthogonalize(

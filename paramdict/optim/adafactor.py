@@ -281,13 +281,16 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         col_mean = ops.apply(ops.borrowed(matrix_grads), _col_mean)
         col_var = ops.lerp(state.col_var, col_mean, weight)
 
+        # Each writes only into the tensor it made, as torch's in-place steps.
         def factored(r: Tensor, c: Tensor) -> Tensor:
-            return (r @ c).div(
+            return (r @ c).div_(
                 r.mean(dim=-2, keepdim=True).clamp(min=self._eps1(r.dtype))
             )
 
         def scaled(v: Tensor, g: Tensor) -> Tensor:
-            return v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt().mul(g)
+            inverse = v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt_()
+            # Recorded, autograd keeps `rsqrt`'s result for the backward pass.
+            return inverse.mul(g) if torch.is_grad_enabled() else inverse.mul_(g)
 
         estimate = ops.apply(ops.borrowed(row_var), factored, col_var)
         vector_grads = ops.subset(grads, vector_keys)
