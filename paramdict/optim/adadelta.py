@@ -65,8 +65,7 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0]))
         >>> opt = optim.Adadelta(rho=0.0, eps=0.0)
         >>> state = opt.init(params)

@@ -172,7 +172,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         TypeError: If a hyperparameter is of the wrong kind (`eps` not a pair).
 
     Example:
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.ones(2, 2))
         >>> opt = optim.Adafactor(lr=0.1)
         >>> state = opt.init(params)

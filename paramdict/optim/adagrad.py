@@ -71,8 +71,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0]))
         >>> opt = optim.Adagrad(lr=0.5)
         >>> state = opt.init(params)

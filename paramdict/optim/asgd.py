@@ -89,8 +89,7 @@ class ASGD(TorchOptimizer[ASGDState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
         >>> opt = optim.ASGD(lr=0.1, lambd=0.0)
         >>> state = opt.init(params)

@@ -128,7 +128,7 @@ class Muon(TorchOptimizer[MuonState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.eye(2))
         >>> opt = optim.Muon(lr=0.1, weight_decay=0.0)
         >>> state = opt.init(params)

@@ -69,8 +69,7 @@ class RMSprop(TorchOptimizer[RMSpropState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0]))
         >>> opt = optim.RMSprop(lr=0.01, alpha=0.75)
         >>> state = opt.init(params)

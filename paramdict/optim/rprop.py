@@ -105,8 +105,7 @@ class Rprop(TorchOptimizer[RpropState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
         >>> opt = optim.Rprop(lr=0.1)
         >>> state = opt.init(params)
