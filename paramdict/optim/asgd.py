@@ -163,9 +163,9 @@ class ASGD(TorchOptimizer[ASGDState]):
         lambd = self.lambd
         # torch reads `eta` and `mu` as numbers (doubles of the stored values);
         # traced or recorded they stay tensors.
-        eta: float | Tensor | ParamDict = buffers.eta
+        eta: float | Tensor | ParamDict = buffers.eta.to(step.dtype)
         if isinstance(eta, Tensor):
-            eta = ops.item(eta.to(step.dtype))
+            eta = ops.item(eta)
         params = ops.mul(params, _one_minus(lambd, eta))
         new_params = ops.sub_scaled(params, grads, eta)
         mu = ops.item(buffers.mu)
