@@ -1,51 +1,220 @@
-"""The kernel vocabulary every update rule is written in, in three implementations.
+"""The kernel vocabulary every update rule is written in, and its functional kernels.
 
-A rule (`Optimizer.update`) never calls ParamDict arithmetic or torch directly for
-the work on its buffers: it calls a small vocabulary on an `ops` object (`lerp`,
-`mul`, `decay`, `addcmul`, `addcdiv`, `sqrt`, `sign`, `maximum`, `add_scaled`,
-`clamp`, `masked_fill`, ...), so the same rule runs in every mode:
+A rule (`TorchOptimizer.math`) never calls ParamDict arithmetic or torch directly
+for the work on its buffers: it calls the operations of `KernelVocabulary` on an
+`ops` object, so the same rule runs in every mode:
 
-- `Kernels` (functional): out of place, the mode of a default `step` (run under
-  `torch.no_grad()`); `addcdiv` is one fused foreach call.
+- `Kernels` (here, functional): out of place, the mode of a default `step` (run
+  under `torch.no_grad()`); `addcdiv` is one fused foreach call.
 - `RecordedKernels` (differentiable; `_kernels_recorded.py`): out of place, with
   every operation one that autograd can differentiate for any mix of entry
-  shapes (`addcdiv` becomes a multiplication, a division and an addition that
-  round the same way).
+  shapes.
 - `InPlaceKernels` (`_kernels_inplace.py`): writes each result into its first
-  operand when the rule owns that operand (the parameters, the state's buffers,
-  or anything the rule made), and runs out of place otherwise (the gradients are
-  never written). This is the base of an in-place `step_`; its results are
-  bitwise those of `Kernels`.
-
-Every rate argument accepts a number, a 0-dim tensor or a ParamDict of per-key
-values, so no rule branches on the type of `lr`. Scalars are passed to torch the
-way `torch.optim` passes them, which keeps its rounding.
-
-The one rule for authors: an operation may consume its first operand. Write
-`x = ops.op(x, ...)` when `x`'s old value is no longer needed, and pass
-`ops.borrowed(x)` as the first operand when it still is (free in every mode).
-`InPlaceKernels` checks it: a consumed ParamDict given as a first operand again
-raises instead of reading the value written into it.
+  operand when the rule owns that operand, the base of an in-place `step_`;
+  bitwise `Kernels`.
 """
 
 from __future__ import annotations
 
 # pyright: reportPrivateImportUsage=false, reportPrivateUsage=false
-# (torch's in-place foreach kernels have private names only; `_aligned` is
-# ParamDict's own package-internal alignment)
+# (`is_functorch_wrapped_tensor` has a private name only; `_derive` is
+# ParamDict's own package-internal constructor)
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
+from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype, decay_factor, is_zero
-from ._kernels_pointwise import P, PointwiseKernels
 from ._matrix import newton_schulz
 
-__all__ = ["Kernels", "P"]
+__all__ = ["KernelVocabulary", "Kernels", "P"]
+
+P = TypeVar("P", bound=ParamDict)
+
+
+class KernelVocabulary(Protocol):
+    """The operations a rule computes with, whichever kernels run them.
+
+    `x` is a ParamDict (the result has its type and keys); other ParamDict
+    operands are aligned to `x`'s keys. A *rate* is a number, a 0-dim tensor or
+    a per-key ParamDict (any shape that broadcasts to the entry), so no rule
+    branches on the type of `lr`; numbers are passed to torch as `torch.optim`
+    passes them, which keeps its rounding.
+
+    | operation | result |
+    | --- | --- |
+    | `scalar(value)` | `value`, a 0-dim tensor of the shared dtype |
+    | `item(value)` | a 0-dim tensor's number where the step can read it |
+    | `borrowed(x)` | `x`, still readable after the operation it is given to |
+    | `subset(x, keys)` | the entries under `keys`, in that order |
+    | `copy(x, source)` | `source`'s values, as a new ParamDict or in `x` |
+    | `neg`, `sqrt`, `sign`, `abs`, `reciprocal` `(x)` | elementwise |
+    | `mul(x, rate)` | `x * rate` |
+    | `div(x, value)`, `add(x, value)` | `x / value`, `x + value` |
+    | `decay(x, lr, weight_decay)` | `x * (1 - lr * weight_decay)` |
+    | `add_scaled(x, y, rate)` | `x + rate * y` |
+    | `sub_scaled(x, y, rate)` | `x - rate * y` |
+    | `lerp(x, end, weight)` | `x + weight * (end - x)` |
+    | `addcmul(x, a, b, value)` | `x + value * a * b` |
+    | `addcdiv(x, a, b, value)` | `x + value * a / b` |
+    | `maximum(x, other)` | the elementwise maximum |
+    | `clamp(x, min, max)` | `x` within `[min, max]` (numbers) |
+    | `eq(x, value)` | the boolean mask `x == value` |
+    | `masked_fill(x, mask, value)` | `x` with `value` where `mask` holds |
+    | `where(condition, x, other)` | `x` if the 0-dim bool holds, else `other` |
+    | `sub_scaled_by_key(x, y, rates)` | `x - rates[k] * y`, key by key |
+    | `apply(x, fn, *others)` | `fn(x[k], *(o[k] for o in others))`, key by key |
+    | `orthogonalize(x, coefficients, steps, eps)` | Muon's Newton-Schulz update |
+
+    `div` takes a ParamDict divisor too; `add`, `lerp`'s weight and `addcmul`'s
+    value are scalars. A number rate is one fused call where torch has one, and
+    `decay` by the number zero returns `x` itself. A tensor `addcdiv` value
+    multiplies `a` first, as `torch.optim` does. `sub_scaled_by_key` reads a
+    0-dim tensor rate as `torch.optim` does (`.item()`) outside autograd and
+    tracing. `apply` is for work with no foreach kernel (reductions, matrix
+    products); its `fn` writes into nothing, and keeps each entry's shape and
+    dtype where `x` is written in place. `orthogonalize` runs in bfloat16, as
+    `torch.optim.Muon`. `item` reads the number on the host (`.item()`, as
+    `torch.optim` reads its step-dependent scalars) in an eager step outside
+    autograd, so that a rule can branch on it; compiled, under a `torch.func`
+    transform or recorded, it returns the tensor, and the rule selects with
+    `where` instead.
+
+    The one rule for authors: an operation may consume its first operand. Write
+    `x = ops.op(x, ...)` when `x`'s old value is no longer needed, and pass
+    `ops.borrowed(x)` as the first operand when it still is (free in every
+    mode). `InPlaceKernels` checks it: a consumed ParamDict given as a first
+    operand again raises instead of reading the value written into it.
+
+    Example:
+        An Adagrad step from a zero sum, in the vocabulary:
+
+        >>> from paramdict import optim
+        >>> p, g = ParamDict(w=torch.tensor([1.0, 4.0])), ParamDict(w=torch.ones(2))
+        >>> ops = optim.Kernels.for_params(p)
+        >>> total = ops.addcmul(p.zeros_like(), g, g)
+        >>> std = ops.add(ops.sqrt(ops.borrowed(total)), 1e-10)
+        >>> ops.addcdiv(p, g, std, -0.5)["w"], total["w"]
+        (tensor([0.5000, 3.5000]), tensor([1., 1.]))
+    """
+
+    __slots__ = ()
+
+    def scalar(self, value: float | Tensor, /) -> Any:
+        """Return `value` as the scalar operand for entries of the shared dtype."""
+        ...
+
+    def item(self, value: Tensor, /) -> float | Tensor:
+        """Return the 0-dim `value`'s number where the step reads it, else `value`."""
+        ...
+
+    def borrowed(self, x: P, /) -> P:
+        """Return `x` for a first operand whose old value is still needed."""
+        ...
+
+    def copy(self, x: P, source: ParamDict, /) -> P:
+        """Return `source`'s values in new tensors, or written into `x`."""
+        ...
+
+    def subset(self, x: P, keys: tuple[str, ...], /) -> P:
+        """Return the entries of `x` under `keys`."""
+        ...
+
+    def neg(self, x: P, /) -> P:
+        """Return `-x`."""
+        ...
+
+    def sqrt(self, x: P, /) -> P:
+        """Return the square root of `x`."""
+        ...
+
+    def sign(self, x: P, /) -> P:
+        """Return the sign of `x`."""
+        ...
+
+    def abs(self, x: P, /) -> P:
+        """Return `|x|`."""
+        ...
+
+    def reciprocal(self, x: P, /) -> P:
+        """Return `1 / x` (`torch.reciprocal`, as torch computes `number / tensor`)."""
+        ...
+
+    def mul(self, x: P, rate: Rate, /) -> P:
+        """Return `x * rate`."""
+        ...
+
+    def div(self, x: P, value: float | Tensor | ParamDict, /) -> P:
+        """Return `x / value`."""
+        ...
+
+    def add(self, x: P, value: float | Tensor, /) -> P:
+        """Return `x + value` for a scalar `value` (such as `eps`)."""
+        ...
+
+    def decay(self, x: P, lr: Rate, weight_decay: Rate, /) -> P:
+        """Return `x * (1 - lr * weight_decay)`: decoupled weight decay (AdamW)."""
+        ...
+
+    def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
+        """Return `x + rate * y`."""
+        ...
+
+    def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
+        """Return `x - rate * y`."""
+        ...
+
+    def lerp(self, x: P, end: ParamDict, weight: float | Tensor, /) -> P:
+        """Return `x + weight * (end - x)`."""
+        ...
+
+    def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
+        """Return `x + value * a * b`."""
+        ...
+
+    def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
+        """Return `x + value * a / b`, rounded as `torch.optim` rounds it."""
+        ...
+
+    def maximum(self, x: P, other: ParamDict, /) -> P:
+        """Return the elementwise maximum of `x` and `other`."""
+        ...
+
+    def clamp(self, x: P, min: float, max: float, /) -> P:  # torch's names
+        """Return `x` clamped to `[min, max]`."""
+        ...
+
+    def eq(self, x: ParamDict, value: float, /) -> ParamDict:
+        """Return the boolean mask `x == value`."""
+        ...
+
+    def masked_fill(self, x: P, mask: ParamDict, value: float, /) -> P:
+        """Return `x` with `value` where the boolean `mask` holds."""
+        ...
+
+    def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
+        """Return `x` where the 0-dim bool `condition` holds, else `other`."""
+        ...
+
+    def sub_scaled_by_key(
+        self, x: P, y: ParamDict, rates: Mapping[str, float | Tensor], /
+    ) -> P:
+        """Return `x - rates[k] * y` entry by entry, one rate per key."""
+        ...
+
+    def apply(self, x: P, fn: Callable[..., Tensor], /, *others: ParamDict) -> P:
+        """Return `fn(x[k], *(o[k] for o in others))` for each key `k` of `x`."""
+        ...
+
+    def orthogonalize(
+        self, x: P, coefficients: tuple[float, float, float], steps: int, eps: float, /
+    ) -> P:
+        """Return each matrix of `x` orthogonalized by Newton-Schulz iterations."""
+        ...
 
 
 def _computed_once(value: Tensor) -> Tensor:
@@ -61,12 +230,13 @@ def _computed_once(value: Tensor) -> Tensor:
     return value.reshape(1).expand(2).amax()
 
 
-class Kernels(PointwiseKernels):
-    """The functional kernel vocabulary: every operation returns new ParamDicts.
+class Kernels(KernelVocabulary):
+    """The functional kernels: every operation returns new ParamDicts.
 
-    Built for one step from the parameters (`Kernels.for_params`), it knows the
-    dtype they share, so that scalars take torch's fastest path with torch's
-    rounding. Every method leaves its arguments unchanged.
+    The operations are `KernelVocabulary`'s (its table). Built for one step from
+    the parameters (`Kernels.for_params`), it knows the dtype they share, so
+    that scalars take torch's fastest path with torch's rounding. Every method
+    leaves its arguments unchanged.
 
     Args:
         dtype: The dtype every entry shares when it is float32 or float64, else
@@ -78,8 +248,8 @@ class Kernels(PointwiseKernels):
         >>> from paramdict import ParamDict, optim
         >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
         >>> ops = optim.Kernels.for_params(p)
-        >>> ops.lerp(p, p.zeros_like(), 0.5)["w"], p["w"]
-        (tensor([0.5000, 1.0000]), tensor([1., 2.]))
+        >>> ops.lerp(p, p.zeros_like(), 0.5)["w"], p["w"], ops.scalar(0.5)
+        (tensor([0.5000, 1.0000]), tensor([1., 2.]), tensor(0.5000))
     """
 
     __slots__ = ("device", "dtype")
@@ -96,12 +266,6 @@ class Kernels(PointwiseKernels):
     def for_params(cls, params: ParamDict, /) -> Kernels:
         """Return kernels for one step on `params` (their shared dtype and device).
 
-        Args:
-            params: The parameters of the step.
-
-        Returns:
-            A kernel set of this class.
-
         Example:
             >>> from paramdict import optim
             >>> ops = optim.Kernels.for_params(ParamDict(w=torch.ones(2)))
@@ -112,22 +276,8 @@ class Kernels(PointwiseKernels):
         device = first.device if first is not None else torch.device("cpu")
         return cls(compute_dtype(params), device)
 
+    @override
     def scalar(self, value: float | Tensor, /) -> Any:
-        """Return `value` as the scalar operand for entries of the shared dtype.
-
-        Args:
-            value: A number or a 0-dim tensor.
-
-        Returns:
-            A 0-dim tensor of the shared dtype (float32 or float64), else `value`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.scalar(0.5)
-            tensor(0.5000)
-        """
         if self.dtype is None:
             return value  # half precision or mixed dtypes: torch's own promotion
         if isinstance(value, Tensor):
@@ -135,358 +285,137 @@ class Kernels(PointwiseKernels):
             return _computed_once(value) if torch.compiler.is_compiling() else value
         return torch.full((), value, dtype=self.dtype, device=self.device)
 
+    @override
+    def item(self, value: Tensor, /) -> float | Tensor:
+        if torch.compiler.is_compiling() or (
+            torch._C._functorch.is_functorch_wrapped_tensor(value)
+        ):
+            return value
+        return value.item()
+
+    @override
     def borrowed(self, x: P, /) -> P:
-        """Return `x` for use as a first operand whose old value is still needed.
-
-        Args:
-            x: The ParamDict to borrow.
-
-        Returns:
-            `x` (the in-place kernels return a view they never write into).
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.borrowed(p) is p
-            True
-        """
         return x
 
+    @override
+    def copy(self, x: P, source: ParamDict, /) -> P:
+        return x._derive([v.clone() for v in x._aligned(source, what="`copy`")])
+
+    @override
     def subset(self, x: P, keys: tuple[str, ...], /) -> P:
-        """Return the entries of `x` under `keys` (literal keys, in that order).
-
-        Args:
-            x: The ParamDict.
-            keys: The keys to keep.
-
-        Returns:
-            A ParamDict of `x`'s type.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> list(ops.subset(p, ("w",)))
-            ['w']
-        """
         return type(x)((k, x[k]) for k in keys)
 
+    @override
     def neg(self, x: P, /) -> P:
-        """Return `-x`.
-
-        Args:
-            x: The operand.
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.neg(p)["w"]
-            tensor([-1., -4.])
-        """
         return x.neg()
 
+    @override
+    def sqrt(self, x: P, /) -> P:
+        return x.sqrt()
+
+    @override
+    def sign(self, x: P, /) -> P:
+        return x.sign()
+
+    @override
+    def abs(self, x: P, /) -> P:
+        return x.abs()
+
+    @override
+    def reciprocal(self, x: P, /) -> P:
+        return x.reciprocal()
+
+    @override
     def mul(self, x: P, rate: Rate, /) -> P:
-        """Return `x * rate`.
-
-        Args:
-            x: The operand.
-            rate: A number, a 0-dim tensor or a per-key ParamDict.
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.mul(p, 0.5)["w"]
-            tensor([0.5000, 2.0000])
-        """
         if isinstance(rate, ParamDict):
             return x.mul(rate)
         return x.mul(self.scalar(rate))
 
-    def decay(self, x: P, lr: Rate, weight_decay: Rate, /) -> P:
-        """Return `x * (1 - lr * weight_decay)`: decoupled weight decay (AdamW).
-
-        Args:
-            x: The parameters.
-            lr: The learning rate, in any form.
-            weight_decay: The weight decay, in any form.
-
-        Returns:
-            `x` itself when `weight_decay` is the number zero (no work), else a
-            new ParamDict. With two numbers the factor is the Python float
-            `torch.optim` computes.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.decay(p, 0.5, 0.5)["w"]
-            tensor([0.7500, 3.0000])
-        """
-        if is_zero(weight_decay):
-            return x
-        return self.mul(x, decay_factor(lr, weight_decay))
-
+    @override
     def div(self, x: P, value: float | Tensor | ParamDict, /) -> P:
-        """Return `x / value` for a scalar `value` or a ParamDict of divisors.
-
-        Args:
-            x: The operand.
-            value: A number, a 0-dim tensor, or a ParamDict (entry by entry).
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.div(p, 2.0)["w"]
-            tensor([0.5000, 2.0000])
-        """
         if isinstance(value, ParamDict):
             return x.div(value)
         return x.div(self.scalar(value))
 
+    @override
     def add(self, x: P, value: float | Tensor, /) -> P:
-        """Return `x + value` for a scalar `value` (such as `eps`).
-
-        Args:
-            x: The operand.
-            value: A number or a 0-dim tensor.
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.add(p, 1.0)["w"]
-            tensor([2., 5.])
-        """
         return x.add(self.scalar(value))
 
+    @override
+    def decay(self, x: P, lr: Rate, weight_decay: Rate, /) -> P:
+        if is_zero(weight_decay):
+            return x
+        # With two numbers the factor is the Python float `torch.optim` computes.
+        return self.mul(x, decay_factor(lr, weight_decay))
+
+    @override
     def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
-        """Return `x + rate * y`; a number `rate` is one fused foreach call.
-
-        Args:
-            x: The operand.
-            y: The ParamDict to add, scaled.
-            rate: A number, a 0-dim tensor or a per-key ParamDict.
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.add_scaled(p, g, 0.5)["w"]
-            tensor([2., 5.])
-        """
         if isinstance(rate, ParamDict):
             return x.add(y.mul(rate))
         return x.add(y, alpha=rate)
 
+    @override
     def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
-        """Return `x - rate * y`; a number `rate` is one fused foreach call.
-
-        Args:
-            x: The operand.
-            y: The ParamDict to subtract, scaled.
-            rate: A number, a 0-dim tensor or a per-key ParamDict.
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.sub_scaled(p, g, 0.5)["w"]
-            tensor([0., 3.])
-        """
         if isinstance(rate, ParamDict):
             return x.sub(y.mul(rate))
         return x.sub(y, alpha=rate)
 
+    @override
     def lerp(self, x: P, end: ParamDict, weight: float | Tensor, /) -> P:
-        """Return `x + weight * (end - x)`.
-
-        Args:
-            x: The start.
-            end: The end.
-            weight: The interpolation weight: a number or a 0-dim tensor (a
-                momentum a schedule cycles).
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.lerp(p, g, 0.5)["w"]
-            tensor([1.5000, 3.0000])
-        """
         return x.lerp(end, weight)
 
+    @override
     def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
-        """Return `x + value * a * b`.
-
-        Args:
-            x: The operand.
-            a: The first factor.
-            b: The second factor.
-            value: The scale, a number.
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.addcmul(p, g, g, 0.5)["w"]
-            tensor([3., 6.])
-        """
         return x.addcmul(a, b, value=value)
 
+    @override
     def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
-        """Return `x + value * a / b`, rounded as `torch.optim` rounds it.
-
-        Args:
-            x: The operand.
-            a: The numerator.
-            b: The denominator.
-            value: The scale. A number goes to `addcdiv` as its scalar; a tensor
-                or per-key value multiplies `a` first, as `torch.optim` does with
-                a tensor rate.
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]))
-            >>> g = ParamDict(w=torch.tensor([2.0, 2.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.addcdiv(p, g, g, 0.5)["w"]
-            tensor([1.5000, 4.5000])
-        """
         if isinstance(value, (Tensor, ParamDict)):
             # `Kernels.mul`, not `self.mul`: `a` is read, never consumed.
             return x.addcdiv(Kernels.mul(self, a, value), b)
         return x.addcdiv(a, b, value=value)
 
+    @override
+    def maximum(self, x: P, other: ParamDict, /) -> P:
+        return x.maximum(other)
+
+    @override
+    def clamp(self, x: P, min: float, max: float, /) -> P:  # torch's names
+        return x.clamp(min, max)
+
+    @override
+    def eq(self, x: ParamDict, value: float, /) -> ParamDict:
+        return x.map(lambda v: v.eq(value))
+
+    @override
+    def masked_fill(self, x: P, mask: ParamDict, value: float, /) -> P:
+        return x.map(lambda v, m: v.masked_fill(m, value), mask)
+
+    @override
+    def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
+        return x.where(ParamDict.fromkeys(x, condition), other)
+
+    @override
     def sub_scaled_by_key(
         self, x: P, y: ParamDict, rates: Mapping[str, float | Tensor], /
     ) -> P:
-        """Return `x - rates[k] * y` entry by entry, one rate per key.
-
-        For rates that differ by key but come from numbers (Muon's learning
-        rate adjusted to each matrix's shape): a number is `torch.add`'s `alpha`,
-        the one rounding torch.optim takes. A 0-dim tensor is read as the number
-        torch.optim reads (`.item()`) in this mode; the recorded mode keeps it a
-        tensor, differentiably. Any other tensor multiplies `y` first.
-
-        Args:
-            x: The operand.
-            y: The ParamDict to subtract, scaled; its keys are `x`'s.
-            rates: One rate per key of `x`.
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([1.0, 4.0]), b=torch.tensor([2.0]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> new = ops.sub_scaled_by_key(p, p, {"w": 0.5, "b": 0.25})
-            >>> new["w"], new["b"]
-            (tensor([0.5000, 2.0000]), tensor([1.5000]))
-        """
         return x._derive([self._sub_scaled(v, y[k], rates[k]) for k, v in x.items()])
 
     def _sub_scaled(self, x: Tensor, y: Tensor, rate: float | Tensor) -> Tensor:
-        if (
-            isinstance(rate, Tensor)
-            and rate.dim() == 0
-            and not torch.compiler.is_compiling()
-            and not torch._C._functorch.is_functorch_wrapped_tensor(rate)
-        ):
-            # torch.optim's `_to_scalar`; compiled or under vmap: a tensor.
-            rate = rate.item()
+        if isinstance(rate, Tensor) and rate.dim() == 0:
+            rate = self.item(rate)  # torch.optim's `_to_scalar`
         if isinstance(rate, Tensor):
             return torch.sub(x, y * rate.to(x.dtype))
         return torch.add(x, y.to(x.dtype), alpha=-rate)
 
+    @override
     def apply(self, x: P, fn: Callable[..., Tensor], /, *others: ParamDict) -> P:
-        """Return `fn(x[k], *(o[k] for o in others))` for each key `k` of `x`.
-
-        For per-entry work with no foreach kernel (reductions along a dimension,
-        matrix products: Adafactor's factored second moment). `fn` must not
-        write into its arguments; when `x` is written in place (owned by the
-        in-place kernels) `fn` must keep each entry's shape and dtype.
-
-        Args:
-            x: The first operand; its keys are the result's.
-            fn: A function of one tensor per operand.
-            others: Further operands with `x`'s keys.
-
-        Returns:
-            A new ParamDict.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.tensor([[3.0, 4.0]]))
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.apply(p, lambda v: v.norm(dim=-1, keepdim=True))["w"]
-            tensor([[5.]])
-        """
         return x._derive([fn(v, *(other[k] for other in others)) for k, v in x.items()])
 
+    @override
     def orthogonalize(
         self, x: P, coefficients: tuple[float, float, float], steps: int, eps: float, /
     ) -> P:
-        """Return each matrix of `x` orthogonalized by Newton-Schulz iterations.
-
-        Muon's update direction, entry by entry as torch.optim computes it: in
-        bfloat16, the matrix (transposed when it has more rows than columns)
-        divided by its Frobenius norm (at least `eps`), then `steps` iterations
-        of `X <- a X + (b A + c A A) X` with `A = X X^T` and `(a, b, c) =
-        coefficients`. Each result is cast back to its entry's dtype (exactly).
-
-        Args:
-            x: ParamDict of 2-D entries.
-            coefficients: The polynomial's `(a, b, c)`.
-            steps: The number of iterations.
-            eps: The least norm divided by.
-
-        Returns:
-            A new ParamDict of `x`'s dtypes.
-
-        Example:
-            >>> from paramdict import optim
-            >>> p = ParamDict(w=torch.eye(2) * 3.0)
-            >>> ops = optim.Kernels.for_params(p)
-            >>> ops.orthogonalize(p, (2.0, -1.5, 0.5), 5, 1e-7)["w"]
-            tensor([[1., 0.],
-                    [0., 1.]])
-        """
         return x._derive(
             [newton_schulz(v, coefficients, steps, eps) for v in x.values()]
         )

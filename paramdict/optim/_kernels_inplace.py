@@ -9,7 +9,7 @@ from __future__ import annotations
 # (torch's in-place foreach kernels have private names only; `_aligned` is
 # ParamDict's own package-internal alignment)
 from collections.abc import Callable, Mapping
-from typing import TypeGuard
+from typing import TypeGuard, cast
 
 import torch
 from torch import Tensor
@@ -38,6 +38,13 @@ def _on_cpu(value: Rate, x: ParamDict) -> TypeGuard[Tensor]:
         and value.device.type == "cpu"
         and all(v.device.type == "cpu" for v in x.values())
         and not holds_dtensors(x._vals)
+    )
+
+
+def _alike(x: ParamDict, y: ParamDict) -> bool:
+    """Whether `y` has `x`'s keys, and each entry `x`'s shape and dtype."""
+    return x.keys() == y.keys() and all(
+        v.shape == y[k].shape and v.dtype == y[k].dtype for k, v in x.items()
     )
 
 
@@ -126,9 +133,34 @@ class InPlaceKernels(Kernels):
         copy_(_values(x), _values(result))
         return self._spend(x)
 
+    def _into(
+        self,
+        x: P,
+        functional: Callable[[], P],
+        kernel: Callable[[list[Tensor]], object] | None = None,
+    ) -> P:
+        """Return `functional()`, written into `x` when `x` is owned.
+
+        Owned, `x` is spent: `kernel` writes into its tensors, or without one
+        the functional result is copied into them. Else the result is new.
+        """
+        if not self._mine(x):
+            return self._made(functional())
+        if kernel is None:
+            return self._copied(x, functional())
+        kernel(_values(x))
+        return self._spend(x)
+
     @override
     def borrowed(self, x: P, /) -> P:
         return type(x)(x)
+
+    @override
+    def copy(self, x: P, source: ParamDict, /) -> P:
+        def kernel(values: list[Tensor]) -> None:
+            copy_(values, x._aligned(source, what="`copy`"))
+
+        return self._into(x, lambda: Kernels.copy(self, x, source), kernel)
 
     @override
     def subset(self, x: P, keys: tuple[str, ...], /) -> P:
@@ -137,76 +169,98 @@ class InPlaceKernels(Kernels):
 
     @override
     def neg(self, x: P, /) -> P:
-        if not self._mine(x):
-            return self._made(super().neg(x))
-        torch._foreach_neg_(_values(x))
-        return self._spend(x)
+        return self._into(x, lambda: Kernels.neg(self, x), torch._foreach_neg_)
+
+    @override
+    def sqrt(self, x: P, /) -> P:
+        return self._into(x, lambda: Kernels.sqrt(self, x), torch._foreach_sqrt_)
+
+    @override
+    def sign(self, x: P, /) -> P:
+        return self._into(x, lambda: Kernels.sign(self, x), torch._foreach_sign_)
+
+    @override
+    def abs(self, x: P, /) -> P:
+        return self._into(x, lambda: Kernels.abs(self, x), torch._foreach_abs_)
+
+    @override
+    def reciprocal(self, x: P, /) -> P:
+        kernel = torch._foreach_reciprocal_
+        return self._into(x, lambda: Kernels.reciprocal(self, x), kernel)
 
     @override
     def mul(self, x: P, rate: Rate, /) -> P:
-        if not self._mine(x):
-            return self._made(super().mul(x, rate))
-        if isinstance(rate, ParamDict):
-            return self._copied(x, super().mul(x, rate))
-        torch._foreach_mul_(_values(x), self.scalar(rate))
-        return self._spend(x)
+        def kernel(values: list[Tensor]) -> None:
+            if isinstance(rate, ParamDict):
+                torch._foreach_mul_(values, x._aligned(rate, what="`mul`"))
+            else:
+                torch._foreach_mul_(values, self.scalar(rate))
+
+        # A per-key rate of other shapes or dtypes broadcasts or promotes: the
+        # product is made out of place and copied, rounded as `Kernels.mul`.
+        fits = not isinstance(rate, ParamDict) or _alike(x, rate)
+        return self._into(
+            x, lambda: Kernels.mul(self, x, rate), kernel if fits else None
+        )
 
     @override
     def div(self, x: P, value: float | Tensor | ParamDict, /) -> P:
-        if not self._mine(x):
-            return self._made(super().div(x, value))
-        if isinstance(value, ParamDict):
-            torch._foreach_div_(_values(x), x._aligned(value, what="`div`"))
-            return self._spend(x)
-        torch._foreach_div_(_values(x), self.scalar(value))
-        return self._spend(x)
+        def kernel(values: list[Tensor]) -> None:
+            if by_key is not None:
+                torch._foreach_div_(values, x._aligned(by_key, what="`div`"))
+            else:
+                torch._foreach_div_(values, self.scalar(cast("float | Tensor", value)))
+
+        by_key = value if isinstance(value, ParamDict) else None
+
+        return self._into(x, lambda: Kernels.div(self, x, value), kernel)
 
     @override
     def add(self, x: P, value: float | Tensor, /) -> P:
-        if not self._mine(x):
-            return self._made(super().add(x, value))
-        torch._foreach_add_(_values(x), self.scalar(value))
-        return self._spend(x)
+        def kernel(values: list[Tensor]) -> None:
+            torch._foreach_add_(values, self.scalar(value))
+
+        return self._into(x, lambda: Kernels.add(self, x, value), kernel)
 
     @override
     def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
-        if not self._mine(x):
-            return self._made(super().add_scaled(x, y, rate))
-        if isinstance(rate, (Tensor, ParamDict)):
-            return self._copied(x, super().add_scaled(x, y, rate))
-        torch._foreach_add_(_values(x), x._aligned(y, what="`add_scaled`"), alpha=rate)
-        return self._spend(x)
+        return self._scaled(x, y, rate, lambda: Kernels.add_scaled(self, x, y, rate))
 
     @override
     def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
-        if not self._mine(x):
-            return self._made(super().sub_scaled(x, y, rate))
-        if isinstance(rate, (Tensor, ParamDict)):
-            return self._copied(x, super().sub_scaled(x, y, rate))
-        ys = x._aligned(y, what="`sub_scaled`")
-        torch._foreach_add_(_values(x), ys, alpha=-rate)
-        return self._spend(x)
+        minus = -rate if isinstance(rate, (int, float)) else rate
+        return self._scaled(x, y, minus, lambda: Kernels.sub_scaled(self, x, y, rate))
+
+    def _scaled(
+        self, x: P, y: ParamDict, alpha: Rate, functional: Callable[[], P]
+    ) -> P:
+        """`add_scaled`, `sub_scaled`: a number `alpha` is one in-place kernel."""
+
+        def kernel(values: list[Tensor]) -> None:
+            ys = x._aligned(y, what="`add_scaled`")
+            torch._foreach_add_(values, ys, alpha=cast(float, alpha))
+
+        number = not isinstance(alpha, (Tensor, ParamDict))
+        return self._into(x, functional, kernel if number else None)
 
     @override
     def lerp(self, x: P, end: ParamDict, weight: float | Tensor, /) -> P:
-        if not self._mine(x):
-            return self._made(super().lerp(x, end, weight))
-        values, ends = _values(x), x._aligned(end, what="`lerp`")
-        if isinstance(weight, Tensor):  # a cycled momentum: one weight per entry
-            torch._foreach_lerp_(values, ends, [weight] * len(values))
-        else:
-            torch._foreach_lerp_(values, ends, weight)
-        return self._spend(x)
+        def kernel(values: list[Tensor]) -> None:
+            ends = x._aligned(end, what="`lerp`")
+            if isinstance(weight, Tensor):  # a cycled momentum: one weight per entry
+                torch._foreach_lerp_(values, ends, [weight] * len(values))
+            else:
+                torch._foreach_lerp_(values, ends, weight)
+
+        return self._into(x, lambda: Kernels.lerp(self, x, end, weight), kernel)
 
     @override
     def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
-        if not self._mine(x):
-            return self._made(super().addcmul(x, a, b, value))
-        what = "`addcmul`"
-        torch._foreach_addcmul_(
-            _values(x), x._aligned(a, what=what), x._aligned(b, what=what), value
-        )
-        return self._spend(x)
+        def kernel(values: list[Tensor]) -> None:
+            ys, zs = x._aligned(a, what="`addcmul`"), x._aligned(b, what="`addcmul`")
+            torch._foreach_addcmul_(values, ys, zs, value)
+
+        return self._into(x, lambda: Kernels.addcmul(self, x, a, b, value), kernel)
 
     @override
     def addcdiv(self, x: P, a: ParamDict, b: ParamDict, value: Rate = 1, /) -> P:
@@ -225,96 +279,74 @@ class InPlaceKernels(Kernels):
                 return self._made(x._derive(values))
             torch._foreach_addcdiv_(_values(x), ys, zs, scalars)
             return self._spend(x)
-        if not self._mine(x):
-            return self._made(super().addcdiv(x, a, b, value))
-        if isinstance(value, (Tensor, ParamDict)):
-            a = Kernels.mul(self, a, value)
-            value = 1
-        what = "`addcdiv`"
-        torch._foreach_addcdiv_(
-            _values(x), x._aligned(a, what=what), x._aligned(b, what=what), value
-        )
-        return self._spend(x)
 
-    @override
-    def sqrt(self, x: P, /) -> P:
-        if not self._mine(x):
-            return self._made(super().sqrt(x))
-        torch._foreach_sqrt_(_values(x))
-        return self._spend(x)
+        def kernel(values: list[Tensor]) -> None:
+            # A tensor or per-key value multiplies `a` first, as in `Kernels`.
+            numerator = a if number is not None else Kernels.mul(self, a, value)
+            ys = x._aligned(numerator, what="`addcdiv`")
+            zs = x._aligned(b, what="`addcdiv`")
+            torch._foreach_addcdiv_(values, ys, zs, 1 if number is None else number)
 
-    @override
-    def sign(self, x: P, /) -> P:
-        if not self._mine(x):
-            return self._made(super().sign(x))
-        torch._foreach_sign_(_values(x))
-        return self._spend(x)
-
-    @override
-    def maximum(self, x: P, other: ParamDict, /) -> P:
-        if not self._mine(x):
-            return self._made(super().maximum(x, other))
-        values = _values(x)
-        if holds_dtensors(values):
-            return self._copied(x, super().maximum(x, other))
-        # One pass instead of a new result and a copy (Adamax, AMSGrad).
-        torch._foreach_maximum_(values, x._aligned(other, what="`maximum`"))
-        return self._spend(x)
-
-    @override
-    def abs(self, x: P, /) -> P:
-        if not self._mine(x):
-            return self._made(super().abs(x))
-        torch._foreach_abs_(_values(x))
-        return self._spend(x)
-
-    @override
-    def reciprocal(self, x: P, /) -> P:
-        if not self._mine(x):
-            return self._made(super().reciprocal(x))
-        torch._foreach_reciprocal_(_values(x))
-        return self._spend(x)
+        number = None if isinstance(value, (Tensor, ParamDict)) else value
+        return self._into(x, lambda: Kernels.addcdiv(self, x, a, b, value), kernel)
 
     @override
     def clamp(self, x: P, min: float, max: float, /) -> P:  # torch's names
-        if not self._mine(x):
-            return self._made(super().clamp(x, min, max))
-        torch._foreach_clamp_min_(_values(x), min)
-        torch._foreach_clamp_max_(_values(x), max)
-        return self._spend(x)
+        def kernel(values: list[Tensor]) -> None:
+            for v in values:  # one pass each, where the foreach kernels take two
+                v.clamp_(min, max)
+
+        return self._into(x, lambda: Kernels.clamp(self, x, min, max), kernel)
 
     @override
     def masked_fill(self, x: P, mask: ParamDict, value: float, /) -> P:
-        if not self._mine(x):
-            return self._made(super().masked_fill(x, mask, value))
-        for v, m in zip(_values(x), x._aligned(mask, what="`masked_fill`")):
-            v.masked_fill_(m, value)
-        return self._spend(x)
+        def kernel(values: list[Tensor]) -> None:
+            for v, m in zip(values, x._aligned(mask, what="`masked_fill`")):
+                v.masked_fill_(m, value)
+
+        return self._into(x, lambda: Kernels.masked_fill(self, x, mask, value), kernel)
+
+    @override
+    def maximum(self, x: P, other: ParamDict, /) -> P:
+        def kernel(values: list[Tensor]) -> None:  # one pass (Adamax, AMSGrad)
+            torch._foreach_maximum_(values, x._aligned(other, what="`maximum`"))
+
+        # No in-place DTensor kernel: computed, then copied.
+        in_place = None if holds_dtensors(_values(x)) else kernel
+        return self._into(x, lambda: Kernels.maximum(self, x, other), in_place)
+
+    # No in-place kernel: computed out of place, then copied into an owned `x`.
 
     @override
     def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
-        if not self._mine(x):
-            return self._made(super().where(condition, x, other))
-        return self._copied(x, super().where(condition, x, other))
+        return self._into(x, lambda: Kernels.where(self, condition, x, other))
 
     @override
     def sub_scaled_by_key(
         self, x: P, y: ParamDict, rates: Mapping[str, float | Tensor], /
     ) -> P:
-        if not self._mine(x):
-            return self._made(super().sub_scaled_by_key(x, y, rates))
-        return self._copied(x, super().sub_scaled_by_key(x, y, rates))
+        def kernel(values: list[Tensor]) -> None:
+            for (k, v), old in zip(x.items(), values):
+                rate = rates[k]
+                if isinstance(rate, Tensor) and rate.dim() == 0:
+                    rate = self.item(rate)
+                if isinstance(rate, Tensor):  # as `Kernels`, written in place
+                    old.sub_(y[k] * rate.to(v.dtype))
+                else:
+                    old.add_(y[k].to(v.dtype), alpha=-rate)
+
+        return self._into(
+            x, lambda: Kernels.sub_scaled_by_key(self, x, y, rates), kernel
+        )
 
     @override
     def orthogonalize(
         self, x: P, coefficients: tuple[float, float, float], steps: int, eps: float, /
     ) -> P:
-        if not self._mine(x):
-            return self._made(super().orthogonalize(x, coefficients, steps, eps))
-        return self._copied(x, super().orthogonalize(x, coefficients, steps, eps))
+        return self._into(
+            x, lambda: Kernels.orthogonalize(self, x, coefficients, steps, eps)
+        )
 
     @override
     def apply(self, x: P, fn: Callable[..., Tensor], /, *others: ParamDict) -> P:
-        if not self._mine(x):
-            return self._made(super().apply(x, fn, *others))
-        return self._copied(x, super().apply(x, fn, *others))
+        return self._into(x, lambda: Kernels.apply(self, x, fn, *others))

@@ -5,7 +5,6 @@ See `_kernels.py` for the vocabulary and its functional implementation.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 from typing_extensions import override
 
@@ -48,7 +47,5 @@ class RecordedKernels(Kernels):
         return x.add(a.div(b))
 
     @override
-    def _sub_scaled(self, x: Tensor, y: Tensor, rate: float | Tensor) -> Tensor:
-        if isinstance(rate, Tensor):
-            return torch.sub(x, y * rate.to(x.dtype))  # a tensor: differentiable
-        return torch.add(x, y.to(x.dtype), alpha=-rate)
+    def item(self, value: Tensor, /) -> float | Tensor:
+        return value  # recorded: a tensor stays one, differentiably

@@ -21,20 +21,17 @@ __all__ = ["Adadelta", "AdadeltaState"]
 
 @register_state
 class AdadeltaState(NamedTuple):
-    """The state of `Adadelta`.
+    """The state of `Adadelta`: two running averages between `step` and `schedule`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         square_avg: The running average of the squared gradients.
         acc_delta: The running average of the squared updates.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
         >>> opt = optim.Adadelta(rho=0.5)
         >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> grads = ParamDict(w=torch.tensor([2.0, 2.0]))
-        >>> _, state = opt.step(params, grads, opt.init(params))
+        >>> state = opt.step(params, params.full_like(2.0), opt.init(params))[1]
         >>> state.square_avg["w"]
         tensor([2., 2.])
     """
@@ -52,19 +49,15 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adadelta`, so
     a run gives the same parameters: the update is the gradient times
     `sqrt(acc_delta + eps) / sqrt(square_avg + eps)`, scaled by `lr`. The
-    attributes below are the constructor's keyword arguments.
+    attributes below are the constructor's keyword arguments, with `maximize` and
+    `differentiable` (see `TorchOptimizer`).
 
     Attributes:
-        lr: Coefficient that scales the update: a number, a 0-dim tensor
-            (learnable with `differentiable=True`), a ParamDict of per-key
-            values, or a schedule such as
-            `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
+        lr: The coefficient that scales the update, in any rate form (a
+            schedule too).
         rho: Smoothing constant of the running averages, in [0, 1].
         eps: Term added inside the square roots for numerical stability.
-        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
-            or a ParamDict of per-key values.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
+        weight_decay: The L2 penalty added to the gradient, in any rate form.
 
     Raises:
         ValueError: If a rate or `eps` is negative or `rho` is outside [0, 1];
@@ -72,8 +65,7 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0]))
         >>> opt = optim.Adadelta(rho=0.0, eps=0.0)
         >>> state = opt.init(params)
@@ -89,39 +81,30 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
     eps: float = non_negative(1e-6)
     weight_decay: Rate = 0.0
 
+    @override
     def init_state(self, params: ParamDict, /) -> AdadeltaState:
-        """Return the first state: step 0 and zero averages.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `AdadeltaState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.Adadelta().init(ParamDict(w=torch.ones(2))).acc_delta["w"]
-            tensor([0., 0.])
-        """
+        """Return the first state: step 0 and zero averages."""
         return AdadeltaState(
             self.counter(params), params.zeros_like(), params.zeros_like()
         )
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: AdadeltaState, ops: Kernels, /
-    ) -> tuple[ParamDict, AdadeltaState]:
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: AdadeltaState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
         rho, eps = self.rho, self.eps
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
-        square_avg = ops.mul(state.square_avg, rho)
+        square_avg = ops.mul(buffers.square_avg, rho)
         square_avg = ops.addcmul(square_avg, grads, grads, 1 - rho)
         std = ops.sqrt(ops.add(ops.borrowed(square_avg), eps))
-        delta = ops.sqrt(ops.add(ops.borrowed(state.acc_delta), eps))
+        delta = ops.sqrt(ops.add(ops.borrowed(buffers.acc_delta), eps))
         delta = ops.mul(ops.div(delta, std), grads)
-        acc_delta = ops.mul(state.acc_delta, rho)
+        acc_delta = ops.mul(buffers.acc_delta, rho)
         acc_delta = ops.addcmul(acc_delta, delta, delta, 1 - rho)
-        new_params = ops.sub_scaled(params, delta, self.rate("lr", step, state))
-        return new_params, AdadeltaState(
-            step, square_avg, acc_delta, self.next_schedule(state)
-        )
+        return ops.sub_scaled(params, delta, lr), (square_avg, acc_delta)

@@ -24,20 +24,18 @@ __all__ = ["Adafactor", "AdafactorState"]
 
 @register_state
 class AdafactorState(NamedTuple):
-    """The state of `Adafactor`.
+    """The state of `Adafactor`: `step`, the second moments, `schedule`.
 
     Entries of two or more dimensions keep factored second moments (`row_var`,
     `col_var`, averaged over the last and the second-to-last dimension); the
     others keep a full one (`variance`). Each buffer holds only its own keys.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         row_var: Per matrix: the running mean of the squared gradient over the
             last dimension (its shape with the last dimension 1).
         col_var: Per matrix: the same over the second-to-last dimension.
         variance: Per entry of fewer than two dimensions: the running mean of
             the squared gradient.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -153,29 +151,28 @@ class Adafactor(TorchOptimizer[AdafactorState]):
     double-precision tensors, and the final per-entry factor is read as the
     number torch uses in the default mode (a tensor under `torch.compile` and
     with `differentiable=True`). The attributes below are the constructor's
-    keyword arguments.
+    keyword arguments, with `maximize` and `differentiable` (see
+    `TorchOptimizer`).
 
     Attributes:
-        lr: Learning rate (the cap of the relative step size): a number, a
-            0-dim tensor, a per-key ParamDict, or a schedule.
+        lr: The learning rate (the cap of the relative step size), in any of
+            its forms (a schedule too).
         beta2_decay: The exponent of the second-moment decay: the running
             means move by `step ** beta2_decay` each step; `<= 0`.
         eps: `(eps1, eps2)`: the least second moment (`None`: the machine
             epsilon of each entry's dtype) and the least parameter RMS.
         d: The clipping threshold of the update's RMS, `>= 1`.
-        weight_decay: Decoupled weight decay, in any of the rate forms.
+        weight_decay: The decoupled weight decay, in any rate form.
         foreach: Accepted for torch.optim's signature; the foreach kernels are
             used wherever they exist.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
 
     Raises:
-        ValueError: If a hyperparameter is out of range; the message names it.
-        TypeError: If a hyperparameter is of the wrong kind.
+        ValueError: If `beta2_decay` is positive, `d` below 1, an `eps` or a
+            rate negative; the message names the argument.
+        TypeError: If a hyperparameter is of the wrong kind (`eps` not a pair).
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.ones(2, 2))
         >>> opt = optim.Adafactor(lr=0.1)
         >>> state = opt.init(params)
@@ -196,23 +193,9 @@ class Adafactor(TorchOptimizer[AdafactorState]):
     weight_decay: Rate = 0.0
     foreach: bool | None = attrs.field(default=None, validator=_check_foreach)
 
+    @override
     def init_state(self, params: ParamDict, /) -> AdafactorState:
-        """Return the first state: step 0 and zero second moments.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `AdafactorState`: `row_var` and `col_var` for the entries of two
-            or more dimensions, `variance` for the others.
-
-        Example:
-            >>> from paramdict import optim
-            >>> opt = optim.Adafactor()
-            >>> opt.init(ParamDict(w=torch.ones(2, 3))).row_var["w"]
-            tensor([[0.],
-                    [0.]])
-        """
+        """Return the first state: step 0 and zero second moments."""
         _check_not_empty(params)
         matrices = params.filter(lambda _, v: v.dim() > 1)
         vectors = params.filter(lambda _, v: v.dim() <= 1)
@@ -298,13 +281,16 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         col_mean = ops.apply(ops.borrowed(matrix_grads), _col_mean)
         col_var = ops.lerp(state.col_var, col_mean, weight)
 
+        # Each writes only into the tensor it made, as torch's in-place steps.
         def factored(r: Tensor, c: Tensor) -> Tensor:
-            return (r @ c).div(
+            return (r @ c).div_(
                 r.mean(dim=-2, keepdim=True).clamp(min=self._eps1(r.dtype))
             )
 
         def scaled(v: Tensor, g: Tensor) -> Tensor:
-            return v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt().mul(g)
+            inverse = v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt_()
+            # Recorded, autograd keeps `rsqrt`'s result for the backward pass.
+            return inverse.mul(g) if torch.is_grad_enabled() else inverse.mul_(g)
 
         estimate = ops.apply(ops.borrowed(row_var), factored, col_var)
         vector_grads = ops.subset(grads, vector_keys)

@@ -22,21 +22,18 @@ __all__ = ["Adagrad", "AdagradState"]
 
 @register_state
 class AdagradState(NamedTuple):
-    """The state of `Adagrad`.
+    """The state of `Adagrad`: `step`, `sum` and `schedule` (see `TorchOptimizer`).
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         sum: The accumulated squared gradients, keyed like the parameters.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
-        >>> opt = optim.Adagrad()
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> opt = optim.Adagrad(initial_accumulator_value=0.5)
         >>> grads = ParamDict(w=torch.tensor([2.0, 3.0]))
-        >>> _, state = opt.step(params, grads, opt.init(params))
-        >>> state.sum["w"]
-        tensor([4., 9.])
+        >>> state = opt.init(grads)
+        >>> state.sum["w"], opt.step(grads, grads, state)[1].sum["w"]
+        (tensor([0.5000, 0.5000]), tensor([4.5000, 9.5000]))
     """
 
     step: Tensor
@@ -52,19 +49,14 @@ class Adagrad(TorchOptimizer[AdagradState]):
     run gives the same parameters. The decayed learning rate
     `lr / (1 + (step - 1) * lr_decay)` is computed in double precision from a
     step-count tensor. The attributes below are the constructor's keyword
-    arguments.
+    arguments, with `maximize` and `differentiable` (see `TorchOptimizer`).
 
     Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
+        lr: The learning rate, in any of its forms (a schedule too).
         lr_decay: Learning-rate decay per step.
-        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
-            or a ParamDict of per-key values.
+        weight_decay: The L2 penalty added to the gradient, in any rate form.
         initial_accumulator_value: Starting value of the accumulated squares.
         eps: Term added to the denominator for numerical stability.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
         fused: Which kernels an eager, non-differentiable step uses. `None`
             (the default): torch's fused kernel wherever the step allows it
             (every entry float32 or float64 on one device that has the kernel,
@@ -79,8 +71,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0]))
         >>> opt = optim.Adagrad(lr=0.5)
         >>> state = opt.init(params)
@@ -98,21 +89,9 @@ class Adagrad(TorchOptimizer[AdagradState]):
     eps: float = non_negative(1e-10)
     fused: bool | None = fused_option()
 
+    @override
     def init_state(self, params: ParamDict, /) -> AdagradState:
-        """Return the first state: step 0, sums at `initial_accumulator_value`.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `AdagradState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> opt = optim.Adagrad(initial_accumulator_value=0.1)
-            >>> opt.init(ParamDict(w=torch.ones(2))).sum["w"]
-            tensor([0.1000, 0.1000])
-        """
+        """Return the first state: step 0, sums at `initial_accumulator_value`."""
         return AdagradState(
             self.counter(params), params.full_like(self.initial_accumulator_value)
         )
@@ -147,16 +126,18 @@ class Adagrad(TorchOptimizer[AdagradState]):
         return state
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: AdagradState, ops: Kernels, /
-    ) -> tuple[ParamDict, AdagradState]:
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
-        minus_clr = -quotient(
-            self.rate("lr", step, state), 1 + (step - 1) * self.lr_decay
-        )
-        total = ops.addcmul(state.sum, grads, grads)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: AdagradState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict]]:
+        minus_clr = -quotient(lr, 1 + (step - 1) * self.lr_decay)
+        total = ops.addcmul(buffers.sum, grads, grads)
         std = ops.add(ops.sqrt(ops.borrowed(total)), self.eps)
         # torch's `addcdiv(g, std, value=-clr)`, the rate multiplying `g` first.
-        new_params = ops.addcdiv(params, grads, std, minus_clr)
-        return new_params, AdagradState(step, total, self.next_schedule(state))
+        return ops.addcdiv(params, grads, std, minus_clr), (total,)

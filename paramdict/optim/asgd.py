@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 import attrs
 import torch
@@ -28,18 +28,16 @@ __all__ = ["ASGD", "ASGDState"]
 
 @register_state
 class ASGDState(NamedTuple):
-    """The state of `ASGD`.
+    """The state of `ASGD`: `step`, `eta`, `mu`, `ax` and `schedule`.
 
     `eta` and `mu` are 0-dim tensors in torch.optim's dtype for them (float32
     unless the default dtype is float64), which keeps its rounding; with a
     per-key learning rate `eta` is a ParamDict of per-key values in that dtype.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         eta: The step size of the next step.
         mu: The averaging coefficient of the next step.
         ax: The running average of the parameters, keyed like them.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -75,28 +73,23 @@ class ASGD(TorchOptimizer[ASGDState]):
     `1 - lambd * eta` and moves them by `-eta * grad`; the step size decays as
     `eta = lr / (1 + lambd * lr * t) ** alpha`, and from step `t0` on the
     state's `ax` averages the parameters (`mu = 1 / max(1, t - t0)`). The
-    attributes below are the constructor's keyword arguments.
+    attributes below are the constructor's keyword arguments, with `maximize`
+    and `differentiable` (see `TorchOptimizer`).
 
     Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`, through `eta`), a ParamDict of per-key
-            values, or a schedule such as
-            `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
+        lr: The learning rate, in any of its forms (a schedule too; a tensor
+            is learnable through `eta`).
         lambd: Decay term.
         alpha: Power of the step-size decay.
         t0: The step at which averaging starts.
-        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
-            or a ParamDict of per-key values.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
+        weight_decay: The L2 penalty added to the gradient, in any rate form.
 
     Raises:
         ValueError: If `lr` or `weight_decay` is negative; the message names it.
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
         >>> opt = optim.ASGD(lr=0.1, lambd=0.0)
         >>> state = opt.init(params)
@@ -113,21 +106,9 @@ class ASGD(TorchOptimizer[ASGDState]):
     t0: float = attrs.field(default=1e6, validator=check_number)
     weight_decay: Rate = 0.0
 
+    @override
     def init_state(self, params: ParamDict, /) -> ASGDState:
-        """Return the first state: step 0, `eta = lr`, `mu = 1`, `ax = 0`.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `ASGDState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.ASGD(lr=0.5).init(ParamDict(w=torch.ones(2)))
-            >>> state.eta, state.mu, state.ax["w"]
-            (tensor(0.5000), tensor(1.), tensor([0., 0.]))
-        """
+        """Return the first state: step 0, `eta = lr`, `mu = 1`, `ax = 0`."""
         counter = self.counter(params)
         dtype = state_scalar_dtype(counter.device)
         first = initial_rate(self.lr, params)
@@ -169,31 +150,50 @@ class ASGD(TorchOptimizer[ASGDState]):
         super().check_state(params, state)
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: ASGDState, ops: Kernels, /
-    ) -> tuple[ParamDict, ASGDState]:
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: ASGDState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[Any, ...]]:  # `eta` and `mu` are scalars, not buffers
         lambd = self.lambd
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
-        # torch reads `eta` as a number: a double of the stored value.
-        eta = state.eta.to(step.dtype)
+        # torch reads `eta` and `mu` as numbers (doubles of the stored values);
+        # traced or recorded they stay tensors.
+        eta: float | Tensor | ParamDict = buffers.eta.to(step.dtype)
+        if isinstance(eta, Tensor):
+            eta = ops.item(eta)
         params = ops.mul(params, _one_minus(lambd, eta))
         new_params = ops.sub_scaled(params, grads, eta)
-        ax = ops.add_scaled(
-            state.ax,
-            ops.mul(ops.sub_scaled(ops.borrowed(new_params), state.ax, 1), state.mu),
-            1,
-        )
-        ax = ops.where(state.mu != 1, ax, new_params)
-        new_eta = _eta(self.rate("lr", step, state), lambd, self.alpha, step)
-        mu = 1 / torch.clamp(step - self.t0, min=1)
-        dtype = state.mu.dtype
-        return new_params, ASGDState(
-            step, new_eta.to(dtype), mu.to(dtype), ax, self.next_schedule(state)
-        )
+        mu = ops.item(buffers.mu)
+        if isinstance(mu, Tensor):  # no number to branch on: both sides, selected
+            ax = ops.where(
+                mu != 1, self._averaged(buffers.ax, new_params, mu, ops), new_params
+            )
+        elif mu != 1:
+            ax = self._averaged(buffers.ax, new_params, mu, ops)
+        else:  # the average starts at the parameters
+            ax = ops.copy(buffers.ax, new_params)
+        new_eta = _eta(lr, lambd, self.alpha, step)
+        new_mu = 1 / torch.clamp(step - self.t0, min=1)
+        dtype = buffers.mu.dtype
+        return new_params, (new_eta.to(dtype), new_mu.to(dtype), ax)
+
+    @staticmethod
+    def _averaged(
+        ax: ParamDict, params: ParamDict, mu: Rate, ops: Kernels
+    ) -> ParamDict:
+        """Return `ax + mu * (params - ax)`, rounded as torch.optim's ASGD."""
+        moved = ops.mul(ops.sub_scaled(ops.borrowed(params), ax, 1), mu)
+        return ops.add_scaled(ax, moved, 1)
 
 
-def _one_minus(lambd: float, eta: Tensor | ParamDict) -> Tensor | ParamDict:
+def _one_minus(
+    lambd: float, eta: float | Tensor | ParamDict
+) -> float | Tensor | ParamDict:
     """Return the decay factor `1 - lambd * eta`."""
     if isinstance(eta, ParamDict):
         return eta.map(lambda e: 1 - lambd * e)

@@ -32,12 +32,10 @@ NOT_A_MATRIX = (
 
 @register_state
 class MuonState(NamedTuple):
-    """The state of `Muon`.
+    """The state of `Muon`: `step`, a momentum buffer and `schedule`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         momentum_buffer: The momentum buffer, keyed like the parameters.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -108,12 +106,12 @@ class Muon(TorchOptimizer[MuonState]):
     torch.optim.Muon it has no `maximize`. A 0-dim tensor `lr` is read as a
     number (as torch reads it) in the default mode and stays a tensor with
     `differentiable=True`. The attributes below are the constructor's keyword
-    arguments.
+    arguments, with `differentiable` (see `TorchOptimizer`).
 
     Attributes:
-        lr: Learning rate: a number, a 0-dim tensor, a per-key ParamDict, or
-            a schedule (`CyclicLR` and `OneCycleLR` cycle `momentum` too).
-        weight_decay: Decoupled weight decay, in any of the same forms.
+        lr: The learning rate, in any of its forms (of the schedules,
+            `CyclicLR` and `OneCycleLR` cycle `momentum` too).
+        weight_decay: The decoupled weight decay, in any rate form.
         momentum: Momentum factor.
         nesterov: Use Nesterov momentum.
         ns_coefficients: The coefficients `(a, b, c)` of the Newton-Schulz
@@ -123,15 +121,14 @@ class Muon(TorchOptimizer[MuonState]):
         adjust_lr_fn: `None` or `"original"` (`lr * sqrt(max(1, rows / cols))`),
             `"match_rms_adamw"` (`0.2 * lr * sqrt(max(rows, cols))`), or
             `"spectral_unclamped"` (`lr * sqrt(rows / cols)`, as torch 2.14 has it).
-        differentiable: Keep the autograd graph through `step` (see `step`).
 
     Raises:
-        ValueError: If a hyperparameter is out of range; the message names it.
+        ValueError: If a rate, `momentum` or `eps` is negative, `ns_steps` is
+            not in [0, 100) or `adjust_lr_fn` is unknown; the message names it.
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.eye(2))
         >>> opt = optim.Muon(lr=0.1, weight_decay=0.0)
         >>> state = opt.init(params)
@@ -142,6 +139,7 @@ class Muon(TorchOptimizer[MuonState]):
     """
 
     state_type: ClassVar[type[MuonState]] = MuonState
+    decoupled_decay: ClassVar[bool] = True
 
     lr: LearningRate = 1e-3
     weight_decay: Rate = 0.1
@@ -163,24 +161,9 @@ class Muon(TorchOptimizer[MuonState]):
             msg = f"`nesterov` must be True or False, got {self.nesterov!r}."
             raise TypeError(msg)
 
+    @override
     def init_state(self, params: ParamDict, /) -> MuonState:
-        """Return the first state: step 0 and a zero momentum buffer.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            A `MuonState`.
-
-        Raises:
-            ValueError: If an entry is not 2-D or is empty; the message names them.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.Muon().init(ParamDict(w=torch.ones(2, 3))).momentum_buffer["w"]
-            tensor([[0., 0., 0.],
-                    [0., 0., 0.]])
-        """
+        """Return step 0 and a zero buffer; refuse non-2-D or empty entries by name."""
         bad = sorted(k for k, v in params.items() if v.dim() != 2)
         if bad:
             shapes = ", ".join(f"{k!r}: {tuple(params[k].shape)}" for k in bad)
@@ -206,13 +189,18 @@ class Muon(TorchOptimizer[MuonState]):
         return {k: lr * r for k, r in ratios.items()}
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: MuonState, ops: Kernels, /
-    ) -> tuple[ParamDict, MuonState]:
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        momentum = self.cycled("momentum", state)
-        buffer = ops.lerp(state.momentum_buffer, grads, 1 - momentum)
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: MuonState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict]]:
+        momentum = self.cycled("momentum", buffers)
+        buffer = ops.lerp(buffers.momentum_buffer, grads, 1 - momentum)
         if self.nesterov:
             update = ops.lerp(grads, buffer, momentum)
         else:
@@ -220,6 +208,5 @@ class Muon(TorchOptimizer[MuonState]):
         update = ops.orthogonalize(
             update, self.ns_coefficients, self.ns_steps, self.eps
         )
-        params = ops.decay(params, lr, self.rate("weight_decay", step))
         new_params = ops.sub_scaled_by_key(params, update, self._adjusted(params, lr))
-        return new_params, MuonState(step, buffer, self.next_schedule(state))
+        return new_params, (buffer,)

@@ -22,23 +22,20 @@ __all__ = ["RMSprop", "RMSpropState"]
 
 @register_state
 class RMSpropState(NamedTuple):
-    """The state of `RMSprop`.
+    """The state of `RMSprop`; `step` and `schedule` are as in `TorchOptimizer`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         square_avg: The running average of the squared gradients.
         momentum_buffer: The momentum buffer; empty when `momentum == 0`.
         grad_avg: The running average of the gradients; empty unless `centered`.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
-        >>> opt = optim.RMSprop(alpha=0.5)
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> grads = ParamDict(w=torch.tensor([2.0, 2.0]))
-        >>> _, state = opt.step(params, grads, opt.init(params))
-        >>> state.square_avg["w"]
-        tensor([2., 2.])
+        >>> opt = optim.RMSprop(alpha=0.5, centered=True)
+        >>> grads = ParamDict(w=torch.ones(2))
+        >>> state = opt.step(grads, grads * 2, opt.init(grads))[1]
+        >>> state.square_avg["w"], state.grad_avg["w"], len(state.momentum_buffer)
+        (tensor([2., 2.]), tensor([1., 1.]), 0)
     """
 
     step: Tensor
@@ -54,21 +51,17 @@ class RMSprop(TorchOptimizer[RMSpropState]):
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.RMSprop`, so a
     run gives the same parameters. The attributes below are the constructor's
-    keyword arguments.
+    keyword arguments, with `maximize` and `differentiable` (see
+    `TorchOptimizer`).
 
     Attributes:
-        lr: Learning rate: a number, a 0-dim tensor (learnable with
-            `differentiable=True`), a ParamDict of per-key values, or a
-            schedule such as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
+        lr: The learning rate, in any of its forms (a schedule too).
         alpha: Smoothing constant of the running averages, in [0, 1].
         eps: Term added to the denominator for numerical stability.
-        weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
-            or a ParamDict of per-key values.
+        weight_decay: The L2 penalty added to the gradient, in any rate form.
         momentum: Momentum factor.
         centered: Normalize by an estimate of the gradient's variance instead of
             its second moment.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
 
     Raises:
         ValueError: If a hyperparameter is negative or `alpha` is above 1; the
@@ -76,8 +69,7 @@ class RMSprop(TorchOptimizer[RMSpropState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0]))
         >>> opt = optim.RMSprop(lr=0.01, alpha=0.75)
         >>> state = opt.init(params)
@@ -99,21 +91,9 @@ class RMSprop(TorchOptimizer[RMSpropState]):
     momentum: float = non_negative(0.0)
     centered: bool = flag()
 
+    @override
     def init_state(self, params: ParamDict, /) -> RMSpropState:
-        """Return the first state: step 0 and zero averages.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `RMSpropState`; buffers for options that are off are empty.
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.RMSprop(centered=True).init(ParamDict(w=torch.ones(2)))
-            >>> state.square_avg["w"], state.grad_avg["w"], len(state.momentum_buffer)
-            (tensor([0., 0.]), tensor([0., 0.]), 0)
-        """
+        """Return the first state: step 0 and zero averages."""
         return RMSpropState(
             self.counter(params),
             params.zeros_like(),
@@ -122,17 +102,21 @@ class RMSprop(TorchOptimizer[RMSpropState]):
         )
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: RMSpropState, ops: Kernels, /
-    ) -> tuple[ParamDict, RMSpropState]:
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: RMSpropState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict, ParamDict]]:
         alpha = self.alpha
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        momentum = self.cycled("momentum", state)
-        grads = self.prologue(params, grads, step, ops)
-        square_avg = ops.mul(state.square_avg, alpha)
+        momentum = self.cycled("momentum", buffers)
+        square_avg = ops.mul(buffers.square_avg, alpha)
         square_avg = ops.addcmul(square_avg, grads, grads, 1 - alpha)
-        grad_avg = state.grad_avg
+        grad_avg = buffers.grad_avg
         if self.centered:
             grad_avg = ops.lerp(grad_avg, grads, 1 - alpha)
             variance = ops.addcmul(ops.borrowed(square_avg), grad_avg, grad_avg, -1)
@@ -140,12 +124,10 @@ class RMSprop(TorchOptimizer[RMSpropState]):
         else:
             avg = ops.sqrt(ops.borrowed(square_avg))
         avg = ops.add(avg, self.eps)
-        buffer = state.momentum_buffer
+        buffer = buffers.momentum_buffer
         if self.momentum > 0:
             buffer = ops.addcdiv(ops.mul(buffer, momentum), grads, avg)
             new_params = ops.sub_scaled(params, buffer, lr)
         else:
             new_params = ops.addcdiv(params, grads, avg, -lr)
-        return new_params, RMSpropState(
-            step, square_avg, buffer, grad_avg, self.next_schedule(state)
-        )
+        return new_params, (square_avg, buffer, grad_avg)

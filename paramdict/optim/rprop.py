@@ -56,13 +56,11 @@ def _check_step_sizes(instance: object, attribute: Any, value: Any) -> None:
 
 @register_state
 class RpropState(NamedTuple):
-    """The state of `Rprop`.
+    """The state of `Rprop`: `step`, `prev`, `step_size`, `schedule`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         prev: The previous step's gradient (zero where its sign flipped).
         step_size: The per-entry step sizes, starting at `lr`.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -90,7 +88,8 @@ class Rprop(TorchOptimizer[RpropState]):
     the gradient keeps its sign, shrinks by `etas[0]` when it flips (and that
     step is skipped), and stays within `step_sizes`. `lr` is the first step
     size. Like torch.optim's, Rprop has no weight decay. The attributes below
-    are the constructor's keyword arguments.
+    are the constructor's keyword arguments, with `maximize` and
+    `differentiable` (see `TorchOptimizer`).
 
     Attributes:
         lr: The initial step size: a number, a 0-dim tensor, a ParamDict of
@@ -99,8 +98,6 @@ class Rprop(TorchOptimizer[RpropState]):
         etas: `(etaminus, etaplus)`, the factors that shrink and grow the step
             sizes, with `0 < etaminus < 1 < etaplus`.
         step_sizes: `(min, max)`, the bounds of the step sizes.
-        maximize: Maximize the objective instead of minimizing it.
-        differentiable: Keep the autograd graph through `step` (see `step`).
 
     Raises:
         ValueError: If `lr` is negative, or `etas` or `step_sizes` is out of
@@ -108,8 +105,7 @@ class Rprop(TorchOptimizer[RpropState]):
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
-        >>> import torch
-        >>> from paramdict import ParamDict, optim
+        >>> from paramdict import optim
         >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
         >>> opt = optim.Rprop(lr=0.1)
         >>> state = opt.init(params)
@@ -130,20 +126,9 @@ class Rprop(TorchOptimizer[RpropState]):
         default=(1e-6, 50), validator=_check_step_sizes
     )
 
+    @override
     def init_state(self, params: ParamDict, /) -> RpropState:
-        """Return the first state: step 0, zero `prev`, step sizes at `lr`.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `RpropState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.Rprop(lr=0.5).init(ParamDict(w=torch.ones(2))).step_size["w"]
-            tensor([0.5000, 0.5000])
-        """
+        """Return the first state: step 0, zero `prev`, step sizes at `lr`."""
         counter = self.counter(params)
         # A schedule's first value: torch reads `lr` only to fill the step sizes.
         first = initial_rate(self.lr, params)
@@ -151,24 +136,30 @@ class Rprop(TorchOptimizer[RpropState]):
         return RpropState(counter, params.zeros_like(), params.zeros_like().add(lr))
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: RpropState, ops: Kernels, /
-    ) -> tuple[ParamDict, RpropState]:
+    def math(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        buffers: RpropState,
+        step: Tensor,
+        lr: Rate,
+        ops: Kernels,
+        /,
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
         etaminus, etaplus = self.etas
         step_size_min, step_size_max = self.step_sizes
-        step = self.next_step(state)
-        grads = self.prologue(params, grads, step, ops)
         # The factor for each entry: etaplus where the gradient kept its sign,
         # etaminus where it flipped, 1 where either is zero (torch's order; the
-        # sign is exactly 1, -1 or 0, and etaplus > 1 > etaminus > 0).
-        sign = ops.sign(ops.mul(ops.borrowed(grads), state.prev))
+        # sign is exactly 1, -1 or 0, and etaplus > 1 > etaminus > 0). It is
+        # computed in `prev`'s memory, which then takes the new `prev`.
+        sign = ops.sign(ops.mul(buffers.prev, grads))
+        flipped = ops.eq(sign, -1)
         sign = ops.masked_fill(sign, ops.eq(sign, 1), etaplus)
-        sign = ops.masked_fill(sign, ops.eq(sign, -1), etaminus)
+        sign = ops.masked_fill(sign, flipped, etaminus)
         sign = ops.masked_fill(sign, ops.eq(sign, 0), 1)
-        step_size = ops.mul(state.step_size, sign)
+        step_size = ops.mul(buffers.step_size, sign)
         step_size = ops.clamp(step_size, step_size_min, step_size_max)
         # Where the sign flipped the step is skipped and forgotten.
-        grads = ops.masked_fill(grads, ops.eq(sign, etaminus), 0)
-        direction = ops.sign(ops.borrowed(grads))
-        new_params = ops.addcmul(params, direction, step_size, -1)
-        return new_params, RpropState(step, grads, step_size, self.next_schedule(state))
+        prev = ops.masked_fill(ops.copy(sign, grads), flipped, 0)
+        direction = ops.sign(ops.borrowed(prev))
+        return ops.addcmul(params, direction, step_size, -1), (prev, step_size)
