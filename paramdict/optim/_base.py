@@ -11,12 +11,10 @@ defaults), its first state (`init_state`) and its rule (`update`).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 
 import attrs
-import torch
 from torch import Tensor
 from typing_extensions import override
 
@@ -32,9 +30,10 @@ from ._hyper import (
     new_counter,
 )
 from ._kernels import Kernels
-from ._keyed import check_keyed, check_real
+from ._keyed import check_real
 from ._protocol import Optimizer, recall, remember
 from ._slot import slot_rules
+from ._state_check import check_buffers
 from ._vouch import vouch, vouched
 
 if TYPE_CHECKING:  # types only: at run time the schedules are reached via `_slot`
@@ -217,69 +216,12 @@ class TorchOptimizer(Optimizer[S]):
             slot_rules().check_slot(self, self.lr, given.schedule)
         if vouched(self, params, given):  # these very objects passed before
             return
-        self._check_buffers(params, given)
+        check_buffers(self, params, given)
         vouch(self, params, given)
 
     @override
     def _vouch(self, params: ParamDict, state: S, /) -> None:
         vouch(self, params, cast("tuple[object, ...]", state))
-
-    def _check_buffers(self, params: ParamDict, given: Any, /) -> None:
-        for field, buffer in zip(given._fields, given):
-            if field in ("step", "schedule"):
-                continue
-            if isinstance(buffer, ParamDict) and not buffer:
-                # Eager only: a cache filled while tracing would recompile.
-                if (
-                    params
-                    and not torch.compiler.is_compiling()
-                    and field in self._needed_buffers(params)
-                ):
-                    self._refuse_missing(field)
-                continue
-            if isinstance(buffer, Tensor) and buffer.dim() == 0:
-                continue  # a scalar of the state, such as NAdam's `mu_product`
-            what = f"The state's `{field}`"
-            if not isinstance(buffer, ParamDict):
-                msg = f"{what} must be a ParamDict, got {type(buffer).__name__}."
-                raise TypeError(msg)
-            if buffer.keys() != params.keys():
-                check_rate_keys(params, field, buffer)
-            check_keyed(params, buffer, what=what)
-
-    def _needed_buffers(self, params: ParamDict) -> frozenset[str]:
-        """Return the fields that `init_state` fills for non-empty `params`.
-
-        Which buffers a state keeps depends on the options alone (`amsgrad`,
-        `centered`, `momentum`), so the verdict is computed once per optimizer,
-        from `init_state` on meta copies of `params` (nothing is allocated).
-        """
-        cached = _NEEDED.get(self)
-        if cached is not None:
-            return cached
-        probe = ParamDict(
-            {k: torch.empty_like(v, device="meta") for k, v in params.items()}
-        )
-        first: Any = self.init_state(probe)
-        needed = frozenset(
-            field
-            for field, buffer in zip(first._fields, first)
-            if isinstance(buffer, ParamDict) and buffer
-        )
-        _NEEDED[self] = needed
-        return needed
-
-    def _refuse_missing(self, field: str) -> None:
-        name = type(self).__name__
-        option = self.buffer_options.get(field)
-        why = f"`{option}` needs it" if option is not None else "its options need it"
-        msg = (
-            f"The state's `{field}` is empty, but `{name}` keeps that buffer: "
-            f"{why}, and the state comes from an optimizer without it. Start a new "
-            f"state with `init`, or add the buffer: "
-            f"`state._replace({field}=params.zeros_like())`."
-        )
-        raise ValueError(msg)
 
     # ------------------------------------------------------------ rule pieces
 
@@ -624,8 +566,3 @@ class TorchOptimizer(Optimizer[S]):
             tensor(0., dtype=torch.float64)
         """
         return new_counter(params)
-
-
-_NEEDED: weakref.WeakKeyDictionary[TorchOptimizer[Any], frozenset[str]] = (
-    weakref.WeakKeyDictionary()
-)

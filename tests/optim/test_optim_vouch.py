@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from paramdict import ParamDict, optim
-from paramdict.optim import _vouch
+from paramdict.optim import _state_check, _vouch
 
 
 def _setup() -> tuple[ParamDict, ParamDict, optim.Adam, optim.AdamState]:
@@ -23,13 +23,13 @@ def _setup() -> tuple[ParamDict, ParamDict, optim.Adam, optim.AdamState]:
 
 def _count_full_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    original = optim.TorchOptimizer._check_buffers  # pyright: ignore[reportPrivateUsage]
+    original = _state_check.check_buffers
 
-    def counted(self: Any, params: ParamDict, state: Any) -> None:
+    def counted(opt: Any, params: ParamDict, state: Any) -> None:
         calls.append(1)
-        original(self, params, state)
+        original(opt, params, state)
 
-    monkeypatch.setattr(optim.TorchOptimizer, "_check_buffers", counted)
+    monkeypatch.setattr("paramdict.optim._base.check_buffers", counted)
     return calls
 
 
