@@ -32,10 +32,6 @@ class Lion(optim.TorchOptimizer[LionState]):
     betas: tuple[float, float] = (0.9, 0.99)
     weight_decay: optim.Rate = 0.0
 
-    def init_state(self, params: ParamDict, /) -> LionState:
-        """Return step 0 and a zero running average."""
-        return LionState(self.counter(params), params.zeros_like())
-
     def math(
         self,
         params: ParamDict,
