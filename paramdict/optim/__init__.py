@@ -44,7 +44,7 @@ from ._base import TorchOptimizer
 from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
-from ._kernels import KernelVocabulary, Kernels
+from ._kernels import Kernels, KernelVocabulary
 from ._kernels_inplace import InPlaceKernels
 from ._kernels_recorded import RecordedKernels
 from ._protocol import Optimizer, register_state

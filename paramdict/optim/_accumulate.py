@@ -13,7 +13,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._clip import ClipGradNorm
-from ._hyper import check_counter, is_traced, new_counter
+from ._hyper import check_count, check_counter, is_traced, new_counter
 from ._kernels import Kernels
 from ._keyed import check_keyed, requires_grad_like
 from ._protocol import Optimizer, _traced, recall, register_state, remember
@@ -46,15 +46,6 @@ class MultiStepsState(NamedTuple):
     mini_step: Tensor
     acc_grads: ParamDict
     inner_state: Any
-
-
-def _check_every_k(instance: object, attribute: Any, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
-        raise TypeError(msg)
-    if value < 1:
-        msg = f"`{attribute.name}` must be at least 1, got {value!r}."
-        raise ValueError(msg)
 
 
 def _check_reduction(instance: object, attribute: Any, value: Any) -> None:
@@ -137,7 +128,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
     """
 
     optimizer: Optimizer[Any] = attrs.field(validator=_check_optimizer)
-    every_k: int = attrs.field(kw_only=True, validator=_check_every_k)
+    every_k: int = attrs.field(kw_only=True, validator=check_count)
     # pyright solves `attrs.field`'s type from the default and widens it to str.
     reduction: Literal["mean", "sum"] = attrs.field(  # pyright: ignore[reportAssignmentType]
         default="mean", kw_only=True, validator=_check_reduction

@@ -71,6 +71,14 @@ class TorchOptimizer(Optimizer[S]):
     parameters, per-key rates, gradients and states, and gives the rule its
     pieces: `rate`, `next_step` and `prologue`.
 
+    `Adam`, `AdamW`, `SGD` and `Adagrad` have torch's fused kernels and a `fused`
+    option for them. `None` (the default): the fused kernel wherever the step
+    allows it (every entry float32 or float64 on one device that has the kernel,
+    number or CPU-scheduled rates), bitwise `torch.optim` with `fused=True`, and
+    the foreach rule otherwise. `False`: always the foreach rule, bitwise
+    `torch.optim` with `foreach=True`. `True`: the fused kernel, and a step it
+    cannot take is refused (not with `differentiable=True`).
+
     Attributes:
         lr: The learning rate: a number, a 0-dim tensor, a per-key ParamDict,
             or a schedule (`optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`),
@@ -411,16 +419,8 @@ class TorchOptimizer(Optimizer[S]):
         It reads `lr` (scheduled or not), handles `maximize` and the weight decay
         (decoupled per `_decoupled`, else L2 in `prologue`), calls `math` and
         builds the new state: the counter, `math`'s buffers, the advanced
-        schedule. A rule may override it instead.
-
-        Args:
-            params: The current parameters.
-            grads: Their gradients.
-            state: The current state.
-            ops: The kernels to compute with.
-
-        Returns:
-            `(new_params, new_state)`.
+        schedule. A rule may override it instead. Arguments and result as
+        `Optimizer.update`.
 
         Raises:
             TypeError: If `math` returns other than one value per buffer field.

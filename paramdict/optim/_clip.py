@@ -136,13 +136,7 @@ class ClipGradNorm(Optimizer[S]):
         (torch's fused kernel on copies where it has one); otherwise (traced, or
         differentiable) its rule runs on them.
 
-        Args:
-            params: The parameters.
-            grads: Their gradients (a mapping with the same keys).
-            state: The state from `init` or a previous step.
-
-        Returns:
-            `(new_params, new_state)`.
+        Arguments and result as `Optimizer.step`.
 
         Example:
             >>> from paramdict import optim

@@ -13,6 +13,26 @@ way everywhere (`Adam(amsgrad="yes")` is a `TypeError`, as `NAdam`'s
 | `betas(default)` | a pair of real numbers, each in `[0, 1)` |
 | `fused_option()` | `None`, `True` or `False` (`True` only if not differentiable) |
 
+Each returns an attrs field, typed as its value for the class body:
+
+```python
+>>> import attrs
+>>> @attrs.frozen
+... class Options:
+...     amsgrad: bool = flag()
+...     eps: float = non_negative(1e-8)
+...     betas: tuple[float, float] = betas((0.9, 0.999))
+>>> Options(amsgrad="yes")
+Traceback (most recent call last):
+...
+TypeError: `amsgrad` must be True or False, got 'yes'.
+>>> Options(betas=(0.9, 1.0))
+Traceback (most recent call last):
+...
+ValueError: `betas[1]` must be in [0, 1), got 1.0.
+
+```
+
 `shared_last` is the field transformer that puts the options every optimizer
 shares (`maximize`, `differentiable`, declared once on `TorchOptimizer`) after
 a class's own, then `fused`, so the signature reads in torch.optim's order.
@@ -49,110 +69,31 @@ _TAIL = (*SHARED, "fused")
 
 
 def flag(default: bool = False) -> bool:
-    """Return an option that is `True` or `False`.
-
-    Args:
-        default: The default value.
-
-    Returns:
-        An attrs field (typed as its value for the class body).
-
-    Example:
-        >>> import attrs
-        >>> @attrs.frozen
-        ... class Options:
-        ...     amsgrad: bool = flag()
-        >>> Options(amsgrad="yes")
-        Traceback (most recent call last):
-        ...
-        TypeError: `amsgrad` must be True or False, got 'yes'.
-    """
+    """Return an option that is `True` or `False`."""
     field: bool = attrs.field(default=default, validator=check_flag)
     return field
 
 
 def non_negative(default: float) -> float:
-    """Return an option that is a finite real number `>= 0`.
-
-    Args:
-        default: The default value.
-
-    Returns:
-        An attrs field (typed as its value for the class body).
-
-    Example:
-        >>> import attrs
-        >>> @attrs.frozen
-        ... class Options:
-        ...     eps: float = non_negative(1e-8)
-        >>> Options(eps=-1.0)
-        Traceback (most recent call last):
-        ...
-        ValueError: `eps` must be non-negative, got -1.0.
-    """
+    """Return an option that is a finite real number `>= 0`."""
     field: float = attrs.field(default=default, validator=check_non_negative)
     return field
 
 
 def fraction(default: float) -> float:
-    """Return an option that is a real number in `[0, 1]`.
-
-    Args:
-        default: The default value.
-
-    Returns:
-        An attrs field (typed as its value for the class body).
-
-    Example:
-        >>> import attrs
-        >>> @attrs.frozen
-        ... class Options:
-        ...     alpha: float = fraction(0.99)
-        >>> Options(alpha=1.5)
-        Traceback (most recent call last):
-        ...
-        ValueError: `alpha` must be in [0, 1], got 1.5.
-    """
+    """Return an option that is a real number in `[0, 1]`."""
     field: float = attrs.field(default=default, validator=check_fraction)
     return field
 
 
 def betas(default: tuple[float, float]) -> tuple[float, float]:
-    """Return an option that is a pair of real numbers, each in `[0, 1)`.
-
-    Args:
-        default: The default pair.
-
-    Returns:
-        An attrs field (typed as its value for the class body).
-
-    Example:
-        >>> import attrs
-        >>> @attrs.frozen
-        ... class Options:
-        ...     betas: tuple[float, float] = betas((0.9, 0.999))
-        >>> Options(betas=(0.9, 1.0))
-        Traceback (most recent call last):
-        ...
-        ValueError: `betas[1]` must be in [0, 1), got 1.0.
-    """
+    """Return an option that is a pair of real numbers, each in `[0, 1)`."""
     field: tuple[float, float] = attrs.field(default=default, validator=check_betas)
     return field
 
 
 def fused_option() -> bool | None:
-    """Return the `fused` option: `None` (the default), `True` or `False`.
-
-    Returns:
-        An attrs field (typed as its value for the class body).
-
-    Example:
-        >>> from paramdict import optim
-        >>> optim.Adam(fused=True, differentiable=True)
-        Traceback (most recent call last):
-        ...
-        ValueError: `fused=True` needs `differentiable=False`: ...
-    """
+    """Return the `fused` option: `None` (the default), `True` or `False`."""
     field: bool | None = attrs.field(default=None, validator=check_fused)
     return field
 

@@ -474,13 +474,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         kernel on copies where its optimizer has one); otherwise (traced, or
         differentiable) the groups' rules run as one `update`.
 
-        Args:
-            params: The parameters.
-            grads: Their gradients (a mapping with the same keys).
-            state: The state from `init` or a previous step.
-
-        Returns:
-            `(new_params, new_state)`.
+        Arguments and result as `Optimizer.step`.
 
         Example:
             >>> from paramdict import optim

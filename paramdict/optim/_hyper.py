@@ -23,6 +23,7 @@ from .._paramdict import ParamDict
 __all__ = [
     "Rate",
     "check_betas",
+    "check_count",
     "check_flag",
     "check_fraction",
     "check_fused",
@@ -323,6 +324,16 @@ def check_rate_shapes(params: ParamDict, name: str, rate: ParamDict) -> None:
             "shape broadcasts to its parameter's (0-dim, or the parameter's shape) "
             "and no wider dtype."
         )
+        raise ValueError(msg)
+
+
+def check_count(instance: object, attribute: Any, value: Any) -> None:
+    """Raise unless `value` is an int `>= 1` (not a bool), naming the argument."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
+        raise TypeError(msg)
+    if value < 1:
+        msg = f"`{attribute.name}` must be at least 1, got {value!r}."
         raise ValueError(msg)
 
 

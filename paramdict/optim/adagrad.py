@@ -57,14 +57,9 @@ class Adagrad(TorchOptimizer[AdagradState]):
         weight_decay: The L2 penalty added to the gradient, in any rate form.
         initial_accumulator_value: Starting value of the accumulated squares.
         eps: Term added to the denominator for numerical stability.
-        fused: Which kernels an eager, non-differentiable step uses. `None`
-            (the default): torch's fused kernel wherever the step allows it
-            (every entry float32 or float64 on one device that has the kernel,
-            number or CPU-scheduled rates), bitwise `torch.optim` with
-            `fused=True`, and the
-            foreach rule otherwise. `False`: always the foreach rule, bitwise
-            `torch.optim` with `foreach=True`. `True`: the fused kernel, and a
-            step it cannot take is refused (not with `differentiable=True`).
+        fused: The kernels of an eager step: `None` (torch's fused kernel
+            where the step allows it), `False` (the foreach rule) or `True`
+            (the fused kernel, else a refusal); see `TorchOptimizer`.
 
     Raises:
         ValueError: If a hyperparameter is negative; the message names it.

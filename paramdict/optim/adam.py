@@ -93,14 +93,9 @@ class Adam(AdamOptions[AdamState]):
         decoupled_weight_decay: Decay the parameters directly (then this is
             `AdamW`).
         differentiable: Keep the autograd graph through `step` (see `step`).
-        fused: Which kernels an eager, non-differentiable step uses. `None`
-            (the default): torch's fused kernel wherever the step allows it
-            (every entry float32 or float64 on one device that has the kernel,
-            number or CPU-scheduled rates), bitwise `torch.optim` with
-            `fused=True`, and the
-            foreach rule otherwise. `False`: always the foreach rule, bitwise
-            `torch.optim` with `foreach=True`. `True`: the fused kernel, and a
-            step it cannot take is refused (not with `differentiable=True`).
+        fused: The kernels of an eager step: `None` (torch's fused kernel
+            where the step allows it), `False` (the foreach rule) or `True`
+            (the fused kernel, else a refusal); see `TorchOptimizer`.
 
     Raises:
         ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
-from ._hyper import check_non_negative
+from ._hyper import check_count, check_flag, check_non_negative
 from ._keyed import aligned_grads, check_grads, check_real
 from ._lbfgs_checks import Layout, check_lr, check_state, closure_result, layout_of
 from ._line_search import strong_wolfe
@@ -68,30 +68,15 @@ class LBFGSState(NamedTuple):
     layout: Layout = ()
 
 
-def _check_count(instance: object, attribute: Any, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
-        raise TypeError(msg)
-    if value < 1:
-        msg = f"`{attribute.name}` must be at least 1, got {value!r}."
-        raise ValueError(msg)
-
-
 def _check_max_eval(instance: object, attribute: Any, value: Any) -> None:
     if value is not None:
-        _check_count(instance, attribute, value)
+        check_count(instance, attribute, value)
 
 
 def _check_line_search(instance: object, attribute: Any, value: Any) -> None:
     if value not in (None, "strong_wolfe"):
         msg = f"`{attribute.name}` must be None or 'strong_wolfe', got {value!r}."
         raise ValueError(msg)
-
-
-def _check_flag(instance: object, attribute: Any, value: Any) -> None:
-    if not isinstance(value, bool):
-        msg = f"`{attribute.name}` must be True or False, got {value!r}."
-        raise TypeError(msg)
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -140,13 +125,13 @@ class LBFGS:
     """
 
     lr: float = attrs.field(default=1, validator=check_lr)
-    max_iter: int = attrs.field(default=20, validator=_check_count)
+    max_iter: int = attrs.field(default=20, validator=check_count)
     max_eval: int | None = attrs.field(default=None, validator=_check_max_eval)
     tolerance_grad: float = attrs.field(default=1e-7, validator=check_non_negative)
     tolerance_change: float = attrs.field(default=1e-9, validator=check_non_negative)
-    history_size: int = attrs.field(default=100, validator=_check_count)
+    history_size: int = attrs.field(default=100, validator=check_count)
     line_search_fn: str | None = attrs.field(default=None, validator=_check_line_search)
-    maximize: bool = attrs.field(default=False, validator=_check_flag)
+    maximize: bool = attrs.field(default=False, validator=check_flag)
 
     def init(self, params: ParamDict, /) -> LBFGSState:
         """Return the state before the first step (empty history).
