@@ -22,6 +22,13 @@ from paramdict import ParamDict, optim
 STEPS = 100
 
 
+# torch.optim.Adam's `decoupled_weight_decay`, newer than the oldest torch supported.
+_DECOUPLED = pytest.mark.skipif(
+    torch.__version__ < "2.7",
+    reason="torch.optim.Adam takes `decoupled_weight_decay` from torch 2.7 on",
+)
+
+
 @dataclass(frozen=True)
 class Case:
     """One optimizer of the library, as every optimizer test sees it."""
@@ -48,6 +55,19 @@ class Case:
     in_torch: bool = True
     """`theirs` is torch.optim's own class, whose state dicts `to_torch_state_dict`
     and `load_torch_state_dict` convert (False: a reference written in the tests)."""
+    second_order: bool = False
+    """torch.optim differentiates through its step (`differentiable=True`): the
+    second-order tests compare meta-gradients with it."""
+    bfloat16: bool = False
+    """The rule computes in bfloat16 (Muon's Newton-Schulz iterations): under vmap
+    a batched bfloat16 matmul rounds otherwise than one matrix at a time."""
+    marks: dict[str, Any] = field(default_factory=dict)
+    """pytest marks by trajectory id, and under `"class"` for the row's classes
+    (a torch.optim reference that needs a newer torch than the oldest supported)."""
+
+    def mark(self, key: str) -> Any:
+        """Return the marks of trajectory `key` (or `"class"`), `()` if none."""
+        return self.marks.get(key, ())
 
     def make(self) -> optim.Optimizer[Any]:
         """Return the rich configuration."""
@@ -177,6 +197,8 @@ TABLE: list[Case] = [
             "adam-decoupled",
             "adam-maximize",
         ),
+        second_order=True,
+        marks={"adam-decoupled": _DECOUPLED, "class": _DECOUPLED},
     ),
     Case(
         "adamw",
@@ -294,6 +316,7 @@ TABLE: list[Case] = [
         {"weight_decay": 0.05},
         classes=(optim.Muon, torch.optim.Muon),
         matrices_only=True,
+        bfloat16=True,
     ),
     Case(
         "nadam",
@@ -321,6 +344,7 @@ TABLE: list[Case] = [
         },
         ("nadam-weight-decay-maximize", "nadam-decoupled"),
         {"weight_decay": 0.1},
+        second_order=True,
     ),
     Case(
         "radam",
@@ -343,6 +367,7 @@ TABLE: list[Case] = [
         },
         ("radam-weight-decay-maximize", "radam-decoupled"),
         {"weight_decay": 0.1},
+        second_order=True,
     ),
     Case(
         "adamax",
@@ -360,6 +385,7 @@ TABLE: list[Case] = [
         },
         ("adamax-weight-decay-maximize",),
         {"weight_decay": 0.1},
+        second_order=True,
     ),
     Case(
         "adadelta",
@@ -376,6 +402,7 @@ TABLE: list[Case] = [
         },
         ("adadelta-weight-decay-maximize",),
         {"weight_decay": 0.1},
+        second_order=True,
     ),
     Case(
         "rprop",
@@ -393,6 +420,7 @@ TABLE: list[Case] = [
         },
         ("rprop-etas-step-sizes",),
         {"etas": (0.3, 1.5)},
+        second_order=True,
     ),
     Case(
         "asgd",
@@ -413,6 +441,7 @@ TABLE: list[Case] = [
         # (single-tensor) ASGD (8e-8 apart in float64 here): not compared.
         (),
         {"lambd": 0.01, "t0": 10},
+        second_order=True,
     ),
     Case(
         "lion",
@@ -433,17 +462,6 @@ TABLE: list[Case] = [
         in_torch=False,
     ),
 ]
-
-# Rows that compute in bfloat16 (Muon's Newton-Schulz iterations): under vmap a
-# batched bfloat16 matmul rounds otherwise than one matrix at a time.
-BFLOAT16_ROWS = {"muon"}
-
-# Cases whose torch.optim reference needs a newer torch than the oldest supported.
-_DECOUPLED = pytest.mark.skipif(
-    torch.__version__ < "2.7",
-    reason="torch.optim.Adam takes `decoupled_weight_decay` from torch 2.7 on",
-)
-NEWER_TORCH = {"adam-decoupled": _DECOUPLED, "Adam": _DECOUPLED}
 
 
 def wrapped() -> list[tuple[str, optim.Optimizer[Any]]]:
@@ -470,9 +488,7 @@ def configured(*, combinators: bool = True) -> list[Any]:
 def trajectory_params(*, foreach_only: bool = False) -> list[Any]:
     """Return `(ours, theirs, kwargs)` for each trajectory option set, with marks."""
     return [
-        pytest.param(
-            case.ours, case.theirs, kwargs, id=name, marks=NEWER_TORCH.get(name, ())
-        )
+        pytest.param(case.ours, case.theirs, kwargs, id=name, marks=case.mark(name))
         for case in TABLE
         for name, kwargs in case.trajectories.items()
         if not foreach_only or name in case.foreach
@@ -506,12 +522,10 @@ def fused_trajectory_params() -> list[Any]:
 
 def classes() -> list[Any]:
     """Return `(ours, theirs)` for each row."""
-    rows = [(case.classes or (case.ours, case.theirs)) for case in TABLE]
     return [
-        pytest.param(
-            ours, theirs, id=ours.__name__, marks=NEWER_TORCH.get(ours.__name__, ())
-        )
-        for ours, theirs in rows
+        pytest.param(*pair, id=pair[0].__name__, marks=case.mark("class"))
+        for case in TABLE
+        for pair in [case.classes or (case.ours, case.theirs)]
     ]
 
 

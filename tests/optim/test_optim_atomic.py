@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from optim_cases import NEWER_TORCH, TABLE, Case
+from optim_cases import TABLE, Case
 from torch import Tensor, nn
 
 from paramdict import ParamDict, optim
@@ -86,7 +86,7 @@ def _cases() -> list[Any]:
             lambda trip, c=c: _with_schedule(c, trip),
             c,
             id=c.name,
-            marks=NEWER_TORCH.get(c.name, ()),
+            marks=c.mark(c.name),
         )
         for c in TABLE
     ]

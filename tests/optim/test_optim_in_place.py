@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from optim_cases import (
-    NEWER_TORCH,
     STEPS,
     TABLE,
     batches,
@@ -46,7 +45,7 @@ def _run_in_place(
 
 def _trajectories(*, fused_only: bool = False) -> list[Any]:
     return [
-        pytest.param(case, name, id=name, marks=NEWER_TORCH.get(name, ()))
+        pytest.param(case, name, id=name, marks=case.mark(name))
         for case in TABLE
         for name in case.trajectories
         if not fused_only or name in case.fused

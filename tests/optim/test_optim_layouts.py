@@ -18,7 +18,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from optim_cases import NEWER_TORCH, TABLE, Case, unfused
+from optim_cases import TABLE, Case, unfused
 from torch import Tensor, nn
 
 from paramdict import ParamDict, optim
@@ -142,9 +142,7 @@ def _configs() -> list[Any]:
                 continue
             name = case.name
             out.append(
-                pytest.param(
-                    case, mode, id=f"{name}-{mode}", marks=NEWER_TORCH.get(name, ())
-                )
+                pytest.param(case, mode, id=f"{name}-{mode}", marks=case.mark(name))
             )
     return out
 
@@ -280,7 +278,7 @@ def _einsum_loss(weight: Tensor, x: Tensor) -> Tensor:
 @pytest.mark.parametrize("in_place", [False, True], ids=["step", "step_"])
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(c, id=c.name, marks=NEWER_TORCH.get(c.name, ())) for c in TABLE],
+    [pytest.param(c, id=c.name, marks=c.mark(c.name)) for c in TABLE],
 )
 def test_einsum_layer_matches_torch(case: Case, in_place: bool) -> None:
     """An `einsum` layer (transposed gradients) trains as with torch.optim (float32)."""

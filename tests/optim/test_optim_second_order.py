@@ -13,9 +13,6 @@ from torch import Tensor
 
 from paramdict import ParamDict, optim
 
-# The rows checked here; torch.optim runs each of them with `differentiable=True`.
-SECOND_ORDER = ("adam", "nadam", "radam", "adamax", "adadelta", "rprop", "asgd")
-
 
 @pytest.fixture(autouse=True)
 def _double_default() -> Iterator[None]:
@@ -78,7 +75,7 @@ def _rows() -> list[Any]:
     return [
         pytest.param(case.ours, case.theirs, options, id=name)
         for case in TABLE
-        if case.name in SECOND_ORDER
+        if case.second_order
         for name, options in {
             **case.trajectories,
             f"{case.name}-rich": case.rich,

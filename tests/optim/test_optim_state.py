@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from optim_cases import BFLOAT16_ROWS, batches, configured, forward, make_model
+from optim_cases import TABLE, batches, configured, forward, make_model
 from torch.utils import _pytree as pytree
 
 from paramdict import ParamDict, optim
@@ -108,7 +108,7 @@ def test_vmap_steps_an_ensemble_like_separate_runs(
     opt: optim.Optimizer[Any], request: pytest.FixtureRequest
 ) -> None:
     """`torch.func.vmap` over init and step trains stacked members independently."""
-    bfloat16 = request.node.callspec.id in BFLOAT16_ROWS
+    bfloat16 = request.node.callspec.id in {c.name for c in TABLE if c.bfloat16}
     rtol, atol = (0.0, 2e-3) if bfloat16 else (None, None)
     members = [
         ParamDict(
