@@ -7,6 +7,7 @@ tests check that each optimizer's candidates agree and come back as a row.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,8 @@ def test_model_scale_rows_agree_and_carry_their_targets(
 
     # compiling each optimizer takes minutes here
     monkeypatch.setattr(optim_scale, "model_candidates", eager)
-    rows, targets = optim_scale._model_rows(name, _config())
+    rows, targets, notes = optim_scale._model_rows(name, _config())
+    assert notes == []
     assert [r.size for r in rows] == uncompiled
     for row in rows:
         assert row.case == f"{name} step"
@@ -126,7 +128,8 @@ def test_model_scale_muon_rows_agree_and_carry_their_targets(
 ) -> None:
     """Muon runs on GPT-2 small's matrices only, against torch's loop."""
     monkeypatch.setattr(optim_scale, "shapes", _tiny)
-    rows, targets = optim_scale._model_rows("Muon", _config())
+    rows, targets, notes = optim_scale._model_rows("Muon", _config())
+    assert notes == []
     assert [r.size for r in rows] == ["GPT-2 small (2 matrices)"]
     assert list(rows[0].medians) == [OURS, optim_scale.IN_PLACE, optim_scale.FOR_LOOP]
     assert len(targets) == 2
@@ -264,3 +267,21 @@ def test_unknown_optimizers_are_refused(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit, match="2"):
         _runner.main(["--quick", "--only", "optim", "--optimizers", "Adam,Lamb"])
     assert "unknown optimizers ['Lamb']" in capsys.readouterr().err
+
+
+def test_a_differing_compiled_candidate_is_dropped_and_others_raise() -> None:
+    """`_agree` returns a droppable candidate that differs and raises for others."""
+    same = [torch.ones(3)]
+    other = [torch.zeros(3)]
+    candidates: dict[str, Callable[[], object]] = {
+        optim_scale.FOREACH: lambda: same,
+        optim_scale.IN_PLACE_COMPILED: lambda: other,
+    }
+    dropped = optim_scale._agree(
+        candidates,
+        reference=optim_scale.FOREACH,
+        droppable=[optim_scale.IN_PLACE_COMPILED],
+    )
+    assert dropped == [optim_scale.IN_PLACE_COMPILED]
+    with pytest.raises(AssertionError, match="compiled"):
+        optim_scale._agree(candidates, reference=optim_scale.FOREACH)
