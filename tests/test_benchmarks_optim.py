@@ -6,6 +6,7 @@ tests check that each optimizer's candidates agree and come back as a row.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ import torch
 
 from benchmarks import _runner, optim_scale
 from benchmarks import optim as small
-from benchmarks._report import OURS, Config
+from benchmarks._report import OURS, Config, Row
 from paramdict import ParamDict, optim
 
 TINY_GPT2 = [
@@ -285,3 +286,21 @@ def test_a_differing_compiled_candidate_is_dropped_and_others_raise() -> None:
     assert dropped == [optim_scale.IN_PLACE_COMPILED]
     with pytest.raises(AssertionError, match="compiled"):
         optim_scale._agree(candidates, reference=optim_scale.FOREACH)
+
+
+def test_small_section_targets_sit_beside_their_rows() -> None:
+    """Adam's `step_`, Adafactor and both LBFGS searches get a target per size."""
+    config = dataclasses.replace(_config(), sizes=((160, 64),))
+
+    def row(case: str, medians: dict[str, float]) -> Row:
+        samples = {n: [m] for n, m in medians.items()}
+        return Row(case, "160 x 64", medians, dict.fromkeys(medians, 0.0), samples)
+
+    rows = [
+        row("Adam step", {OURS: 2.0, small.IN_PLACE: 1.0, small.FUSED: 1.0}),
+        row("Adafactor step", {OURS: 1.2, small.TORCH: 1.0}),
+    ]
+    targets = small._small_targets(rows, config)
+    assert [t.met for t in targets] == [True, False, None, None]
+    assert targets[0].goal.endswith("(fused), 160 x 64")
+    assert targets[2].goal.startswith("LBFGS step, line_search_fn=None")
