@@ -1,40 +1,56 @@
 """Optimizer steps at model scale: `paramdict.optim` against torch.optim's kernels.
 
 Sizes: 50 entries x 400,000 float32 (20M parameters) and the 148 parameter shapes
-of GPT-2 small (124M parameters). Candidates, each stepping equal tensors with
-equal gradients and carrying its own state:
+of GPT-2 small (124M parameters). Every optimizer of `SETTINGS` runs through the same
+code (`_model_rows`), each candidate stepping equal tensors with equal gradients and
+carrying its own state:
 
 - `ParamDict step_`: `params, state = opt.step_(params, grads, state)`, in place
   (torch's fused kernels where a step allows);
 - `ParamDict`: the default out-of-place `opt.step`;
-- `ParamDict compiled`: `torch.compile(opt.step)` (50 x 400,000 only);
-- `torch.optim (foreach)`, `torch.optim (fused)`: `opt.step()` on parameters whose
-  `.grad` is set; `torch.optim (foreach) compiled`: `torch.compile(opt.step)`.
+- torch's paths, read from the signature of torch's class (`torch_paths`), fastest
+  first: `torch.optim (fused)` where it takes `fused`, `torch.optim (foreach)`
+  where it takes `foreach`, else `torch.optim (for-loop)`; `opt.step()` on
+  parameters whose `.grad` is set. torch has no Lion: its foreach candidate is
+  `benchmarks/_lion.py`;
+- at 50 x 400,000 only: `ParamDict step_ compiled`, `torch.compile(opt.step_)`,
+  against `torch.optim (foreach) compiled`, `torch.compile` of torch's foreach
+  step; Adam, AdamW, SGD with momentum and Adagrad (`TARGETED`) also keep
+  `ParamDict compiled`, `torch.compile(opt.step)`.
 
-Before timing, three steps of the in-place and torch candidates from the same start
-must agree (the fused kernels round slightly differently from foreach; the check
-allows float32 rounding). Then the peak memory of a 20-step loop, each candidate in
-a fresh process: the growth of the resident set's high-water mark from before the
-candidate (and its state) is built, less its copy of the parameters: the working
-set over the parameters and gradients. Model-scale sizes are
-measured in full runs only; `--quick` notes that and returns at once. Part of
-`python -m benchmarks`; `python -m benchmarks --only optim-scale` runs it alone.
+Targets, each printed beside its figures: `step_` within 1.10x of torch's fastest
+path and the default `step` within 1.30x of it, at both sizes; the compiled `step_`
+at least as fast as torch's compiled foreach step (ratio <= 1.00); for `TARGETED`,
+the compiled `step` within 1.3x of the fastest path; each LBFGS row within 1.10x of
+torch's. Before timing, three steps of every candidate from the same start must
+agree with torch's fastest path (fused kernels round slightly differently from
+foreach; the check allows float32 rounding). A compiled candidate that does not
+agree is left out with a note, and its target reads "not measured"; any other
+disagreement stops the run. Then the peak memory of a 20-step loop at 50 x 400,000
+for every optimizer but Muon, each of ours and torch's paths in a fresh process:
+the growth of the resident set's high-water mark from before the candidate (and its
+state) is built, less its copy of the parameters (the working set over the
+parameters and gradients), with the target `step_` within 1.10x of torch's fastest
+path. Model-scale sizes are measured in full runs only; `--quick` notes that and
+returns at once. Part of `python -m benchmarks`; `python -m benchmarks --only
+optim-scale` runs it alone.
 
-Adam, AdamW, SGD with momentum and Adagrad carry the targets above. Every other
-optimizer is measured without a target, at both sizes, with the candidates that
-exist for it: `ParamDict step_`, `ParamDict` and `torch.optim (foreach)` for
-RMSprop, NAdam, RAdam, Adamax, Adadelta, Rprop, ASGD, Adafactor and Lion (torch has
-no fused kernel for them; for Lion, which torch lacks, the foreach candidate is
-`benchmarks/_lion.py`). Muon runs on GPT-2 small's 50 matrices only (the 2-D
-entries: both embeddings and the 48 weights of the blocks, 124M of its parameters;
-the 50 x 400,000 entries are vectors, which Muon refuses), against `torch.optim
-(for-loop)`, since torch.optim.Muon has no foreach path, with 5 rounds after one
-warm-up. LBFGS runs at 50 x 400,000 only, as in the `optim` section: each call one
-`step` from the same start with a fresh state (`max_iter=5`, `history_size=5`,
-both line searches) on a fixed quadratic, against `torch.optim (closure)`, with 5
-rounds after one warm-up. At GPT-2 small it is left out: each candidate keeps its
-history as `2 * history_size` flat vectors of all 124M parameters (5 GB at
-`history_size=5`, 99 GB at torch's default of 100) on a machine of 23 GB shared
+Muon runs on GPT-2 small's 50 matrices only (the 2-D entries: both embeddings and
+the 48 weights of the blocks, 124M of its parameters; the 50 x 400,000 entries are
+vectors, which Muon refuses), against `torch.optim (for-loop)`, since
+torch.optim.Muon has no foreach path, with 5 rounds after one warm-up. It has no
+compiled candidates (`UNCOMPILED`: they would only exist at GPT-2 small, each
+compiled step of 124M parameters in bfloat16 Newton-Schulz iterations) and no
+peak-memory row (20 steps at about 12 s each, per candidate and process). LBFGS
+runs at 50 x 400,000 only, as in the `optim` section: each call one `step` from the
+same start with a fresh state (`max_iter=5`, `history_size=5`, both line searches)
+on a fixed quadratic, against `torch.optim (closure)`, with 5 rounds after one
+warm-up. It has no compiled candidates (each iteration's stopping tests read
+tensors' values, a graph break apiece) and no peak-memory row yet (each call starts
+over from a fresh state rather than carrying one, which the memory workers assume).
+At GPT-2 small it is left out: each candidate
+keeps its history as `2 * history_size` flat vectors of all 124M parameters (5 GB
+at `history_size=5`, 99 GB at torch's default of 100) on a machine of 23 GB shared
 with other jobs, and a step would take tens of seconds; the 50 x 400,000 rows show
 the costs per flat vector already.
 
@@ -46,10 +62,12 @@ torch.optim's `AdamW(fused=True)` + `LambdaLR` + `clip_grad_norm_(foreach=True)`
 the same EMA (see `_recipe_row`).
 
 On one thread of the 2-core machine of the docs, shared with other jobs, a full run
-of this section took about 37 minutes: 10 for the four optimizers with targets
+of this section took about 37 minutes before every optimizer carried peak-memory
+rows and compiled candidates: 10 for Adam, AdamW, SGD with momentum and Adagrad
 (compile and peak memory included), 27 for the others, of which Muon (about 12 s a
 step, its Newton-Schulz iterations in bfloat16 on 124M parameters) and LBFGS take
-half. `--optimizers` picks some:
+half. The nine others now add about a minute of peak memory and one of compiling
+each: about 55 minutes in all (an estimate, not yet timed). `--optimizers` picks some:
 `python -m benchmarks --only optim-scale --optimizers Muon,LBFGS`.
 """
 
