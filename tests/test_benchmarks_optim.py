@@ -304,3 +304,15 @@ def test_small_section_targets_sit_beside_their_rows() -> None:
     assert [t.met for t in targets] == [True, False, None, None]
     assert targets[0].goal.endswith("(fused), 160 x 64")
     assert targets[2].goal.startswith("LBFGS step, line_search_fn=None")
+
+
+def test_a_dropped_compiled_candidate_s_target_reads_not_measured() -> None:
+    """At 50 x 400,000 the compiled target is printed even when its row lacks it."""
+    medians = {OURS: 2.0, optim_scale.IN_PLACE: 1.0, optim_scale.FOREACH: 1.0}
+    samples = {n: [m] for n, m in medians.items()}
+    row = Row(
+        "RAdam step", optim_scale.WIDE, medians, dict.fromkeys(medians, 0.0), samples
+    )
+    targets = optim_scale._model_targets("RAdam", row)
+    assert [t.met for t in targets] == [True, False, None]
+    assert "torch.compile(opt.step_)" in targets[2].goal
