@@ -67,7 +67,9 @@ rows and compiled candidates: 10 for Adam, AdamW, SGD with momentum and Adagrad
 (compile and peak memory included), 27 for the others, of which Muon (about 12 s a
 step, its Newton-Schulz iterations in bfloat16 on 124M parameters) and LBFGS take
 half. The nine others now add about a minute of peak memory and one of compiling
-each: about 55 minutes in all (an estimate, not yet timed). `--optimizers` picks some:
+each (`--optimizers RAdam --rounds 3`, compile and peak memory included, took 4
+minutes on the loaded machine): an estimated 60 to 75 minutes in all, not yet timed.
+`--optimizers` picks some:
 `python -m benchmarks --only optim-scale --optimizers Muon,LBFGS`.
 """
 
