@@ -9,7 +9,10 @@ state from step to step:
   parameters whose `.grad` is set;
 - `torchopt (functional)`: `updates, state = tx.update(grads, state, params=params,
   inplace=False)` and `torchopt.apply_updates(params, updates, inplace=False)`, on
-  plain dicts of tensors that do not require grad (torchopt's functional style).
+  plain dicts of tensors that do not require grad (torchopt's functional style);
+- `ParamDict step_` and `torch.optim (fused)`, for the optimizers whose torch class
+  takes `fused` (read from its signature): ours in place, against torch's fused
+  kernels.
 
 Adam, AdamW, SGD with momentum, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta,
 Rprop, ASGD, Adafactor and Lion, with the same hyperparameters everywhere (torchopt
@@ -39,6 +42,10 @@ Two optimizers need other inputs:
   function. LBFGS rows take at most 31 rounds (a step takes up to a second at
   1000 entries).
 
+Targets, each beside its figures: Adam's default step within 1.10x of torch's
+foreach and its `step_` within 1.05x of torch's fused step at 160 x 64; Adafactor
+and LBFGS (both line searches) within 1.10x of torch at every size.
+
 Part of `python -m benchmarks`; `python -m benchmarks --only optim` runs only this
 section, and `--optimizers Muon,LBFGS` (any names of `OPTIMIZERS`) only those rows.
 """
@@ -46,6 +53,7 @@ section, and `--optimizers Muon,LBFGS` (any names of `OPTIMIZERS`) only those ro
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -58,11 +66,13 @@ from paramdict import ParamDict, optim
 from . import _peers
 from ._agree import check_agreement
 from ._lion import ForeachLion
-from ._report import OURS, Config, Row, Section, ratio_target
+from ._report import OURS, Config, Row, Section, Target, ratio_target
 
 __all__ = ["measure"]
 
 TORCH = "torch.optim (foreach)"
+IN_PLACE = "ParamDict step_"
+FUSED = "torch.optim (fused)"
 TORCHOPT = "torchopt (functional)"
 STEPS = 3
 
@@ -152,6 +162,26 @@ def _candidates(
         ours(**kwargs), lambda t: theirs(t, foreach=True, **kwargs), keys, values, grads
     )
     candidates: dict[str, Callable[[], object]] = {OURS: step_ours, TORCH: step_torch}
+    if _has_fused(theirs):  # ours in place against torch's fused kernels
+        opt = ours(**kwargs)
+        start = ParamDict(zip(keys, [v.clone() for v in values]))
+        grad_dict = ParamDict(zip(keys, grads))
+        current: list[Any] = [start, opt.init(start)]
+
+        def step_in_place() -> ParamDict:
+            current[0], current[1] = opt.step_(current[0], grad_dict, current[1])
+            new: ParamDict = current[0]
+            return new
+
+        _, step_fused = _pair(
+            ours(**kwargs),
+            lambda t: theirs(t, fused=True, **kwargs),
+            keys,
+            values,
+            grads,
+        )
+        candidates[IN_PLACE] = step_in_place
+        candidates[FUSED] = step_fused
     torchopt = _peers.load("torchopt")
     if torchopt is not None and torchopt_name:  # "": torchopt has no such optimizer
         tx = getattr(torchopt, torchopt_name)(**kwargs)
@@ -172,6 +202,15 @@ def _candidates(
     return candidates
 
 
+def _has_fused(theirs: Any) -> bool:
+    """Whether torch's class `theirs` has fused kernels (its signature takes `fused`).
+
+    `benchmarks/_lion.py` accepts `fused` and ignores it: torch's classes alone count.
+    """
+    taken = inspect.signature(theirs).parameters
+    return "fused" in taken and str(theirs.__module__).startswith("torch.")
+
+
 def _agreeing(
     name: str,
     candidates: dict[str, Callable[[], object]],
@@ -184,6 +223,8 @@ def _agreeing(
         for _ in range(STEPS):
             results[candidate] = step()
     check_agreement({n: results[n] for n in (OURS, TORCH)}, keys, reference=OURS)
+    fused = {n: results[n] for n in (OURS, IN_PLACE, FUSED) if n in results}
+    check_agreement(fused, keys, reference=OURS, rtol=1e-5, atol=1e-6)
     if TORCHOPT in results:
         try:
             check_agreement(
@@ -327,7 +368,7 @@ def measure(config: Config) -> Section:
     settings = SETTINGS[:1] + SETTINGS[2:3] if config.quick else SETTINGS
     if config.optimizers:
         settings = [s for s in settings if s[0] in config.optimizers]
-    target_row = None
+    target_row: Row | None = None
     for setting in settings:
         for entries, elements in config.sizes:
             keys = [f"layers.{i}.weight" for i in range(entries)]
@@ -344,6 +385,7 @@ def measure(config: Config) -> Section:
                 target_row = row
             section.rows.append(row)
     section.rows += _extra_rows(config)
+    section.targets += _small_targets(section.rows, config)
     section.targets.append(
         ratio_target(
             "`paramdict.optim.Adam` step within 1.10x of `torch.optim.Adam` "
@@ -355,3 +397,45 @@ def measure(config: Config) -> Section:
         )
     )
     return section
+
+
+def _small_targets(rows: list[Row], config: Config) -> list[Target]:
+    """The issue's targets on this section's rows, each beside its figure.
+
+    Adam's `step_` within 1.05x of torch's fused step at 160 x 64; Adafactor and
+    LBFGS (both line searches) within 1.10x of torch at every size.
+    """
+    by_case = {(r.case, r.size): r for r in rows}
+    targets = [
+        ratio_target(
+            "`paramdict.optim.Adam` `step_` within 1.05x of `torch.optim.Adam` "
+            "(fused), 160 x 64",
+            by_case.get(("Adam step", "160 x 64")),
+            IN_PLACE,
+            FUSED,
+            1.05,
+        )
+    ]
+    for entries, elements in config.sizes:
+        size = f"{entries} x {elements:,}"
+        targets.append(
+            ratio_target(
+                f"Adafactor step within 1.10x of {TORCH}, {size}",
+                by_case.get(("Adafactor step", size)),
+                OURS,
+                TORCH,
+                1.10,
+            )
+        )
+        for line_search_fn in LINE_SEARCHES:
+            case = f"LBFGS step, line_search_fn={line_search_fn!r}"
+            targets.append(
+                ratio_target(
+                    f"{case} within 1.10x of {TORCH_CLOSURE}, {size}",
+                    by_case.get((case, size)),
+                    OURS,
+                    TORCH_CLOSURE,
+                    1.10,
+                )
+            )
+    return targets

@@ -6,7 +6,9 @@ tests check that each optimizer's candidates agree and come back as a row.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import torch
 
 from benchmarks import _runner, optim_scale
 from benchmarks import optim as small
-from benchmarks._report import OURS, Config
+from benchmarks._report import OURS, Config, Row
 from paramdict import ParamDict, optim
 
 TINY_GPT2 = [
@@ -23,7 +25,6 @@ TINY_GPT2 = [
     ("h.0.attn.c_attn.weight", (8, 24)),
     ("h.0.attn.c_attn.bias", (24,)),
 ]
-MEASURED = [n for n in optim_scale.SETTINGS if n not in optim_scale.TARGETED]
 
 
 def _tiny(size: str) -> list[tuple[str, tuple[int, ...]]]:
@@ -71,23 +72,97 @@ def test_every_optimizer_is_in_a_section() -> None:
     }
 
 
-@pytest.mark.parametrize("name", MEASURED)
-def test_model_scale_rows_agree_and_are_timed(
+@pytest.mark.parametrize("name", [n for n in optim_scale.SETTINGS if n != "Muon"])
+def test_model_scale_rows_agree_and_carry_their_targets(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each optimizer without a target gets its candidates timed at its sizes."""
+    """Each optimizer is timed at both sizes against torch's paths, targets beside."""
     monkeypatch.setattr(optim_scale, "shapes", _tiny)
-    rows = optim_scale._measured_rows(name, _config())
-    if name == "Muon":
-        assert [r.size for r in rows] == ["GPT-2 small (2 matrices)"]
-        theirs = optim_scale.FOR_LOOP
-    else:
-        assert [r.size for r in rows] == [optim_scale.WIDE, optim_scale.GPT2]
-        theirs = optim_scale.FOREACH
+    paths = optim_scale.torch_paths(name)
+    for size in (optim_scale.WIDE, optim_scale.GPT2):
+        wanted = optim_scale.model_candidates(name, size)
+        assert wanted[:2] == [OURS, optim_scale.IN_PLACE]
+        assert wanted[2 : 2 + len(paths)] == paths
+    uncompiled = [optim_scale.WIDE, optim_scale.GPT2]
+
+    def eager(name: str, size: str) -> list[str]:
+        return [OURS, optim_scale.IN_PLACE, *optim_scale.torch_paths(name)]
+
+    # compiling each optimizer takes minutes here
+    monkeypatch.setattr(optim_scale, "model_candidates", eager)
+    rows, targets, notes = optim_scale._model_rows(name, _config())
+    assert notes == []
+    assert [r.size for r in rows] == uncompiled
     for row in rows:
         assert row.case == f"{name} step"
-        assert list(row.medians) == [OURS, optim_scale.IN_PLACE, theirs]
+        assert list(row.medians) == [OURS, optim_scale.IN_PLACE, *paths]
         assert all(m > 0 for m in row.medians.values())
+    assert [t.goal for t in targets] == [
+        f"{name}: {what} within {limit} of {paths[0]}, {size}"
+        for size in uncompiled
+        for what, limit in (("`step_`", "1.10x"), ("default `step`", "1.30x"))
+    ]
+    assert all(t.met is not None for t in targets)
+
+
+def test_torch_paths_are_read_from_torch_s_signatures() -> None:
+    """Fused where torch's class takes `fused`, else foreach, else its loop."""
+    assert optim_scale.torch_paths("Adam") == [optim_scale.FUSED, optim_scale.FOREACH]
+    assert optim_scale.torch_paths("RAdam") == [optim_scale.FOREACH]
+    assert optim_scale.torch_paths("Lion") == [optim_scale.FOREACH]  # _lion.py's
+    assert optim_scale.torch_paths("Muon") == [optim_scale.FOR_LOOP]
+
+
+def test_compiled_candidates_cover_every_optimizer_that_compiles() -> None:
+    """At 50 x 400,000 every optimizer but Muon gets both compiled candidates."""
+    for name in optim_scale.SETTINGS:
+        wide = optim_scale.model_candidates(name, optim_scale.WIDE)
+        gpt2 = optim_scale.model_candidates(name, optim_scale.GPT2)
+        both = {optim_scale.IN_PLACE_COMPILED, optim_scale.FOREACH_COMPILED}
+        assert both <= set(wide) or name in optim_scale.UNCOMPILED
+        assert not both & set(gpt2)
+    assert optim_scale.UNCOMPILED == ("Muon",)
+
+
+def test_model_scale_muon_rows_agree_and_carry_their_targets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Muon runs on GPT-2 small's matrices only, against torch's loop."""
+    monkeypatch.setattr(optim_scale, "shapes", _tiny)
+    rows, targets, notes = optim_scale._model_rows("Muon", _config())
+    assert notes == []
+    assert [r.size for r in rows] == ["GPT-2 small (2 matrices)"]
+    assert list(rows[0].medians) == [OURS, optim_scale.IN_PLACE, optim_scale.FOR_LOOP]
+    assert len(targets) == 2
+
+
+@pytest.mark.parametrize("name", ["RAdam", "Adam"])
+def test_memory_rows_take_every_torch_path(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The peak-memory row measures ours and each of torch's paths, in workers."""
+    calls: list[list[str]] = []
+
+    def fake(args: list[str], **kwargs: object) -> dict[str, float]:
+        calls.append(args)
+        return {"bytes": 1000.0 + len(calls)}
+
+    monkeypatch.setattr(optim_scale, "run_fresh", fake)
+    row = optim_scale._memory_row(name, optim_scale.WIDE, _config())
+    assert next(iter(row.medians)) == OURS
+    assert set(row.medians) == set(optim_scale.memory_candidates(name))
+    assert [c[-1] for c in calls] == list(optim_scale.memory_candidates(name))
+    assert row.unit == "B"
+
+
+def test_memory_worker_measures_a_foreach_only_optimizer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker runs a torch path other than fused and reports bytes."""
+    monkeypatch.setattr(optim_scale, "shapes", _tiny)
+    for mode in optim_scale.memory_candidates("RAdam"):
+        result = optim_scale._memory_worker("RAdam", optim_scale.WIDE, mode)
+        assert isinstance(result["bytes"], int | float)
 
 
 def test_model_scale_lbfgs_rows_agree_and_are_timed(
@@ -193,3 +268,51 @@ def test_unknown_optimizers_are_refused(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit, match="2"):
         _runner.main(["--quick", "--only", "optim", "--optimizers", "Adam,Lamb"])
     assert "unknown optimizers ['Lamb']" in capsys.readouterr().err
+
+
+def test_a_differing_compiled_candidate_is_dropped_and_others_raise() -> None:
+    """`_agree` returns a droppable candidate that differs and raises for others."""
+    same = [torch.ones(3)]
+    other = [torch.zeros(3)]
+    candidates: dict[str, Callable[[], object]] = {
+        optim_scale.FOREACH: lambda: same,
+        optim_scale.IN_PLACE_COMPILED: lambda: other,
+    }
+    dropped = optim_scale._agree(
+        candidates,
+        reference=optim_scale.FOREACH,
+        droppable=[optim_scale.IN_PLACE_COMPILED],
+    )
+    assert dropped == [optim_scale.IN_PLACE_COMPILED]
+    with pytest.raises(AssertionError, match="compiled"):
+        optim_scale._agree(candidates, reference=optim_scale.FOREACH)
+
+
+def test_small_section_targets_sit_beside_their_rows() -> None:
+    """Adam's `step_`, Adafactor and both LBFGS searches get a target per size."""
+    config = dataclasses.replace(_config(), sizes=((160, 64),))
+
+    def row(case: str, medians: dict[str, float]) -> Row:
+        samples = {n: [m] for n, m in medians.items()}
+        return Row(case, "160 x 64", medians, dict.fromkeys(medians, 0.0), samples)
+
+    rows = [
+        row("Adam step", {OURS: 2.0, small.IN_PLACE: 1.0, small.FUSED: 1.0}),
+        row("Adafactor step", {OURS: 1.2, small.TORCH: 1.0}),
+    ]
+    targets = small._small_targets(rows, config)
+    assert [t.met for t in targets] == [True, False, None, None]
+    assert targets[0].goal.endswith("(fused), 160 x 64")
+    assert targets[2].goal.startswith("LBFGS step, line_search_fn=None")
+
+
+def test_a_dropped_compiled_candidate_s_target_reads_not_measured() -> None:
+    """At 50 x 400,000 the compiled target is printed even when its row lacks it."""
+    medians = {OURS: 2.0, optim_scale.IN_PLACE: 1.0, optim_scale.FOREACH: 1.0}
+    samples = {n: [m] for n, m in medians.items()}
+    row = Row(
+        "RAdam step", optim_scale.WIDE, medians, dict.fromkeys(medians, 0.0), samples
+    )
+    targets = optim_scale._model_targets("RAdam", row)
+    assert [t.met for t in targets] == [True, False, None]
+    assert "torch.compile(opt.step_)" in targets[2].goal
