@@ -266,6 +266,12 @@ class Kernels(KernelVocabulary):
     def for_params(cls, params: ParamDict, /) -> Kernels:
         """Return kernels for one step on `params` (their shared dtype and device).
 
+        Args:
+            params: The parameters of the step.
+
+        Returns:
+            Kernels of this class for them.
+
         Example:
             >>> from paramdict import optim
             >>> ops = optim.Kernels.for_params(ParamDict(w=torch.ones(2)))
