@@ -319,8 +319,15 @@ def written_state(state: S, new: S) -> S:
             and old.shape == value.shape
         ):
             return new
+    traced = torch.compiler.is_compiling()
     for old, value in pairs:
-        if old is not value:
+        if old is value:
+            continue
+        if traced and old.dim() == 0:
+            # Through a view: traced, `copy_` into a 0-dim float64 input (the
+            # step counter) is dropped by torch 2.13's functionalization.
+            old.view(1).copy_(value.view(1))
+        else:
             old.copy_(value)
     return state
 

@@ -374,6 +374,15 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         out of place copied into the tensors it replaces. Runs under
         `torch.no_grad()`.
         """
+        if torch.compiler.is_compiling():
+            # Traced: the rule on the functional kernels, then copied into the
+            # tensors it replaces. The compiler writes each result straight into
+            # its input's memory; the in-place kernels' ownership and torch's
+            # fused kernels are eager plans it cannot follow.
+            ops = Kernels.for_params(params)
+            new_params, new_state = self.update(params, grads, state, ops)
+            write_back(params, finished(new_params, params, ops.dtype))
+            return written_state(state, new_state)
         known, planned = recall(state)
         rates = (
             cast("list[float] | None", planned)

@@ -112,3 +112,39 @@ def test_default_step_on_grad_requiring_values_compiles_up_to_the_flags() -> Non
     expected, _ = opt.step(params, grads, state)
     assert all(v.is_leaf and v.requires_grad for v in new.values())
     torch.testing.assert_close(dict(new), dict(expected))
+
+
+def _in_place_run(opt: optim.Optimizer[Any], step: Any, steps: int = 3) -> ParamDict:
+    """`step_` on tensors of its own, from the same start and gradients."""
+    params = ParamDict(
+        (k, v.detach().clone()) for k, v in ParamDict.from_module(make_model()).items()
+    )
+    state = opt.init(params)
+    for x, y in batches(steps=steps):
+        grads = torch.func.grad(_loss)(params, x, y)
+        params, state = step(params, grads, state)
+    counters = [t for t in torch.utils._pytree.tree_leaves(state) if t.dim() == 0]
+    return params | ParamDict((f"counter{i}", c) for i, c in enumerate(counters))
+
+
+@pytest.mark.parametrize("opt", configured())
+def test_compiled_step_in_place_equals_eager(opt: optim.Optimizer[Any]) -> None:
+    """`torch.compile(opt.step_)` writes eager's values, counters included.
+
+    Traced, `step_` runs the rule functionally and copies the results into the
+    parameters and state ("aot_eager": functionalization, as inductor has it).
+    The values are eager's to float32 rounding (eager `step_` may take torch's
+    fused kernel, or read a per-key scale on the host), and a 0-dim float64
+    counter is written too (a plain `copy_` into one is dropped there).
+    """
+    expected = _in_place_run(opt, opt.step_)
+    actual = _in_place_run(opt, torch.compile(opt.step_, backend="aot_eager"))
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_inductor_step_in_place_equals_eager_adam() -> None:
+    """With inductor itself, Adam's compiled `step_` equals eager's to rounding."""
+    opt = optim.Adam(lr=0.01, amsgrad=True)
+    expected = _in_place_run(opt, opt.step_)
+    actual = _in_place_run(opt, torch.compile(opt.step_))
+    torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-7)
