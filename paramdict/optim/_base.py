@@ -34,7 +34,7 @@ from ._keyed import check_real
 from ._protocol import Optimizer, recall, remember
 from ._slot import slot_rules
 from ._state_check import check_buffers
-from ._vouch import vouch, vouched
+from ._vouch import checked_in_full, vouch_if_checked, vouched
 
 if TYPE_CHECKING:  # types only: at run time the schedules are reached via `_slot`
     from ._scheduled import LearningRate, SlotState
@@ -225,11 +225,11 @@ class TorchOptimizer(Optimizer[S]):
         if vouched(self, params, given):  # these very objects passed before
             return
         check_buffers(self, params, given)
-        vouch(self, params, given)
+        checked_in_full(self, params, given)
 
     @override
     def _vouch(self, params: ParamDict, state: S, /) -> None:
-        vouch(self, params, cast("tuple[object, ...]", state))
+        vouch_if_checked(self, params, state)
 
     # ------------------------------------------------------------ rule pieces
 

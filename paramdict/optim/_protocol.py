@@ -163,7 +163,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         """
 
     def _vouch(self, params: ParamDict, state: S, /) -> None:
-        """Keep that `state` is valid for `params` (a step made both); a hook."""
+        """Keep that `state` passed its check for `params` (`step_`); a hook."""
 
     def check_state(self, params: ParamDict, state: S, /) -> None:  # an optional hook
         """Raise if `state` cannot be the state of this optimizer for `params`.
@@ -285,10 +285,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
                     copied_state = self._fused_step(
                         copies, kernel_grads, copied_state, rates
                     )
-                new_params = requires_grad_like(copies, params)
-                # Laid out from `params`: valid by construction, not checked again.
-                self._vouch(new_params, copied_state)
-                return new_params, copied_state
+                return requires_grad_like(copies, params), copied_state
         # The in-place kernels owning nothing yet: each first operation on the
         # inputs runs out of place, and everything after it writes into the
         # tensors the step itself just made. Only the new parameters and state
@@ -354,6 +351,8 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         checked = check_writable(False, params, aligned, state)
         if not params:
             return params, state
+        # The same objects come back to the next `step_`: not compared again.
+        self._vouch(params, state)
         # Check, then commit: everything that can fail runs before the first
         # write, so an error leaves every tensor and counter as it was.
         if torch.compiler.is_compiling():  # one traced graph: no host-side plan

@@ -4,10 +4,11 @@
 (keys, shapes, dtypes, devices): three passes over the entries of an Adam state,
 about a tenth of a small model's step. Its verdict depends only on objects that
 cannot change: a ParamDict is immutable, and so is a state (a NamedTuple of
-ParamDicts and tensors). So once a pair has passed, or a step has made it (the
-fused step's copies are laid out from the parameters), the verdict is kept for
-that optimizer, and the next call with the very same objects skips the buffer
-comparisons. Anything else (another ParamDict, a field `_replace`d, another
+ParamDicts and tensors). So once a pair has passed its check in `step_` (which
+gets the same objects back on every call), the verdict is kept for that
+optimizer, and the next call with the very same objects skips the buffer
+comparisons. The pure `step` makes new objects every call: it checks in full.
+Anything else (another ParamDict, a field `_replace`d, another
 optimizer) is checked in full.
 
 Identity is checked with weak references, never with `id` alone: an object that
@@ -24,6 +25,7 @@ step. DTensors are always checked in full.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any, cast
 
@@ -34,7 +36,7 @@ from torch import Tensor
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 
-__all__ = ["vouch", "vouched"]
+__all__ = ["checked_in_full", "vouch", "vouch_if_checked", "vouched"]
 
 _Refs = tuple["weakref.ref[Any]", ...]
 _Kept = tuple[_Refs, list[int], list[torch.Size]]
@@ -80,6 +82,28 @@ def _fingerprint(tensors: list[Tensor]) -> tuple[list[int], list[torch.Size]] | 
     return addresses, list(map(_size, tensors))
 
 
+_checked_now = threading.local()
+
+
+def checked_in_full(optimizer: object, params: ParamDict, state: object) -> None:
+    """Note that a full check of `state` for `params` passed just now (eager)."""
+    if _eager():  # traced, nothing is kept (a guard on it would recompile)
+        _checked_now.ids = (id(optimizer), id(params), id(state))
+
+
+def vouch_if_checked(optimizer: object, params: ParamDict, state: object) -> None:
+    """`vouch` for the objects whose full check passed just now, if any.
+
+    `step_` calls it after its checks: the same objects come back to the next
+    call, which then compares addresses and sizes instead. A call whose check
+    was already vouched for computes nothing here.
+    """
+    ids = getattr(_checked_now, "ids", None)
+    _checked_now.ids = None
+    if ids == (id(optimizer), id(params), id(state)):
+        vouch(optimizer, params, cast("tuple[object, ...]", state))
+
+
 def vouch(optimizer: object, params: ParamDict, state: tuple[object, ...]) -> None:
     """Keep that `state` is `optimizer`'s valid state for `params` (eager only)."""
     if not _eager():
@@ -103,7 +127,7 @@ def vouched(optimizer: object, params: ParamDict, state: tuple[object, ...]) -> 
         >>> state = opt.init(params)
         >>> vouched(opt, params, state)
         False
-        >>> opt.check_state(params, state)
+        >>> params, state = opt.step_(params, params.ones_like(), state)
         >>> vouched(opt, params, state), vouched(opt, params.clone(), state)
         (True, False)
     """
