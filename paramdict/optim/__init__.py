@@ -44,22 +44,22 @@ from ._base import TorchOptimizer
 from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
-from ._kernels import Kernels, KernelVocabulary
-from ._kernels_inplace import InPlaceKernels
-from ._kernels_recorded import RecordedKernels
 from ._protocol import Optimizer, register_state
-from ._schedule import LRSchedule, ScheduleState
-from ._schedule_chain import ChainedScheduler, SequentialLR
-from ._schedule_cyclic import CyclicLR, OneCycleLR
-from ._schedule_plateau import PlateauState, ReduceLROnPlateau
-from ._schedule_swa import SWALR
-from ._scheduled import LearningRate
-from ._torch_export import to_torch_state_dict
-from ._torch_scheduler import (
+from ._schedules.base import LRSchedule, ScheduleState
+from ._schedules.chain import ChainedScheduler, SequentialLR
+from ._schedules.cyclic import CyclicLR, OneCycleLR
+from ._schedules.plateau import PlateauState, ReduceLROnPlateau
+from ._schedules.slot import LearningRate
+from ._schedules.swa import SWALR
+from ._schedules.torch_state import (
     load_torch_scheduler_state_dict,
     to_torch_scheduler_state_dict,
 )
+from ._torch_export import to_torch_state_dict
 from ._torch_state import load_torch_state_dict
+from ._vocabulary import Kernels, KernelVocabulary
+from ._vocabulary_inplace import InPlaceKernels
+from ._vocabulary_recorded import RecordedKernels
 from .adadelta import Adadelta, AdadeltaState
 from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState

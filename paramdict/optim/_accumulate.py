@@ -14,9 +14,9 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._clip import ClipGradNorm
 from ._hyper import check_count, check_counter, is_traced, new_counter
-from ._kernels import Kernels
 from ._keyed import check_keyed, requires_grad_like
 from ._protocol import Optimizer, _traced, recall, register_state, remember
+from ._vocabulary import Kernels
 
 __all__ = ["MultiSteps", "MultiStepsState"]
 

@@ -11,8 +11,8 @@ from .._paramdict import ParamDict
 from ._base import HasStep, TorchOptimizer
 from ._fields import betas, non_negative, shared_last
 from ._hyper import Rate
-from ._kernels import Kernels
-from ._scheduled import LearningRate
+from ._schedules.slot import LearningRate
+from ._vocabulary import Kernels
 
 __all__ = ["AdamOptions", "in_inherited_order", "moments"]
 

@@ -29,15 +29,15 @@ from ._hyper import (
     is_zero,
     new_counter,
 )
-from ._kernels import Kernels
 from ._keyed import check_real
 from ._protocol import Optimizer, recall, remember
 from ._slot import slot_rules
 from ._state_check import check_buffers
+from ._vocabulary import Kernels
 from ._vouch import checked_in_full, vouch_if_checked, vouched
 
 if TYPE_CHECKING:  # types only: at run time the schedules are reached via `_slot`
-    from ._scheduled import LearningRate, SlotState
+    from ._schedules.slot import LearningRate, SlotState
 
 __all__ = ["HasStep", "TorchOptimizer"]
 

@@ -15,8 +15,8 @@ from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from .._reduce import _CLIP_EPS
 from ._hyper import check_non_negative, check_number
-from ._kernels import Kernels
 from ._protocol import Optimizer, _traced
+from ._vocabulary import Kernels
 
 __all__ = ["ClipGradNorm"]
 

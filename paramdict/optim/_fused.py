@@ -30,7 +30,7 @@ from torch import Tensor
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
-from ._scheduled import cycles_momentum, is_schedule
+from ._schedules.slot import cycles_momentum, is_schedule
 
 __all__ = ["adagrad_", "adam_", "fused_rates", "refusal", "sgd_"]
 

@@ -16,10 +16,10 @@ from torch.utils import _pytree as pytree
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._kernels import Kernels
 from ._keyed import subset
 from ._protocol import Optimizer, _traced, recall, remember
 from ._slot import slot_rules
+from ._vocabulary import Kernels
 
 P = TypeVar("P", bound=ParamDict)
 

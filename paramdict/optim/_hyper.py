@@ -1,7 +1,7 @@
 """Hyperparameters: the `Rate` type, their validation, and the arithmetic on them.
 
 A rate (a learning rate or a weight decay) is a number, a 0-dim tensor or a
-ParamDict of per-key values; the kernels (`_kernels.py`) apply one to a ParamDict.
+ParamDict of per-key values; the kernels (`_vocabulary.py`) apply one to a ParamDict.
 The arithmetic here is on the rates themselves: step-dependent scalars (bias
 corrections, decayed rates) are 0-dim double-precision tensors computed from the
 step counter, the numbers torch computes with Python floats.

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .._paramdict import ParamDict
 from ._hyper import check_rate
-from ._scheduled import is_schedule
+from ._schedules.slot import is_schedule
 
 __all__ = ["Layout", "check_lr", "check_state", "closure_result", "layout_of"]
 

@@ -7,7 +7,7 @@ Every optimizer is an immutable configuration with two pure methods:
 
 Three separate things make an optimizer: its configuration (the attrs fields of
 the class), its update rule (`update`, the public hook an author overrides,
-written against the kernel vocabulary of `_kernels.py`), and the driver here
+written against the kernel vocabulary of `_vocabulary.py`), and the driver here
 (`step`, `step_module`), which checks the inputs and picks the kernels for the
 mode, chosen once by the configuration's `differentiable` flag:
 
@@ -61,13 +61,13 @@ from torch.utils import _pytree as pytree
 from .._paramdict import ParamDict
 from ._ahead import planned, recall, remember
 from ._hooks import OptionalHooks
-from ._inplace import check_writable, settle_writable, write_back, written_state
-from ._kernels import Kernels
-from ._kernels_inplace import InPlaceKernels
-from ._kernels_recorded import RecordedKernels
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 from ._layout import fused_copies, in_place_grads, not_writable_by_kernel
 from ._registry import register_state
+from ._vocabulary import Kernels
+from ._vocabulary_inplace import InPlaceKernels
+from ._vocabulary_recorded import RecordedKernels
+from ._writable import check_writable, settle_writable, write_back, written_state
 
 __all__ = ["Optimizer", "recall", "register_state", "remember"]
 

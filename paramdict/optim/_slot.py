@@ -2,9 +2,9 @@
 
 The optimizer base never names a schedule class (its annotations name the
 schedule types for the type checkers only). It asks `slot_rules()`, an
-object with the few operations below, which the schedules' side (`_scheduled.py`)
-implements and installs when `paramdict.optim` is imported. So the import graph
-runs from the schedules to the base, never back.
+object with the few operations below, which the schedules' side
+(`_schedules/slot.py`) implements and installs when `paramdict.optim` is
+imported. So the import graph runs from the schedules to the base, never back.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ _INSTALLED: list[SlotRules] = []
 
 
 def install_slot_rules(rules: SlotRules) -> None:
-    """Make `rules` the ones `slot_rules` returns (done once, by `_scheduled.py`)."""
+    """Make `rules` the ones `slot_rules` returns (once, by `_schedules/slot.py`)."""
     _INSTALLED[:] = [rules]
 
 
@@ -80,7 +80,7 @@ def slot_rules() -> SlotRules:
     if not _INSTALLED:
         msg = (
             "No schedule rules are installed: import `paramdict.optim` (its "
-            "`_scheduled` module installs them) before stepping an optimizer."
+            "`_schedules.slot` module installs them) before stepping an optimizer."
         )
         raise RuntimeError(msg)
     return _INSTALLED[0]

@@ -28,10 +28,10 @@ from ._base import TorchOptimizer
 from ._groups import ParamGroups
 from ._keyed import subset
 from ._protocol import Optimizer
-from ._schedule import ScheduleState
-from ._schedule_cyclic import CyclicLR, OneCycleLR
-from ._scheduled import cycles_momentum, is_schedule
-from ._torch_scheduler import load_torch_scheduler_state_dict
+from ._schedules.base import ScheduleState
+from ._schedules.cyclic import CyclicLR, OneCycleLR
+from ._schedules.slot import cycles_momentum, is_schedule
+from ._schedules.torch_state import load_torch_scheduler_state_dict
 
 S = TypeVar("S")
 

@@ -14,10 +14,10 @@ from .._paramdict import ParamDict
 from ._base import TorchOptimizer
 from ._fields import shared_last
 from ._hyper import Rate, check_counter, check_number, check_rate_keys
-from ._kernels import Kernels
 from ._keyed import check_keyed
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState, check_slot
+from ._schedules.slot import LearningRate, SlotState, check_slot
+from ._vocabulary import Kernels
 
 __all__ = ["Adafactor", "AdafactorState"]
 

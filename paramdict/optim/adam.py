@@ -17,9 +17,9 @@ from . import _fused
 from ._adam_moments import AdamOptions, in_inherited_order, moments
 from ._fields import flag, fused_option
 from ._hyper import Rate, quotient
-from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import SlotState
+from ._schedules.slot import SlotState
+from ._vocabulary import Kernels
 from .adamax import Adamax, AdamaxState
 from .nadam import NAdam, NAdamState
 from .radam import RAdam, RAdamState

@@ -11,9 +11,9 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order
 from ._hyper import Rate, quotient
-from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState
+from ._schedules.slot import LearningRate, SlotState
+from ._vocabulary import Kernels
 
 __all__ = ["Adamax", "AdamaxState"]
 

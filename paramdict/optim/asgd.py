@@ -19,9 +19,9 @@ from ._hyper import (
     quotient,
     state_scalar_dtype,
 )
-from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState, initial_rate
+from ._schedules.slot import LearningRate, SlotState, initial_rate
+from ._vocabulary import Kernels
 
 __all__ = ["ASGD", "ASGDState"]
 

@@ -2,9 +2,9 @@
 
 Each class has torch's name and arguments, less the optimizer (the base rate is
 the argument of `init`) and `last_epoch` (resume from a saved `ScheduleState`
-instead). See `_schedule.py` for the state and the exact arithmetic;
-`CyclicLR` and `OneCycleLR` are in `_schedule_cyclic.py`, the combinators in
-`_schedule_chain.py` and `ReduceLROnPlateau` in `_schedule_plateau.py`.
+instead). The machinery is in the `_schedules` package: `base.py` holds the state
+and the exact arithmetic, `cyclic.py` `CyclicLR` and `OneCycleLR`, `chain.py` the
+combinators and `plateau.py` `ReduceLROnPlateau`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import attrs
 import torch
 from torch import Tensor
 
-from ._schedule import (
+from ._schedules.base import (
     LRSchedule,
     ScheduleState,
     check_float,
@@ -524,7 +524,7 @@ class CosineAnnealingWarmRestarts(LRSchedule):
             >>> state.lr, state.last_epoch
             (tensor(0.5000, dtype=torch.float64), tensor(2., dtype=torch.float64))
         """
-        from ._scheduled import check_schedule_state  # a cycle
+        from ._schedules.slot import check_schedule_state  # a cycle
 
         check_schedule_state(self, state)
         if epoch is None:

@@ -13,9 +13,9 @@ from .._paramdict import ParamDict
 from ._base import TorchOptimizer
 from ._fields import flag, non_negative, shared_last
 from ._hyper import Rate
-from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState
+from ._schedules.slot import LearningRate, SlotState
+from ._vocabulary import Kernels
 
 __all__ = ["Muon", "MuonState"]
 

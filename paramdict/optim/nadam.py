@@ -13,9 +13,9 @@ from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments
 from ._fields import flag, non_negative
 from ._hyper import Rate, product, quotient, state_scalar_dtype
-from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState
+from ._schedules.slot import LearningRate, SlotState
+from ._vocabulary import Kernels
 
 __all__ = ["NAdam", "NAdamState"]
 

@@ -13,9 +13,9 @@ from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments
 from ._fields import flag
 from ._hyper import Rate, is_traced, product, quotient
-from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import SlotState
+from ._schedules.slot import SlotState
+from ._vocabulary import Kernels
 
 __all__ = ["RAdam", "RAdamState"]
 

@@ -14,9 +14,9 @@ from .._paramdict import ParamDict
 from ._base import TorchOptimizer
 from ._fields import shared_last
 from ._hyper import Rate
-from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState, initial_rate
+from ._schedules.slot import LearningRate, SlotState, initial_rate
+from ._vocabulary import Kernels
 
 __all__ = ["Rprop", "RpropState"]
 

@@ -14,9 +14,9 @@ from . import _fused
 from ._base import TorchOptimizer
 from ._fields import flag, fused_option, non_negative, shared_last
 from ._hyper import Rate, check_number
-from ._kernels import Kernels
 from ._protocol import register_state
-from ._scheduled import LearningRate, SlotState
+from ._schedules.slot import LearningRate, SlotState
+from ._vocabulary import Kernels
 
 __all__ = ["SGD", "SGDState"]
 

@@ -11,8 +11,8 @@ import attrs
 import torch
 from torch import Tensor
 
-from ._schedule import LRSchedule, ScheduleState, check_int, new_state
-from ._schedule_plateau import PlateauState, ReduceLROnPlateau
+from .base import LRSchedule, ScheduleState, check_int, new_state
+from .plateau import PlateauState, ReduceLROnPlateau
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
 
@@ -275,7 +275,7 @@ class ChainedScheduler(LRSchedule):
             >>> state.lr
             tensor(0.5000, dtype=torch.float64)
         """
-        from ._scheduled import check_schedule_state  # a cycle
+        from .slot import check_schedule_state  # a cycle
 
         if not self.takes_metric:
             msg = (

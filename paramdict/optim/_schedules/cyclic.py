@@ -14,7 +14,7 @@ import attrs
 import torch
 from torch import Tensor
 
-from ._schedule import (
+from .base import (
     INT64_MAX,
     LRSchedule,
     ScheduleState,
@@ -365,7 +365,7 @@ class OneCycleLR(LRSchedule):
             >>> round(float(schedule.step(schedule.init(0.0)).momentum), 6)
             0.9
         """
-        from ._scheduled import check_schedule_state  # a cycle
+        from .slot import check_schedule_state  # a cycle
 
         refuse_epoch(self, epoch)
         check_schedule_state(self, state)

@@ -30,11 +30,11 @@ import attrs
 import torch
 from torch import Tensor
 
-from .._paramdict import ParamDict
-from ._protocol import register_state
+from ..._paramdict import ParamDict
+from .._protocol import register_state
 
 if TYPE_CHECKING:
-    from ._schedule_plateau import PlateauState
+    from .plateau import PlateauState
 
 __all__ = ["LRSchedule", "ScheduleState"]
 
@@ -314,7 +314,7 @@ class LRSchedule(abc.ABC):
             >>> schedule.step(schedule.init(1.0)).lr
             tensor(0.5000, dtype=torch.float64)
         """
-        from ._scheduled import check_schedule_state  # a cycle
+        from .slot import check_schedule_state  # a cycle
 
         refuse_epoch(self, epoch)
         check_schedule_state(self, state)

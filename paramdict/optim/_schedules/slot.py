@@ -20,14 +20,14 @@ import torch
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
-from .._paramdict import ParamDict
-from ._hyper import Rate, is_traced
-from ._schedule import LRSchedule, ScheduleState
-from ._schedule_chain import ChainedScheduler, SequentialLR
-from ._schedule_cyclic import CyclicLR, OneCycleLR
-from ._schedule_plateau import PlateauState, ReduceLROnPlateau
-from ._slot import install_slot_rules
-from .lr_scheduler import CosineAnnealingWarmRestarts
+from ..._paramdict import ParamDict
+from .._hyper import Rate, is_traced
+from .._slot import install_slot_rules
+from ..lr_scheduler import CosineAnnealingWarmRestarts
+from .base import LRSchedule, ScheduleState
+from .chain import ChainedScheduler, SequentialLR
+from .cyclic import CyclicLR, OneCycleLR
+from .plateau import PlateauState, ReduceLROnPlateau
 
 LearningRate: TypeAlias = Rate | LRSchedule | ReduceLROnPlateau
 """A rate (number, 0-dim tensor, per-key ParamDict) or a schedule."""

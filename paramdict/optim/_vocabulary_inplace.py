@@ -1,6 +1,6 @@
 """The in-place implementation of the kernel vocabulary (the base of `step_`).
 
-See `_kernels.py` for the vocabulary and its functional implementation.
+See `_vocabulary.py` for the vocabulary and its functional implementation.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing_extensions import override
 from .._foreach import copy_, holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate
-from ._kernels import Kernels, P
+from ._vocabulary import Kernels, P
 
 __all__ = ["InPlaceKernels"]
 

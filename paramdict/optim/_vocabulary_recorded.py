@@ -1,6 +1,6 @@
 """The recorded (differentiable) implementation of the kernel vocabulary.
 
-See `_kernels.py` for the vocabulary and its functional implementation.
+See `_vocabulary.py` for the vocabulary and its functional implementation.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._hyper import Rate
-from ._kernels import Kernels, P
+from ._vocabulary import Kernels, P
 
 __all__ = ["RecordedKernels"]
 

@@ -13,7 +13,7 @@ import attrs
 import torch
 from torch import Tensor
 
-from ._schedule import (
+from .base import (
     LRSchedule,
     ScheduleState,
     check_float,
@@ -23,7 +23,7 @@ from ._schedule import (
     new_state,
     nonzero,
 )
-from ._schedule_cyclic import _read  # pyright: ignore[reportPrivateUsage]  # this package's own
+from .cyclic import _read  # pyright: ignore[reportPrivateUsage]  # this package's own
 
 __all__ = ["SWALR"]
 

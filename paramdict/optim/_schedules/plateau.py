@@ -9,8 +9,8 @@ import attrs
 import torch
 from torch import Tensor
 
-from ._protocol import register_state
-from ._schedule import (
+from .._protocol import register_state
+from .base import (
     _check_base_lr,  # pyright: ignore[reportPrivateUsage]  # this package's own
     base_of,
     check_float,
@@ -183,7 +183,7 @@ class ReduceLROnPlateau:
             >>> state.best
             tensor(0.5000, dtype=torch.float64)
         """
-        from ._scheduled import check_schedule_state  # a cycle
+        from .slot import check_schedule_state  # a cycle
 
         check_schedule_state(self, state)
         if isinstance(metrics, Tensor):

@@ -6,10 +6,10 @@ for the work on its buffers: it calls the operations of `KernelVocabulary` on an
 
 - `Kernels` (here, functional): out of place, the mode of a default `step` (run
   under `torch.no_grad()`); `addcdiv` is one fused foreach call.
-- `RecordedKernels` (differentiable; `_kernels_recorded.py`): out of place, with
+- `RecordedKernels` (differentiable; `_vocabulary_recorded.py`): out of place, with
   every operation one that autograd can differentiate for any mix of entry
   shapes.
-- `InPlaceKernels` (`_kernels_inplace.py`): writes each result into its first
+- `InPlaceKernels` (`_vocabulary_inplace.py`): writes each result into its first
   operand when the rule owns that operand, the base of an in-place `step_`;
   bitwise `Kernels`.
 """

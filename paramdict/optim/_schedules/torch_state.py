@@ -18,14 +18,14 @@ import attrs
 import torch
 from torch import Tensor
 
-from ._groups import ParamGroups
-from ._protocol import Optimizer
-from ._schedule import LRSchedule, ScheduleState
-from ._schedule_chain import ChainedScheduler
-from ._schedule_cyclic import CyclicLR
-from ._schedule_plateau import PlateauState, ReduceLROnPlateau
-from ._scheduled import Schedule, is_schedule
-from .lr_scheduler import CosineAnnealingWarmRestarts
+from .._groups import ParamGroups
+from .._protocol import Optimizer
+from ..lr_scheduler import CosineAnnealingWarmRestarts
+from .base import LRSchedule, ScheduleState
+from .chain import ChainedScheduler
+from .cyclic import CyclicLR
+from .plateau import PlateauState, ReduceLROnPlateau
+from .slot import Schedule, is_schedule
 
 __all__ = ["load_torch_scheduler_state_dict", "to_torch_scheduler_state_dict"]
 
