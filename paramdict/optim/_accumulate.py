@@ -15,7 +15,8 @@ from .._paramdict import ParamDict
 from ._clip import ClipGradNorm
 from ._hyper import check_count, check_counter, is_traced, new_counter
 from ._keyed import check_keyed, requires_grad_like
-from ._protocol import Optimizer, _traced, recall, register_state, remember
+from ._protocol import Optimizer, recall, register_state, remember
+from ._strategy import one_graph, traced
 from ._vocabulary import Kernels
 
 __all__ = ["MultiSteps", "MultiStepsState"]
@@ -195,7 +196,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
     def _calls(self, state: MultiStepsState) -> int | None:
         """Return the count of calls with this one, read on the host; None if traced."""
         counter = state.mini_step
-        if is_traced(counter) or _traced():
+        if is_traced(counter) or traced():
             return None
         return int(counter.item()) + 1
 
@@ -273,7 +274,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
             >>> params["w"], state.mini_step
             (tensor([-2.]), tensor(0., dtype=torch.float64))
         """
-        if self.differentiable or _traced():
+        if one_graph(self) is not None:  # `update`, one graph
             return super().step(params, grads, state)
         aligned = self._checked(params, grads, state)
         calls = self._calls(state)

@@ -15,7 +15,8 @@ from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from .._reduce import _CLIP_EPS
 from ._hyper import check_non_negative, check_number
-from ._protocol import Optimizer, _traced
+from ._protocol import Optimizer
+from ._strategy import one_graph
 from ._vocabulary import Kernels
 
 __all__ = ["ClipGradNorm"]
@@ -146,7 +147,7 @@ class ClipGradNorm(Optimizer[S]):
             >>> opt.step(params, grads, opt.init(params))[0]["w"]
             tensor([-3., -4.])
         """
-        if self.differentiable or _traced():
+        if one_graph(self) is not None:  # `update`, one graph
             return super().step(params, grads, state)
         aligned = self._checked(params, grads, state)
         if not params:

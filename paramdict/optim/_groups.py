@@ -17,8 +17,9 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._keyed import subset
-from ._protocol import Optimizer, _traced, recall, remember
+from ._protocol import Optimizer, recall, remember
 from ._slot import slot_rules
+from ._strategy import one_graph
 from ._vocabulary import Kernels
 
 P = TypeVar("P", bound=ParamDict)
@@ -486,7 +487,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             >>> new["w"], new["b"]
             (tensor([0.5000]), tensor([0.]))
         """
-        if self.differentiable or _traced():
+        if one_graph(self) is not None:  # `update`, one graph
             return super().step(params, grads, state)
         aligned = self._checked(params, grads, state)
         if not params:

@@ -19,20 +19,9 @@ mode, chosen once by the configuration's `differentiable` flag:
   state depend differentiably on the old ones, on the gradients and on tensor
   hyperparameters: a meta-loss can be differentiated through inner steps.
 
-The paths a step takes, and what each needs (checked where it is chosen):
-
-- `step`, recorded kernels: `differentiable=True`.
-- `step`, functional kernels: traced (`torch.compile`, `torch.func`).
-- `step`, torch's fused kernel on copies: `_fused_rates` gives rates
-  (`_fused.refusal`: one float dtype and one device with the kernel, number
-  rates, no DTensors); the copies are laid out for the kernel
-  (`_layout.fused_copies`), so any layout qualifies.
-- `step`, the rule writing into what it made: otherwise.
-- `step_`, the fused kernel in place: as above, and
-  `_layout.not_writable_by_kernel` finds every parameter dense and every buffer
-  of its parameter's strides (gradients of other strides are copied).
-- `step_`, the rule on `InPlaceKernels`: otherwise (under `fused=True`, a step
-  that only the layout keeps from the kernel is refused).
+The path a step takes (recorded, traced, torch's fused kernel on copies or in
+place, the rule on the in-place kernels) is chosen in one place, `_strategy.py`,
+whose table writes each path's preconditions beside it.
 
 `step_` checks, then commits: `_prepare` chooses the path and advances every
 schedule (running its callbacks) before anything is written, and the step then
@@ -54,7 +43,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar, cast
 
 import torch
-import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
@@ -62,8 +50,9 @@ from .._paramdict import ParamDict
 from ._ahead import planned, recall, remember
 from ._hooks import OptionalHooks
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
-from ._layout import fused_copies, in_place_grads, not_writable_by_kernel
+from ._layout import fused_copies, in_place_grads
 from ._registry import register_state
+from ._strategy import Choice, Path, choose
 from ._vocabulary import Kernels
 from ._vocabulary_inplace import InPlaceKernels
 from ._vocabulary_recorded import RecordedKernels
@@ -74,15 +63,6 @@ __all__ = ["Optimizer", "recall", "register_state", "remember"]
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
 T = TypeVar("T", bound=type[Any])
-
-
-def _traced() -> bool:
-    """Whether `torch.compile` or a `torch.func` transform (`vmap`, ...) runs `step`."""
-    return (
-        torch.compiler.is_compiling()
-        # Annotated as never None, but None when no transform runs.
-        or torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportUnnecessaryComparison]
-    )
 
 
 class Optimizer(OptionalHooks[S], abc.ABC):
@@ -265,27 +245,23 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         aligned = self._checked(params, grads, state)
         if not params:  # nothing to update: torch's foreach calls refuse empty lists
             return params, state
-        if self.differentiable:
+        path, rates = choose(self, params, state, in_place=False)
+        if path is Path.RECORDED:
             ops: Kernels = RecordedKernels.for_params(params)
             new_params, new_state = self.update(params, aligned, state, ops)
             return finished(new_params, params, ops.dtype), new_state
-        traced = _traced()
-        if not traced and (self._copies_pay or getattr(self, "fused", None)):
-            rates = self._fused_rates(params, state)
-            if rates is not None:
-                # torch's fused kernel on fresh copies: one pass over memory
-                # instead of the rule's several (what torch.optim's `fused=True`
-                # computes; the copies are the new parameters and state).
-                # The copies are made in the layout the kernel needs
-                # (`_layout.py`), so every layout takes this path.
-                with torch.no_grad():
-                    copies, kernel_grads, copied_state = fused_copies(
-                        params, aligned, state
-                    )
-                    copied_state = self._fused_step(
-                        copies, kernel_grads, copied_state, rates
-                    )
-                return requires_grad_like(copies, params), copied_state
+        if rates is not None:  # FUSED_COPIES
+            # torch's fused kernel on fresh copies: one pass over memory instead
+            # of the rule's several (what torch.optim's `fused=True` computes;
+            # the copies are the new parameters and state).
+            with torch.no_grad():
+                copies, kernel_grads, copied_state = fused_copies(
+                    params, aligned, state
+                )
+                copied_state = self._fused_step(
+                    copies, kernel_grads, copied_state, rates
+                )
+            return requires_grad_like(copies, params), copied_state
         # The in-place kernels owning nothing yet: each first operation on the
         # inputs runs out of place, and everything after it writes into the
         # tensors the step itself just made. Only the new parameters and state
@@ -293,7 +269,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         # Traced, the step stays functional: torch.func's transforms have no rule
         # for the in-place foreach kernels, and the compiler plans the memory of
         # the whole graph itself (the ownership checks would guard on identities).
-        kernels = Kernels if traced else InPlaceKernels
+        kernels = Kernels if path is Path.TRACED else InPlaceKernels
         ops = kernels.for_params(params)
         with torch.no_grad():
             new_params, new_state = self.update(params, aligned, state, ops)
@@ -368,27 +344,26 @@ class Optimizer(OptionalHooks[S], abc.ABC):
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into checked `params` and `state`; return `state`.
 
-        torch's fused kernel where the optimizer has one and the step allows it
-        (`_fused_rates`); else the rule on `InPlaceKernels`, then whatever it made
-        out of place copied into the tensors it replaces. Runs under
-        `torch.no_grad()`.
+        The path `_strategy.choose` gives (kept by `_prepare`): torch's fused
+        kernel, or the rule on `InPlaceKernels` (functional `Kernels` when
+        traced), then whatever it made out of place copied into the tensors it
+        replaces. Runs under `torch.no_grad()`.
         """
-        if torch.compiler.is_compiling():
-            # Traced: the rule on the functional kernels, then copied into the
-            # tensors it replaces. The compiler writes each result straight into
-            # its input's memory; the in-place kernels' ownership and torch's
-            # fused kernels are eager plans it cannot follow.
+        known, planned = recall(state)
+        if known:
+            path, rates = cast(Choice, planned)
+        else:
+            path, rates = choose(self, params, state, in_place=True)
+        if path is Path.TRACED:
+            # The rule on the functional kernels, then copied into the tensors
+            # it replaces. The compiler writes each result straight into its
+            # input's memory; the in-place kernels' ownership and torch's fused
+            # kernels are eager plans it cannot follow.
             ops = Kernels.for_params(params)
             new_params, new_state = self.update(params, grads, state, ops)
             write_back(params, finished(new_params, params, ops.dtype))
             return written_state(state, new_state)
-        known, planned = recall(state)
-        rates = (
-            cast("list[float] | None", planned)
-            if known
-            else self._in_place_rates(params, state)
-        )
-        if rates is not None:
+        if rates is not None:  # FUSED
             kernel_grads = in_place_grads(params, grads)
             return self._fused_step(params, kernel_grads, state, rates)
         new_params, new_state = self._run_in_place(params, grads, state)
@@ -398,37 +373,12 @@ class Optimizer(OptionalHooks[S], abc.ABC):
     def _prepare(self, params: ParamDict, grads: ParamDict, state: S) -> None:
         """Run, before `step_` writes anything, every part of it that can fail.
 
-        Here: the choice between torch's fused kernel and the rule, with its
-        refusals (`remember`ed for `_step_in_place`). `TorchOptimizer` also
-        advances its schedule (whose callbacks may raise); the wrappers prepare
-        the optimizers they hold. An override calls this one.
+        Here: the choice of path (`_strategy.choose`), with its refusals,
+        `remember`ed for `_step_in_place`. `TorchOptimizer` also advances its
+        schedule (whose callbacks may raise); the wrappers prepare the
+        optimizers they hold. An override calls this one.
         """
-        remember(state, self._in_place_rates(params, state))
-
-    def _in_place_rates(self, params: ParamDict, state: S) -> list[float] | None:
-        """Return the rates of an in-place fused step, or None (the rule).
-
-        The kernel walks each entry's memory in order: it writes only dense
-        entries laid out like their buffers (`_layout.py`); any other layout
-        takes the rule, or is refused under `fused=True`.
-        """
-        rates = self._fused_rates(params, state)
-        if rates is None:
-            return None
-        blocked = not_writable_by_kernel(params, state)
-        if not blocked:
-            return rates
-        if getattr(self, "fused", None):
-            msg = (
-                f"`{type(self).__name__}(fused=True)` cannot write the step into "
-                f"{blocked!r} with torch's fused kernel: their parameters are not "
-                "dense (a slice with a step, an `expand`) or their state buffers "
-                "are laid out otherwise (other strides). Pass `fused=None` to "
-                "take the foreach kernels for such steps, or give each entry "
-                "and its buffers one dense layout (`.contiguous()`)."
-            )
-            raise ValueError(msg)
-        return None
+        remember(state, choose(self, params, state, in_place=True))
 
     _copies_pay: ClassVar[bool] = True
     """Whether the default `step` runs a fused kernel on copies when it can.

@@ -22,8 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
-from paramdict import ParamDict
-
+from .._paramdict import ParamDict
 from ._base import TorchOptimizer
 from ._groups import ParamGroups
 from ._keyed import subset

@@ -30,11 +30,11 @@ import weakref
 from typing import Any, cast
 
 import torch
-import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
+from ._strategy import traced
 
 __all__ = ["checked_in_full", "vouch", "vouch_if_checked", "vouched"]
 
@@ -66,11 +66,7 @@ def _tensors(members: list[object]) -> list[Tensor] | None:
 
 def _eager() -> bool:
     """Whether no `torch.compile` or `torch.func` transform runs (real tensors)."""
-    return (
-        not torch.compiler.is_compiling()
-        # Annotated as never None, but None when no transform runs.
-        and torch._C._functorch.peek_interpreter_stack() is None  # pyright: ignore[reportUnnecessaryComparison]
-    )
+    return not traced()
 
 
 def _fingerprint(tensors: list[Tensor]) -> tuple[list[int], list[torch.Size]] | None:

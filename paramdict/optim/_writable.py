@@ -27,6 +27,7 @@ from torch.utils import _pytree as pytree
 
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
+from ._strategy import transformed
 
 __all__ = ["check_writable", "settle_writable", "write_back", "written_state"]
 
@@ -36,6 +37,11 @@ _DIFFERENTIABLE = (
     "`step_` writes into the parameters, which cuts the autograd graph, so it "
     "needs `differentiable=False`. For differentiable steps use `step`, which "
     "returns new tensors."
+)
+_TRANSFORMED = (
+    "`step_` cannot run under a `torch.func` transform (`vmap`, `grad`, ...): it "
+    "writes into its inputs, which a transform sees as wrapped values. Call `step` "
+    "inside the transform: it returns new tensors."
 )
 
 
@@ -70,7 +76,8 @@ def check_writable(
         The tensors checked, for `settle_writable`.
 
     Raises:
-        ValueError: If the optimizer is differentiable, or naming the entries that
+        ValueError: If the optimizer is differentiable or a `torch.func` transform
+            runs the step, or naming the entries that
             are meta tensors, that autograd is recording (they have a `grad_fn`),
             that are inference tensors outside inference mode, whose elements
             overlap (`expand`), or that share memory with another entry or with a
@@ -78,6 +85,8 @@ def check_writable(
     """
     if differentiable:
         raise ValueError(_DIFFERENTIABLE)
+    if transformed():
+        raise ValueError(_TRANSFORMED)
     tensors = [*params._vals, *_state_tensors(state)]
     inference_mode = torch.is_inference_mode_enabled()
     owners = _known_writable(tensors, inference_mode)
