@@ -32,7 +32,9 @@ class MultiStepsState(NamedTuple):
         mini_step: Calls since the inner optimizer last stepped, a 0-dim tensor
             in `[0, every_k)`.
         acc_grads: The gradients accumulated (summed) since then, keyed like the
-            parameters.
+            parameters. At `mini_step` 0 nothing is accumulated and the values
+            are left over (the next call writes over them, without a pass to
+            clear them first).
         inner_state: The wrapped optimizer's state.
 
     Example:
@@ -76,7 +78,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
     The functional form of gradient accumulation over micro-batches (optax's
     `MultiSteps`). Each call adds `grads` to the accumulated gradients; on every
     `every_k`-th call the wrapped optimizer steps with their mean (or sum, with
-    `reduction="sum"`) and the accumulator starts again from zero. The first
+    `reduction="sum"`) and the next call starts a new sum. The first
     call of each round writes its gradients into the accumulator (as backward
     writes `.grad` before it adds to it): a gradient of `-0.0` stays one, as
     in torch. On the other
@@ -91,8 +93,8 @@ class MultiSteps(Optimizer[MultiStepsState]):
       one, returning the parameters' values as they are) and the wrapped
       optimizer does not run, nor its schedule; the `every_k`-th call runs the
       wrapped optimizer's own `step_` or `step` once on the mean, on its best
-      path (torch's fused kernel where it has one), then zeroes the
-      accumulator. Behind a `ClipGradNorm`, `step_` clips the mean in place.
+      path (torch's fused kernel where it has one). Behind a `ClipGradNorm`,
+      `step_` clips the mean in place.
       A differentiable step decides the same way and runs the wrapped rule.
     - Traced (`torch.compile`, `torch.func` transforms such as `vmap`): the
       count stays a tensor and the choice is a `torch.where` on it, so nothing
@@ -228,8 +230,8 @@ class MultiSteps(Optimizer[MultiStepsState]):
         divisor = self.every_k if self.reduction == "mean" else 1
         inner_opt = self.optimizer
         if isinstance(inner_opt, ClipGradNorm):
-            # The sum is this step's own scratch (zeroed next): a clip in front
-            # of the wrapped optimizer scales it in place instead of copying it.
+            # The sum is this step's own scratch (written over next round): a
+            # clip in front of the wrapped optimizer scales it in place.
             inner = inner_opt._step_in_place_clipping(
                 params, state.acc_grads, state.inner_state, divisor
             )
@@ -237,7 +239,6 @@ class MultiSteps(Optimizer[MultiStepsState]):
             if divisor != 1:
                 torch._foreach_div_(acc, divisor)
             inner = inner_opt._step_in_place(params, state.acc_grads, state.inner_state)
-        torch._foreach_zero_(acc)
         state.mini_step.zero_()
         if inner is state.inner_state:
             return state
@@ -291,14 +292,11 @@ class MultiSteps(Optimizer[MultiStepsState]):
                 torch._foreach_div_(list(acc.values()), self.every_k)
             restart = torch.zeros_like(state.mini_step)
         new_params, inner = self.optimizer.step(params, acc, state.inner_state)
-        with torch.no_grad():
-            if isinstance(self.optimizer, ClipGradNorm):
-                # It stepped on a clipped copy, so `acc` is still this call's
-                # own: it becomes the next accumulator.
-                torch._foreach_zero_(list(acc.values()))
-            else:  # the wrapped state may hold the gradients it was given
-                acc = acc.zeros_like()
-        return new_params, MultiStepsState(restart, acc, inner)
+        # The next call writes over the accumulator. Behind a clip the wrapped
+        # step saw a clipped copy, so this call's sum is free to keep; else the
+        # wrapped state may hold the gradients it was given: keep the old one.
+        kept = acc if isinstance(self.optimizer, ClipGradNorm) else state.acc_grads
+        return new_params, MultiStepsState(restart, kept, inner)
 
     @override
     def update(
@@ -319,7 +317,9 @@ class MultiSteps(Optimizer[MultiStepsState]):
         update = acc.div(self.every_k) if self.reduction == "mean" else acc
         stepped, inner = self.optimizer.update(params, update, state.inner_state, ops)
         restart = torch.zeros_like(state.mini_step)
-        return stepped, MultiStepsState(restart, acc.zeros_like(), inner)
+        # The next call writes over the accumulator: the sum stays (as in the
+        # `where` form), with no pass to clear it.
+        return stepped, MultiStepsState(restart, acc, inner)
 
     def _selected(
         self,
@@ -353,6 +353,5 @@ class MultiSteps(Optimizer[MultiStepsState]):
             inner,
             state.inner_state,
         )
-        acc = acc.zeros_like().where(ParamDict.fromkeys(acc, apply), acc)
         mini_step = torch.where(apply, torch.zeros_like(mini_step), mini_step)
         return new_params, MultiStepsState(mini_step, acc, new_inner)

@@ -67,8 +67,13 @@ def test_sum_reduction_adds_the_gradients() -> None:
             params, {"w": torch.full((2,), g, dtype=torch.float64)}, state
         )
     torch.testing.assert_close(params["w"], torch.full((2,), -7.0, dtype=torch.float64))
+    assert int(state.mini_step) == 0
+    # The next round starts a new sum, whatever the accumulator was left holding.
+    params, state = opt.step(
+        params, {"w": torch.full((2,), 8.0, dtype=torch.float64)}, state
+    )
     torch.testing.assert_close(
-        state.acc_grads["w"], torch.zeros(2, dtype=torch.float64)
+        state.acc_grads["w"], torch.full((2,), 8.0, dtype=torch.float64)
     )
 
 
