@@ -295,8 +295,8 @@ class MultiSteps(Optimizer[MultiStepsState]):
         # The next call writes over the accumulator. Behind a clip the wrapped
         # step saw a clipped copy, so this call's sum is free to keep; else the
         # wrapped state may hold the gradients it was given: keep the old one.
-        kept = acc if isinstance(self.optimizer, ClipGradNorm) else state.acc_grads
-        return new_params, MultiStepsState(restart, kept, inner)
+        held = acc if isinstance(self.optimizer, ClipGradNorm) else state.acc_grads
+        return new_params, MultiStepsState(restart, held, inner)
 
     @override
     def update(

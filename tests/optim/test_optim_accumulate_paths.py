@@ -158,7 +158,8 @@ def test_step_in_place_accumulates_into_the_state() -> None:
     # Not cleared (no pass over it): the next round's first call writes over it.
     params, state = opt.step_(params, {"w": torch.tensor([5.0, -0.0])}, state)
     assert state.acc_grads["w"] is acc
-    assert torch.equal(acc, torch.tensor([5.0, -0.0])) and torch.signbit(acc[1])
+    assert torch.equal(acc, torch.tensor([5.0, -0.0]))
+    assert torch.signbit(acc[1])
 
 
 def test_failing_wrapped_step_writes_nothing() -> None:
