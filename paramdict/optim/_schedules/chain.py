@@ -100,6 +100,10 @@ class SequentialLR(LRSchedule):
         for i, m in enumerate(self.milestones):
             check_int(f"milestones[{i}]", m, minimum=0)
 
+    @property
+    def _schedulers(self) -> tuple[LRSchedule, ...]:
+        return self.schedulers
+
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         children = [s._initial(base, base) for s in self.schedulers]
         # torch rewinds every child by one epoch and re-runs the first one's
@@ -209,8 +213,25 @@ class ChainedScheduler(LRSchedule):
 
     @property
     def takes_metric(self) -> bool:
-        """Whether a `ReduceLROnPlateau` is chained (`step_metric` moves it)."""
+        """Whether a `ReduceLROnPlateau` is chained (`step_metric` moves it).
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.ChainedScheduler(schedulers=[
+            ...     optim.StepLR(step_size=10),
+            ...     optim.ReduceLROnPlateau()]).takes_metric
+            True
+        """
         return any(isinstance(s, ReduceLROnPlateau) for s in self.schedulers)
+
+    @property
+    def _schedulers(self) -> tuple[LRSchedule | ReduceLROnPlateau, ...]:
+        return self.schedulers
+
+    def _step_metric(
+        self, state: ScheduleState, metrics: float | Tensor, /
+    ) -> ScheduleState:
+        return self.step_metric(state, metrics)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         children: list[ScheduleState | PlateauState] = []
