@@ -29,6 +29,7 @@ from ._schedules.base import (
     pow_,
     rdiv,
 )
+from ._schedules.slot import check_schedule_state
 
 __all__ = [
     "ConstantLR",
@@ -526,8 +527,6 @@ class CosineAnnealingWarmRestarts(LRSchedule):
             >>> state.lr, state.last_epoch
             (tensor(0.5000, dtype=torch.float64), tensor(2., dtype=torch.float64))
         """
-        from ._schedules.slot import check_schedule_state  # a cycle
-
         check_schedule_state(self, state)
         if epoch is None:
             return self._step_once(state)

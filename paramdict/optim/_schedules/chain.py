@@ -13,6 +13,7 @@ from torch import Tensor
 
 from .base import LRSchedule, ScheduleState, check_int, new_state
 from .plateau import PlateauState, ReduceLROnPlateau
+from .slot import check_schedule_state, is_schedule
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
 
@@ -35,7 +36,7 @@ def _check_children(
                 "with the metric."
             )
             raise ValueError(msg)
-        if not isinstance(schedule, (LRSchedule, ReduceLROnPlateau)):
+        if not is_schedule(schedule):
             msg = (
                 f"{name} takes schedules from `paramdict.optim`; the one at index "
                 f"{i} is a {type(schedule).__name__}."
@@ -296,8 +297,6 @@ class ChainedScheduler(LRSchedule):
             >>> state.lr
             tensor(0.5000, dtype=torch.float64)
         """
-        from .slot import check_schedule_state  # a cycle
-
         if not self.takes_metric:
             msg = (
                 "`step_metric` moves the `ReduceLROnPlateau` of a chain, and this "
