@@ -30,7 +30,7 @@ from torch import Tensor
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
-from ._schedules.slot import cycles_momentum, is_schedule
+from ._schedules.slot import is_schedule
 
 __all__ = ["adagrad_", "adam_", "fused_rates", "refusal", "sgd_"]
 
@@ -116,9 +116,10 @@ def fused_rates(
 
 def _scheduled_refusal(opt: _Fusable, params: ParamDict) -> str | None:
     """Why a scheduled `lr` keeps the step from the kernel, or None."""
-    if not is_schedule(opt.lr):
+    lr = opt.lr
+    if not is_schedule(lr):
         return None
-    if cycles_momentum(cast("Any", opt.lr)):
+    if lr.cycles_momentum:
         return (
             "the schedule cycles the momentum, which the kernel takes as a number "
             "fixed at construction"

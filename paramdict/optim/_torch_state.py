@@ -29,7 +29,7 @@ from ._keyed import subset
 from ._protocol import Optimizer
 from ._schedules.base import ScheduleState
 from ._schedules.cyclic import CyclicLR, OneCycleLR
-from ._schedules.slot import cycles_momentum, is_schedule
+from ._schedules.slot import is_schedule
 from ._schedules.torch_state import load_torch_scheduler_state_dict
 
 S = TypeVar("S")
@@ -95,11 +95,8 @@ def _scheduled(opt: TorchOptimizer[Any]) -> bool:
 
 def _cycled(opt: TorchOptimizer[Any], name: str) -> bool:
     """Return whether the `lr` schedule sets the setting `name` too."""
-    return (
-        name in ("momentum", "betas")
-        and _scheduled(opt)
-        and cycles_momentum(cast("Any", opt.lr))
-    )
+    lr = opt.lr
+    return name in ("momentum", "betas") and is_schedule(lr) and lr.cycles_momentum
 
 
 def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:

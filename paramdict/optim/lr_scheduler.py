@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, TypeGuard, cast
+from typing import Any, ClassVar, TypeGuard, cast
 
 import attrs
 import torch
@@ -29,6 +29,7 @@ from ._schedules.base import (
     pow_,
     rdiv,
 )
+from ._schedules.slot import check_schedule_state
 
 __all__ = [
     "ConstantLR",
@@ -478,6 +479,8 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         (tensor(0.5000, dtype=torch.float64), tensor(1., dtype=torch.float64))
     """
 
+    _counter_names: ClassVar[tuple[str, ...]] = ("T_cur", "T_i")
+
     T_0: int
     T_mult: int = 1
     eta_min: float = 0.0
@@ -524,11 +527,9 @@ class CosineAnnealingWarmRestarts(LRSchedule):
             >>> state.lr, state.last_epoch
             (tensor(0.5000, dtype=torch.float64), tensor(2., dtype=torch.float64))
         """
-        from ._schedules.slot import check_schedule_state  # a cycle
-
         check_schedule_state(self, state)
         if epoch is None:
-            return self._advance(state, state.lr)
+            return self._step_once(state)
         given = cast(object, epoch)
         if isinstance(given, bool) or not isinstance(given, (int, float)):
             msg = (

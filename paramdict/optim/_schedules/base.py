@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import attrs
 import torch
@@ -34,9 +34,9 @@ from ..._paramdict import ParamDict
 from .._protocol import register_state
 
 if TYPE_CHECKING:
-    from .plateau import PlateauState
+    from .plateau import PlateauState, ReduceLROnPlateau
 
-__all__ = ["LRSchedule", "ScheduleState"]
+__all__ = ["BaseSchedule", "LRSchedule", "ScheduleState"]
 
 
 @register_state
@@ -72,6 +72,97 @@ class ScheduleState(NamedTuple):
     momentum: Tensor | None
     counters: tuple[Tensor, ...]
     children: tuple[ScheduleState | PlateauState, ...]
+
+
+StateT = TypeVar("StateT", "ScheduleState", "PlateauState")
+"""The kind of state a schedule keeps: `ScheduleState`, or `PlateauState`."""
+
+
+class BaseSchedule(Generic[StateT], abc.ABC):
+    """The root of every schedule: what an optimizer holding one asks of it.
+
+    `LRSchedule` and `ReduceLROnPlateau` derive from it. The optimizer (the
+    slot that keeps a schedule's state, the fused kernels, torch's state dicts)
+    names no schedule class: it asks these members, so a new schedule, a
+    subclass of `LRSchedule` or a new combinator, works by declaring what it
+    is. The defaults describe a schedule of one rate that wraps no other; a
+    class that differs overrides them (as properties or class variables: they
+    add no field, so the `repr`, equality and pickles of a schedule stay its
+    configuration's).
+    """
+
+    __slots__ = ()
+
+    _state_type: ClassVar[type[ScheduleState] | type[PlateauState]]
+    """The class of the state `init` returns."""
+
+    _counter_names: ClassVar[tuple[str, ...]] = ()
+    """torch's names of the values the state keeps in `ScheduleState.counters`.
+
+    `CosineAnnealingWarmRestarts` keeps `("T_cur", "T_i")`; the slot checks
+    that a state holds as many, and torch's scheduler state dicts keep them
+    under these names.
+    """
+
+    @property
+    def cycles_momentum(self) -> bool:
+        """Whether the schedule sets the momentum (or first beta) too.
+
+        torch's `cycle_momentum=True` of `CyclicLR` and `OneCycleLR`; a
+        schedule that wraps others (`SequentialLR`, `ChainedScheduler`) does
+        when one of them does, as torch's schedulers write the momentum into
+        the optimizer they share. The state carries the value in
+        `ScheduleState.momentum`; an optimizer without a momentum (or `betas`)
+        refuses such a schedule.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.CyclicLR(base_lr=0.01, max_lr=0.1).cycles_momentum
+            True
+            >>> optim.StepLR(step_size=2).cycles_momentum
+            False
+        """
+        return any(s.cycles_momentum for s in self._schedulers)
+
+    @property
+    def takes_metric(self) -> bool:
+        """Whether the schedule moves with a metric (the optimizer's `step_schedule`).
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.StepLR(step_size=2).takes_metric
+            False
+            >>> optim.ReduceLROnPlateau().takes_metric
+            True
+        """
+        return False
+
+    @property
+    def _schedulers(self) -> tuple[LRSchedule | ReduceLROnPlateau, ...]:
+        """The schedules this one wraps, whose states are `ScheduleState.children`.
+
+        torch's `_schedulers` of `SequentialLR` and `ChainedScheduler`; none for
+        the others. The slot checks a state's children against them.
+        """
+        return ()
+
+    @abc.abstractmethod
+    def _step_once(self, state: StateT, /) -> StateT:
+        """Return `state` (already checked) after the step that follows an update.
+
+        torch's `scheduler.step()` after `optimizer.step()`: what the optimizer
+        holding the schedule runs once per update.
+        """
+
+    def _step_metric(self, state: StateT, metrics: float | Tensor, /) -> StateT:
+        """Return `state` after the schedule saw `metrics` (`step_schedule`)."""
+        kind = type(self).__name__
+        msg = (
+            f"`{kind}` does not move with a metric (its `takes_metric` is False). "
+            "Step it with `step`; give the metric to a `ReduceLROnPlateau`, or to "
+            "a `ChainedScheduler` holding one."
+        )
+        raise ValueError(msg)
 
 
 # ---------------------------------------------------------------- exact scalars
@@ -226,7 +317,7 @@ def base_of(schedule: Any, lr: float | Tensor | None) -> float | Tensor:
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class LRSchedule(abc.ABC):
+class LRSchedule(BaseSchedule[ScheduleState]):
     """The base of every learning-rate schedule except `ReduceLROnPlateau`.
 
     A subclass is an immutable configuration with `torch.optim.lr_scheduler`'s
@@ -242,7 +333,11 @@ class LRSchedule(abc.ABC):
     (`scheduler._update_lr(0)`). Each receives `current`, the learning rate the
     optimizer holds now, which the recursive formulas start from; a schedule on
     its own passes its own `lr`, `SequentialLR` and `ChainedScheduler` pass the
-    value their children share.
+    value their children share. A subclass whose state is not one plain rate
+    says so, and the optimizer holding it follows: `cycles_momentum` (its state
+    carries a momentum), `_schedulers` (the schedules it wraps, whose states are
+    its children), `_counter_names` (the counters its state keeps) and
+    `_step_once` (the step after each update, `_advance` by default).
 
     Example:
         >>> from paramdict import optim
@@ -264,6 +359,8 @@ class LRSchedule(abc.ABC):
 
     takes_base: ClassVar[bool] = True
     """Whether the schedule starts from a base rate (not `CyclicLR`, `OneCycleLR`)."""
+
+    _state_type = ScheduleState
 
     base_lr: float | Tensor | None = attrs.field(default=None, validator=_check_base_lr)
 
@@ -318,6 +415,10 @@ class LRSchedule(abc.ABC):
 
         refuse_epoch(self, epoch)
         check_schedule_state(self, state)
+        return self._step_once(state)
+
+    def _step_once(self, state: ScheduleState, /) -> ScheduleState:
+        """Return the state after one `scheduler.step()`: `_advance` from its rate."""
         return self._advance(state, state.lr)
 
     @abc.abstractmethod

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from .base import LRSchedule, ScheduleState, check_int, new_state
 from .plateau import PlateauState, ReduceLROnPlateau
+from .slot import check_schedule_state, is_schedule
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
 
@@ -35,7 +36,7 @@ def _check_children(
                 "with the metric."
             )
             raise ValueError(msg)
-        if not isinstance(schedule, (LRSchedule, ReduceLROnPlateau)):
+        if not is_schedule(schedule):
             msg = (
                 f"{name} takes schedules from `paramdict.optim`; the one at index "
                 f"{i} is a {type(schedule).__name__}."
@@ -99,6 +100,10 @@ class SequentialLR(LRSchedule):
             raise ValueError(msg)
         for i, m in enumerate(self.milestones):
             check_int(f"milestones[{i}]", m, minimum=0)
+
+    @property
+    def _schedulers(self) -> tuple[LRSchedule, ...]:
+        return self.schedulers
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         children = [s._initial(base, base) for s in self.schedulers]
@@ -209,8 +214,25 @@ class ChainedScheduler(LRSchedule):
 
     @property
     def takes_metric(self) -> bool:
-        """Whether a `ReduceLROnPlateau` is chained (`step_metric` moves it)."""
+        """Whether a `ReduceLROnPlateau` is chained (`step_metric` moves it).
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.ChainedScheduler(schedulers=[
+            ...     optim.StepLR(step_size=10),
+            ...     optim.ReduceLROnPlateau()]).takes_metric
+            True
+        """
         return any(isinstance(s, ReduceLROnPlateau) for s in self.schedulers)
+
+    @property
+    def _schedulers(self) -> tuple[LRSchedule | ReduceLROnPlateau, ...]:
+        return self.schedulers
+
+    def _step_metric(
+        self, state: ScheduleState, metrics: float | Tensor, /
+    ) -> ScheduleState:
+        return self.step_metric(state, metrics)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         children: list[ScheduleState | PlateauState] = []
@@ -275,8 +297,6 @@ class ChainedScheduler(LRSchedule):
             >>> state.lr
             tensor(0.5000, dtype=torch.float64)
         """
-        from .slot import check_schedule_state  # a cycle
-
         if not self.takes_metric:
             msg = (
                 "`step_metric` moves the `ReduceLROnPlateau` of a chain, and this "

@@ -26,7 +26,6 @@ from .base import (
     nonzero,
     pow_,
     rdiv,
-    refuse_epoch,
     scalar,
 )
 
@@ -137,6 +136,18 @@ class CyclicLR(LRSchedule):
                 f"{self.scale_mode!r}."
             )
             raise ValueError(msg)
+
+    @property
+    def cycles_momentum(self) -> bool:
+        """Whether the momentum is cycled too: `cycle_momentum`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> schedule = optim.CyclicLR(base_lr=0.01, max_lr=0.1)
+            >>> schedule.cycles_momentum
+            True
+        """
+        return self.cycle_momentum
 
     def _scale(self, cycle: Tensor, epoch: Tensor) -> tuple[Tensor | float, bool]:
         if self.scale_fn is not None:
@@ -275,6 +286,17 @@ class OneCycleLR(LRSchedule):
             raise ValueError(msg)
 
     @property
+    def cycles_momentum(self) -> bool:
+        """Whether the momentum is cycled too: `cycle_momentum`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.OneCycleLR(max_lr=0.1, total_steps=10).cycles_momentum
+            True
+        """
+        return self.cycle_momentum
+
+    @property
     def steps(self) -> int:
         """The total number of steps: `total_steps` or `epochs * steps_per_epoch`."""
         if self.total_steps is not None:
@@ -365,10 +387,10 @@ class OneCycleLR(LRSchedule):
             >>> round(float(schedule.step(schedule.init(0.0)).momentum), 6)
             0.9
         """
-        from .slot import check_schedule_state  # a cycle
+        return super().step(state, epoch)
 
-        refuse_epoch(self, epoch)
-        check_schedule_state(self, state)
+    def _step_once(self, state: ScheduleState, /) -> ScheduleState:
+        """Return the state after one `scheduler.step()`, which may not pass the end."""
         self._check_within(state)
         return self._advance(state, state.lr)
 

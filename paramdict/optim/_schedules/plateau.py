@@ -11,6 +11,7 @@ from torch import Tensor
 
 from .._protocol import register_state
 from .base import (
+    BaseSchedule,
     _check_base_lr,  # pyright: ignore[reportPrivateUsage]  # this package's own
     base_of,
     check_float,
@@ -72,7 +73,7 @@ class PlateauState(NamedTuple):
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class ReduceLROnPlateau:
+class ReduceLROnPlateau(BaseSchedule[PlateauState]):
     """Reduce the rate when a metric stops improving (`ReduceLROnPlateau`).
 
     Not an `LRSchedule`: its `step` takes the metric, `step(state, metrics)`,
@@ -116,6 +117,7 @@ class ReduceLROnPlateau:
     base_lr: float | Tensor | None = attrs.field(default=None, validator=_check_base_lr)
 
     takes_base: ClassVar[bool] = True
+    _state_type = PlateauState
 
     def __attrs_post_init__(self) -> None:
         if self.factor >= 1.0:
@@ -132,6 +134,26 @@ class ReduceLROnPlateau:
             raise ValueError(msg)
         check_int("patience", self.patience, minimum=0)
         check_int("cooldown", self.cooldown, minimum=0)
+
+    @property
+    def takes_metric(self) -> bool:
+        """True: the rate moves only with a metric (`step(state, metrics)`).
+
+        Example:
+            >>> from paramdict import optim
+            >>> optim.ReduceLROnPlateau().takes_metric
+            True
+        """
+        return True
+
+    def _step_once(self, state: PlateauState, /) -> PlateauState:
+        """Return `state` unchanged: an update without a metric does not move it."""
+        return state
+
+    def _step_metric(
+        self, state: PlateauState, metrics: float | Tensor, /
+    ) -> PlateauState:
+        return self.step(state, metrics)
 
     def init(self, lr: float | Tensor | None = None, /) -> PlateauState:
         """Return the first state for base rate `lr`.

@@ -5,16 +5,21 @@ CosineAnnealingLR(base_lr=0.1, T_max=100)`). The schedule's state lives in the
 optimizer's state, in its last field, `schedule` (`()` for a plain rate), so
 `step` stays pure, the state saves and loads with `weights_only=True`, and a
 compiled step sees tensors only. The rule reads the current value (torch's
-`get_last_lr()[0]`, and the cycled momentum of `CyclicLR` and `OneCycleLR`), and
-the slot advances once per update: torch's `optimizer.step(); scheduler.step()`.
-`ReduceLROnPlateau` advances only through `step_schedule(state, metrics)`.
+`get_last_lr()[0]`, and the momentum of a schedule that cycles it), and the slot
+advances once per update: torch's `optimizer.step(); scheduler.step()`. A
+schedule that moves with a metric advances through `step_schedule(state,
+metrics)`.
+
+No schedule class is named here: each schedule answers for itself (see
+`BaseSchedule`): whether it cycles the momentum or takes a metric, the
+schedules it wraps, the counters its state keeps, and its step after an update.
 """
 
 from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias, TypeGuard, cast
 
 import torch
 from torch import Tensor
@@ -23,10 +28,7 @@ from torch.utils import _pytree as pytree
 from ..._paramdict import ParamDict
 from .._hyper import Rate, is_traced
 from .._slot import install_slot_rules
-from ..lr_scheduler import CosineAnnealingWarmRestarts
-from .base import LRSchedule, ScheduleState
-from .chain import ChainedScheduler, SequentialLR
-from .cyclic import CyclicLR, OneCycleLR
+from .base import BaseSchedule, LRSchedule, ScheduleState
 from .plateau import PlateauState, ReduceLROnPlateau
 
 LearningRate: TypeAlias = Rate | LRSchedule | ReduceLROnPlateau
@@ -42,7 +44,6 @@ __all__ = [
     "advanced",
     "check_fits",
     "check_slot",
-    "cycles_momentum",
     "first_state",
     "initial_rate",
     "is_schedule",
@@ -52,20 +53,9 @@ Schedule: TypeAlias = LRSchedule | ReduceLROnPlateau
 """A learning-rate schedule: any `LRSchedule`, or `ReduceLROnPlateau`."""
 
 
-def is_schedule(value: object) -> bool:
+def is_schedule(value: object) -> TypeGuard[Schedule]:
     """Return whether `value` is a schedule (not a plain rate)."""
-    return isinstance(value, (LRSchedule, ReduceLROnPlateau))
-
-
-def cycles_momentum(schedule: Schedule) -> bool:
-    """Return whether `schedule` sets the momentum (or first beta) too.
-
-    `SequentialLR` and `ChainedScheduler` do when one of their schedules does:
-    torch's schedulers write the momentum into the optimizer they share.
-    """
-    if isinstance(schedule, (SequentialLR, ChainedScheduler)):
-        return any(cycles_momentum(s) for s in schedule.schedulers)
-    return isinstance(schedule, (CyclicLR, OneCycleLR)) and schedule.cycle_momentum
+    return isinstance(value, BaseSchedule)
 
 
 def check_fits(owner: Any, schedule: Schedule) -> None:
@@ -93,7 +83,7 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
             "base_lr=0.1, ...)`)."
         )
         raise ValueError(msg)
-    if not cycles_momentum(schedule):
+    if not schedule.cycles_momentum:
         return
     momentum: object = getattr(owner, "momentum", None)
     if momentum is None and not hasattr(owner, "betas"):
@@ -137,42 +127,40 @@ def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
     For the rules that read `lr` when they build their state (Rprop's step
     sizes, ASGD's `eta`): the value torch's scheduler writes on construction.
     """
-    if not isinstance(lr, (LRSchedule, ReduceLROnPlateau)):
+    if not is_schedule(lr):
         return None
     return first_state(lr, params).lr
 
 
 def takes_metric(lr: object) -> bool:
-    """Whether `lr` moves with a metric: a plateau, or a chain holding one."""
-    return isinstance(lr, ReduceLROnPlateau) or (
-        isinstance(lr, ChainedScheduler) and lr.takes_metric
-    )
+    """Whether `lr` is a schedule that moves with a metric (`takes_metric`)."""
+    return is_schedule(lr) and lr.takes_metric
 
 
 def stepped_with_metric(
     schedule: Schedule, state: object, metrics: float | Tensor
 ) -> ScheduleState | PlateauState:
-    """Return the slot `state` after the plateau(s) of `schedule` saw `metrics`."""
-    if isinstance(schedule, ReduceLROnPlateau):
-        return schedule.step(cast(PlateauState, state), metrics)
-    return cast(ChainedScheduler, schedule).step_metric(
-        cast(ScheduleState, state), metrics
-    )
+    """Return the slot `state` after `schedule` saw `metrics` (its `_step_metric`)."""
+    # `check_slot` matched the slot to this schedule: it is the state it takes.
+    moved = cast("BaseSchedule[Any]", schedule)
+    stepped: ScheduleState | PlateauState = moved._step_metric(state, metrics)
+    return stepped
 
 
 def advanced(schedule: Schedule, state: SlotState) -> SlotState:
     """Return the slot after one optimizer step: one `scheduler.step()`.
 
-    `ReduceLROnPlateau` moves only with a metric (`step_schedule`). Stepping
-    `OneCycleLR` past its `total_steps` raises, as torch does (eagerly on the
-    CPU, where reading the step is cheap; a compiled step continues its last
-    phase).
+    The schedule's `_step_once` says how it moves: `ReduceLROnPlateau` does
+    not (it moves with a metric, `step_schedule`); `OneCycleLR` raises past its
+    `total_steps`, as torch does (eagerly on the CPU, where reading the step is
+    cheap; a compiled step continues its last phase).
     """
-    if isinstance(schedule, ReduceLROnPlateau) or not isinstance(state, ScheduleState):
-        return state
-    if isinstance(schedule, OneCycleLR):
-        schedule._check_within(state)
-    return schedule._advance(state, state.lr)  # pyright: ignore[reportPrivateUsage]  # this package's own
+    if not isinstance(state, (ScheduleState, PlateauState)):
+        return state  # a plain rate's `()`
+    # `check_slot` matched the slot to this schedule: it is the state it takes.
+    moved = cast("BaseSchedule[Any]", schedule)
+    stepped: ScheduleState | PlateauState = moved._step_once(state)
+    return stepped
 
 
 _LAYOUTS: weakref.WeakKeyDictionary[Schedule, tuple[object, ...]] = (
@@ -191,22 +179,22 @@ def _layout(schedule: Schedule) -> tuple[object, ...]:
 
 
 def _build_layout(schedule: Schedule) -> tuple[object, ...]:
-    if isinstance(schedule, ReduceLROnPlateau):
-        return ("plateau",)
-    counters = 2 if isinstance(schedule, CosineAnnealingWarmRestarts) else 0
-    children: tuple[object, ...] = ()
-    if isinstance(schedule, (SequentialLR, ChainedScheduler)):
-        children = tuple(_layout(s) for s in schedule.schedulers)
-    return (cycles_momentum(schedule), counters, children)
+    """The kind of state `schedule` keeps: what its state's layout must be."""
+    kind = schedule._state_type.__name__
+    counters = len(schedule._counter_names)
+    children = tuple(_layout(s) for s in schedule._schedulers)
+    return (kind, schedule.cycles_momentum, counters, children)
 
 
 def _state_layout(state: object) -> tuple[object, ...] | None:
+    """The layout of `state`, comparable with `_build_layout`'s; None if no state."""
     if isinstance(state, PlateauState):
-        return ("plateau",)
+        return (PlateauState.__name__, False, 0, ())
     if not isinstance(state, ScheduleState):
         return None
     children: tuple[object, ...] = tuple(_state_layout(c) for c in state.children)
-    return (state.momentum is not None, len(state.counters), children)
+    kind = ScheduleState.__name__
+    return (kind, state.momentum is not None, len(state.counters), children)
 
 
 def _fields(state: ScheduleState | PlateauState) -> list[tuple[str, object]]:
@@ -333,7 +321,6 @@ def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
             )
             raise ValueError(msg)
         return
-    assert isinstance(schedule, (LRSchedule, ReduceLROnPlateau))
     kind = type(schedule).__name__
     got = _state_layout(state)
     if got is None or got != _layout(schedule):
@@ -385,7 +372,7 @@ class _Rules:
         return advanced(schedule, slot)
 
     def momentum(self, schedule: Any, slot: object, /) -> Tensor | None:
-        if not isinstance(slot, ScheduleState) or not cycles_momentum(schedule):
+        if not isinstance(slot, ScheduleState) or not schedule.cycles_momentum:
             return None
         return slot.momentum
 

@@ -4,6 +4,12 @@ A torch scheduler keeps its position in its own attributes (`last_epoch`,
 `base_lrs`, `_last_lr`, and `T_cur`, `best`, ... for some); a paramdict schedule
 keeps it in a `ScheduleState` or `PlateauState`. The two functions here read one
 from the other, so a run moves between the libraries mid-schedule.
+
+The schedule says what its state holds (its counters by torch's names, the
+schedules it wraps); only the entries that one torch class keeps its own way
+are mapped by class: `ReduceLROnPlateau`'s counters and missing `base_lrs`,
+`CyclicLR`'s `_scale_fn_custom`, and `ChainedScheduler`'s position, which
+torch reads from its last scheduler.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from torch import Tensor
 
 from .._groups import ParamGroups
 from .._protocol import Optimizer
-from ..lr_scheduler import CosineAnnealingWarmRestarts
 from .base import LRSchedule, ScheduleState
 from .chain import ChainedScheduler
 from .cyclic import CyclicLR
@@ -30,7 +35,6 @@ from .slot import Schedule, is_schedule
 __all__ = ["load_torch_scheduler_state_dict", "to_torch_scheduler_state_dict"]
 
 _PLATEAU_COUNTERS = ("best", "num_bad_epochs", "cooldown_counter")
-_WARM_COUNTERS = ("T_cur", "T_i")
 
 
 _KEPT_OTHERWISE = frozenset(
@@ -129,10 +133,11 @@ def load_torch_scheduler_state_dict(
     `state_dict` is what `scheduler.state_dict()` of torch's scheduler of the
     same class returned. The state takes `last_epoch`, the group's entries of
     `base_lrs` and `_last_lr`, and the counters: `T_cur` and `T_i` of
-    `CosineAnnealingWarmRestarts`; `best`, `num_bad_epochs` and
-    `cooldown_counter` of `ReduceLROnPlateau`; the children of `SequentialLR`
-    and `ChainedScheduler`. The momentum `CyclicLR` and `OneCycleLR` cycle is
-    their value at `last_epoch`. Nothing is changed.
+    `CosineAnnealingWarmRestarts` (the counters a schedule names);
+    `best`, `num_bad_epochs` and `cooldown_counter` of `ReduceLROnPlateau`; the
+    children of `SequentialLR` and `ChainedScheduler` (the schedules a schedule
+    wraps). A cycled momentum (`CyclicLR`, `OneCycleLR`) is its value at
+    `last_epoch`. Nothing is changed.
 
     Args:
         schedule: The paramdict schedule, configured as torch's scheduler.
@@ -170,7 +175,7 @@ def load_torch_scheduler_state_dict(
     _check_settings(schedule, state_dict)
     last_lr = _f64(_per_group(state_dict, "_last_lr", group, name))
     last_epoch = _f64(_entry(state_dict, "last_epoch", name))
-    if isinstance(schedule, ReduceLROnPlateau):
+    if isinstance(schedule, ReduceLROnPlateau):  # torch's attributes, one by one
         counters = [_f64(_entry(state_dict, k, name)) for k in _PLATEAU_COUNTERS]
         return PlateauState(last_epoch, last_lr, *counters)
     base = None
@@ -181,13 +186,13 @@ def load_torch_scheduler_state_dict(
             holder = (_listed(holder["_schedulers"]) or [holder])[0]
         base = _f64(_per_group(holder, "base_lrs", group, name))
     template = schedule.init(base)
-    counters_t: tuple[Tensor, ...] = ()
-    if isinstance(schedule, CosineAnnealingWarmRestarts):
-        counters_t = tuple(_f64(_entry(state_dict, k, name)) for k in _WARM_COUNTERS)
+    counters_t = tuple(
+        _f64(_entry(state_dict, k, name)) for k in schedule._counter_names
+    )
     children = template.children
     if children:
         saved = _listed(_entry(state_dict, "_schedulers", name))
-        kids: Any = getattr(schedule, "schedulers", ())
+        kids = schedule._schedulers
         if len(saved) != len(kids):
             msg = (
                 f"The scheduler state dict holds {len(saved)} schedulers and the "
@@ -202,6 +207,7 @@ def load_torch_scheduler_state_dict(
             for kid, sub in zip(kids, saved, strict=True)
         )
         if isinstance(schedule, ChainedScheduler):
+            # torch's keeps no count of its own: its position is its last child's.
             last_epoch = children[-1].last_epoch.clone()
     momentum = template.momentum
     if momentum is not None and float(last_epoch) > 0:
@@ -236,7 +242,7 @@ def _slots(opt: Optimizer[Any], state: Any) -> list[tuple[Schedule, Any]]:
                 "scheduler drives every group. Give each group a schedule as `lr`."
             )
             raise ValueError(msg)
-        pairs = [(cast("Schedule", lr), state.schedule)]
+        pairs = [(lr, state.schedule)]
     return pairs
 
 
@@ -251,10 +257,10 @@ def _position(schedule: Schedule, slot: Any) -> dict[str, Any]:
     out["_is_initial"] = out["last_epoch"] == 0
     if isinstance(schedule, CyclicLR):
         out["_scale_fn_custom"] = None  # torch's `load_state_dict` pops it
-    if isinstance(schedule, CosineAnnealingWarmRestarts):
-        out.update(zip(_WARM_COUNTERS, map(_number, slot.counters), strict=True))
+    names = schedule._counter_names
+    out.update(zip(names, map(_number, slot.counters), strict=True))
     if slot.children:
-        kids = cast("Any", schedule).schedulers
+        kids = schedule._schedulers
         out["_schedulers"] = [
             {**_position(kid, child), "_last_lr": [float(child.lr)]}
             for kid, child in zip(kids, slot.children, strict=True)
