@@ -88,17 +88,17 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
     momentum: object = getattr(owner, "momentum", None)
     if momentum is None and not hasattr(owner, "betas"):
         msg = (
-            f"`{type(schedule).__name__}(cycle_momentum=True)` sets the momentum "
+            f"The `{type(schedule).__name__}` given as `lr` cycles the momentum "
             f"or the first beta, and `{name}` has neither. Pass "
-            "`cycle_momentum=False`."
+            "`cycle_momentum=False` to the schedule that cycles it."
         )
         raise ValueError(msg)
     if momentum is not None and momentum == 0:
         msg = (
-            f"`{type(schedule).__name__}(cycle_momentum=True)` sets `{name}`'s "
+            f"The `{type(schedule).__name__}` given as `lr` cycles `{name}`'s "
             "momentum, but `momentum=0` keeps no momentum buffer. Give the "
             "optimizer a momentum (any value above 0: the schedule replaces it) "
-            "or pass `cycle_momentum=False`."
+            "or pass `cycle_momentum=False` to the schedule that cycles it."
         )
         raise ValueError(msg)
 
