@@ -97,5 +97,7 @@ def test_nested_cycled_momentum_equals_torch(
 def test_nested_cycled_momentum_needs_a_momentum() -> None:
     """A composed schedule that cycles the momentum is refused by Adagrad."""
     schedule = CASES[0][2]()
-    with pytest.raises(ValueError, match=r"cycle_momentum=True"):
+    with pytest.raises(
+        ValueError, match=r"`ChainedScheduler` given as `lr` cycles the momentum"
+    ):
         optim.Adagrad(lr=schedule)
