@@ -190,7 +190,7 @@ def _foreach_lion(
     lr, wd = group["lr"], group["weight_decay"]
     beta1, beta2 = group["betas"]
     if group["maximize"]:
-        grads = torch._foreach_neg(grads)
+        grads = list(torch._foreach_neg(grads))
     if wd != 0:
         torch._foreach_mul_(params, 1 - lr * wd)
     direction = torch._foreach_lerp(avgs, grads, 1 - beta1)
