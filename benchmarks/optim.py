@@ -6,7 +6,8 @@ state from step to step:
 - `ParamDict`: `params, state = opt.step(params, grads, state)`: out of place, new
   leaves that require grad, as in training;
 - `torch.optim (foreach)`: `opt.step()` with `foreach=True`, in place, on
-  parameters whose `.grad` is set;
+  parameters whose `.grad` is set (`torch.optim (for-loop)`, torch's default, for a
+  class that takes no `foreach`);
 - `torchopt (functional)`: `updates, state = tx.update(grads, state, params=params,
   inplace=False)` and `torchopt.apply_updates(params, updates, inplace=False)`, on
   plain dicts of tensors that do not require grad (torchopt's functional style);
@@ -14,23 +15,29 @@ state from step to step:
   takes `fused` (read from its signature): ours in place, against torch's fused
   kernels.
 
-Adam, AdamW, SGD with momentum, RMSprop, Adagrad, NAdam, RAdam, Adamax, Adadelta,
-Rprop, ASGD, Adafactor and Lion, with the same hyperparameters everywhere (torchopt
-where it has the optimizer). torch has no Lion: its `torch.optim (foreach)` candidate
-is `benchmarks/_lion.py`, Lion in four foreach passes. Before timing, three steps of
+The optimizers are the rows of the tests' optimizer table
+(`tests/optim/optim_cases.py`, read through `benchmarks/_table.py`), in its order,
+each with its row's benchmark options (`bench`) on every side, and torchopt where
+the row names its function; of those, a `--quick` run times Adam and SGD with
+momentum only, unless `--optimizers` names others. torch has no Lion: its
+`torch.optim (foreach)` candidate is the table's plain-torch reference, `TorchLion`
+with `foreach=True` (one foreach call per operation). Before timing, three steps of
 every candidate from the same start must give the same parameters; a torchopt
 transformation that does not is left out, with a note.
 
-Two optimizers need other inputs:
+Two kinds of optimizer need other inputs:
 
-- Muon updates 2-D entries only (ours and torch's refuse others), so its entries are
-  matrices with each size's element count: the rows are the largest divisor of the
-  count at most its square root (8 x 40 x 40, 160 x 8 x 8, 1000 x 4 x 4).
-  torch.optim.Muon has no foreach path (it refuses `foreach=True`), so its candidate
-  is its default per-tensor loop, `torch.optim (for-loop)`.
-- LBFGS re-evaluates the loss, so each call is one `step` from the same start with a
-  fresh state (`max_iter=20`, `history_size=10`, `line_search_fn` None and
-  `"strong_wolfe"`) on a fixed quadratic `0.5 * sum(d * (x - c) ** 2)` over all
+- The table's matrix-only rows (Muon) update 2-D entries only (ours and torch's
+  refuse others), so their entries are matrices with each size's element count:
+  the rows are the largest divisor of the count at most its square root
+  (8 x 40 x 40, 160 x 8 x 8, 1000 x 4 x 4). torch.optim.Muon has no foreach path
+  (it refuses `foreach=True`), so the candidate is torch's default, its per-tensor
+  loop on CPU, `torch.optim (for-loop)`.
+- LBFGS is no row of the table (its step takes the loss rather than gradients, and
+  its tests are its own). It re-evaluates the loss, so each call is one `step` from
+  the same start with a fresh state (`max_iter=20`, `history_size=10`,
+  `line_search_fn` None and `"strong_wolfe"`) on a fixed quadratic
+  `0.5 * sum(d * (x - c) ** 2)` over all
   entries flattened in key order, with `d` log-uniform in [0.1, 10] and `c` standard
   normal, drawn from a seed. A step stops at `max_iter` iterations (with the line
   search, at `max_eval`, 25 evaluations) well before the minimum, the same work in
@@ -47,13 +54,12 @@ foreach and its `step_` within 1.05x of torch's fused step at 160 x 64; Adafacto
 and LBFGS (both line searches) within 1.10x of torch at every size.
 
 Part of `python -m benchmarks`; `python -m benchmarks --only optim` runs only this
-section, and `--optimizers Muon,LBFGS` (any names of `OPTIMIZERS`) only those rows.
+section, and `--optimizers Muon,LBFGS` (any names of `optimizers()`) only those rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -63,51 +69,36 @@ from torch import Tensor
 
 from paramdict import ParamDict, optim
 
-from . import _peers
+from . import _peers, _table
 from ._agree import check_agreement
-from ._lion import ForeachLion
 from ._report import OURS, Config, Row, Section, Target, ratio_target
 
 __all__ = ["measure"]
 
 TORCH = "torch.optim (foreach)"
+TORCH_LOOP = "torch.optim (for-loop)"
 IN_PLACE = "ParamDict step_"
 FUSED = "torch.optim (fused)"
 TORCHOPT = "torchopt (functional)"
 STEPS = 3
 
-# name, paramdict.optim class, torch.optim class, torchopt function name ("" where
-# torchopt has none), kwargs
-SETTINGS: list[
-    tuple[str, Callable[..., optim.Optimizer[Any]], Any, str, dict[str, Any]]
-]
-SETTINGS = [
-    ("Adam", optim.Adam, torch.optim.Adam, "adam", {"lr": 1e-3}),
-    ("AdamW", optim.AdamW, torch.optim.AdamW, "adamw", {"lr": 1e-3}),
-    ("SGD momentum", optim.SGD, torch.optim.SGD, "sgd", {"lr": 1e-3, "momentum": 0.9}),
-    ("RMSprop", optim.RMSprop, torch.optim.RMSprop, "rmsprop", {"lr": 1e-3}),
-    ("Adagrad", optim.Adagrad, torch.optim.Adagrad, "adagrad", {"lr": 1e-3}),
-    ("NAdam", optim.NAdam, torch.optim.NAdam, "", {"lr": 1e-3}),
-    ("RAdam", optim.RAdam, torch.optim.RAdam, "radam", {"lr": 1e-3}),
-    ("Adamax", optim.Adamax, torch.optim.Adamax, "adamax", {"lr": 1e-3}),
-    ("Adadelta", optim.Adadelta, torch.optim.Adadelta, "adadelta", {"lr": 1.0}),
-    ("Rprop", optim.Rprop, torch.optim.Rprop, "", {"lr": 1e-3}),
-    ("ASGD", optim.ASGD, torch.optim.ASGD, "", {"lr": 1e-3}),
-    ("Adafactor", optim.Adafactor, torch.optim.Adafactor, "", {"lr": 1e-3}),
-    ("Lion", optim.Lion, ForeachLion, "", {"lr": 1e-4, "weight_decay": 0.1}),
-]
+QUICK = ("Adam", "SGD momentum")
+"""The table's optimizers (but the matrix-only ones) that a `--quick` run times
+when `--optimizers` names none."""
 TARGET = ("Adam", (160, 64), 1.10)
 
-TORCH_LOOP = "torch.optim (for-loop)"
 TORCH_CLOSURE = "torch.optim (closure)"
-MUON: dict[str, Any] = {"lr": 1e-3}
 LBFGS: dict[str, Any] = {"max_iter": 20, "history_size": 10}
 LINE_SEARCHES = (None, "strong_wolfe")
 LBFGS_ROUNDS = 31
-OTHERS = ("Muon", "LBFGS")
-"""The optimizers timed on inputs of their own (see the module's docstring)."""
-OPTIMIZERS = (*(s[0] for s in SETTINGS), *OTHERS)
-"""Every optimizer of this section, the names `--optimizers` takes."""
+OTHERS = ("LBFGS",)
+"""The optimizers of this section that are not rows of the table (see the module's
+docstring)."""
+
+
+def optimizers() -> tuple[str, ...]:
+    """Return every optimizer of this section, the names `--optimizers` takes."""
+    return (*_table.names(), *OTHERS)
 
 
 def _data(keys: list[str], shape: tuple[int, ...]) -> tuple[list[Tensor], list[Tensor]]:
@@ -152,17 +143,19 @@ def _pair(
 
 
 def _candidates(
-    setting: tuple[str, Callable[..., optim.Optimizer[Any]], Any, str, dict[str, Any]],
-    keys: list[str],
-    elements: int,
+    entry: _table.Entry, keys: list[str], elements: int
 ) -> dict[str, Callable[[], object]]:
-    _, ours, theirs, torchopt_name, kwargs = setting
+    ours, theirs, kwargs = entry.ours, entry.theirs, entry.options
     values, grads = _data(keys, (elements,))
-    step_ours, step_torch = _pair(
-        ours(**kwargs), lambda t: theirs(t, foreach=True, **kwargs), keys, values, grads
+    # torch's foreach path where its class has one, else its default loop
+    path, flag = (
+        (TORCH, {"foreach": True}) if entry.takes("foreach") else (TORCH_LOOP, {})
     )
-    candidates: dict[str, Callable[[], object]] = {OURS: step_ours, TORCH: step_torch}
-    if _has_fused(theirs):  # ours in place against torch's fused kernels
+    step_ours, step_torch = _pair(
+        ours(**kwargs), lambda t: theirs(t, **flag, **kwargs), keys, values, grads
+    )
+    candidates: dict[str, Callable[[], object]] = {OURS: step_ours, path: step_torch}
+    if entry.fused:  # ours in place against torch's fused kernels
         opt = ours(**kwargs)
         start = ParamDict(zip(keys, [v.clone() for v in values]))
         grad_dict = ParamDict(zip(keys, grads))
@@ -183,8 +176,8 @@ def _candidates(
         candidates[IN_PLACE] = step_in_place
         candidates[FUSED] = step_fused
     torchopt = _peers.load("torchopt")
-    if torchopt is not None and torchopt_name:  # "": torchopt has no such optimizer
-        tx = getattr(torchopt, torchopt_name)(**kwargs)
+    if torchopt is not None and entry.torchopt:  # "": torchopt has no such optimizer
+        tx = getattr(torchopt, entry.torchopt)(**kwargs)
         plain = dict(zip(keys, [v.clone() for v in values]))
         plain_grads = dict(zip(keys, grads))
         carried: list[Any] = [plain, tx.init(plain)]
@@ -202,15 +195,6 @@ def _candidates(
     return candidates
 
 
-def _has_fused(theirs: Any) -> bool:
-    """Whether torch's class `theirs` has fused kernels (its signature takes `fused`).
-
-    `benchmarks/_lion.py` accepts `fused` and ignores it: torch's classes alone count.
-    """
-    taken = inspect.signature(theirs).parameters
-    return "fused" in taken and str(theirs.__module__).startswith("torch.")
-
-
 def _agreeing(
     name: str,
     candidates: dict[str, Callable[[], object]],
@@ -222,7 +206,8 @@ def _agreeing(
     for candidate, step in candidates.items():
         for _ in range(STEPS):
             results[candidate] = step()
-    check_agreement({n: results[n] for n in (OURS, TORCH)}, keys, reference=OURS)
+    torch_ = {n: results[n] for n in (OURS, TORCH, TORCH_LOOP) if n in results}
+    check_agreement(torch_, keys, reference=OURS)
     fused = {n: results[n] for n in (OURS, IN_PLACE, FUSED) if n in results}
     check_agreement(fused, keys, reference=OURS, rtol=1e-5, atol=1e-6)
     if TORCHOPT in results:
@@ -247,12 +232,18 @@ def matrix_shape(elements: int) -> tuple[int, int]:
     return rows, elements // rows
 
 
-def _muon_candidates(keys: list[str], elements: int) -> dict[str, Callable[[], object]]:
-    """Muon on matrices of `elements` entries: ours and torch's per-tensor loop."""
+def _matrix_candidates(
+    entry: _table.Entry, keys: list[str], elements: int
+) -> dict[str, Callable[[], object]]:
+    """A matrix-only optimizer on matrices of `elements` entries: ours and torch's.
+
+    torch's candidate is its default path (Muon takes no `foreach`), its per-tensor
+    loop on CPU.
+    """
     values, grads = _data(keys, matrix_shape(elements))
     step_ours, step_torch = _pair(
-        optim.Muon(**MUON),
-        lambda t: torch.optim.Muon(t, **MUON),  # no foreach: it refuses one
+        entry.ours(**entry.options),
+        lambda t: entry.theirs(t, **entry.options),
         keys,
         values,
         grads,
@@ -321,22 +312,23 @@ def _agree_once(
 
 
 def _extra_rows(config: Config) -> list[Row]:
-    """Muon on matrices and LBFGS on a quadratic, at every size."""
+    """The matrix-only optimizers on matrices and LBFGS on a quadratic, every size."""
     rows: list[Row] = []
-    muon, lbfgs = (
-        not config.optimizers or name in config.optimizers for name in OTHERS
-    )
+    matrix = [
+        e for e in _table.entries() if e.matrices_only and _chosen(e.name, config)
+    ]
+    lbfgs = _chosen("LBFGS", config)
     lbfgs_timing = dataclasses.replace(config, rounds=min(config.rounds, LBFGS_ROUNDS))
     for entries, elements in config.sizes:
         keys = [f"layers.{i}.weight" for i in range(entries)]
         rows_, cols = matrix_shape(elements)
-        if muon:
+        for entry in matrix:
             with torch.inference_mode(False):
-                candidates = _muon_candidates(keys, elements)
+                candidates = _matrix_candidates(entry, keys, elements)
                 _agree_once(candidates, keys, STEPS)
             rows.append(
                 Row.from_timings(
-                    "Muon step",
+                    f"{entry.name} step",
                     f"{entries} x {rows_} x {cols}",
                     config.time(candidates),
                 )
@@ -355,6 +347,11 @@ def _extra_rows(config: Config) -> list[Row]:
     return rows
 
 
+def _chosen(name: str, config: Config) -> bool:
+    """Whether `--optimizers` picked `name` (all are picked by default)."""
+    return not config.optimizers or name in config.optimizers
+
+
 def measure(config: Config) -> Section:
     """Time every optimizer's step at every size."""
     section = Section(
@@ -365,23 +362,29 @@ def measure(config: Config) -> Section:
     )
     if _peers.load("torchopt") is None:
         section.notes.append(_peers.skipped("torchopt", what="torchopt"))
-    settings = SETTINGS[:1] + SETTINGS[2:3] if config.quick else SETTINGS
-    if config.optimizers:
-        settings = [s for s in settings if s[0] in config.optimizers]
+    # `--quick` alone times the optimizers of `QUICK`; named ones are timed anyway
+    quick = config.quick and not config.optimizers
+    timed = [
+        e
+        for e in _table.entries()
+        if not e.matrices_only
+        and (e.name in QUICK or not quick)
+        and _chosen(e.name, config)
+    ]
     target_row: Row | None = None
-    for setting in settings:
+    for entry in timed:
         for entries, elements in config.sizes:
             keys = [f"layers.{i}.weight" for i in range(entries)]
             with torch.inference_mode(False):
                 candidates = _agreeing(
-                    setting[0], _candidates(setting, keys, elements), keys, section
+                    entry.name, _candidates(entry, keys, elements), keys, section
                 )
             row = Row.from_timings(
-                f"{setting[0]} step",
+                f"{entry.name} step",
                 f"{entries} x {elements:,}",
                 config.time(candidates),
             )
-            if (setting[0], (entries, elements)) == TARGET[:2]:
+            if (entry.name, (entries, elements)) == TARGET[:2]:
                 target_row = row
             section.rows.append(row)
     section.rows += _extra_rows(config)

@@ -1,8 +1,10 @@
 """Optimizer steps at model scale: `paramdict.optim` against torch.optim's kernels.
 
 Sizes: 50 entries x 400,000 float32 (20M parameters) and the 148 parameter shapes
-of GPT-2 small (124M parameters). Every optimizer of `SETTINGS` runs through the same
-code (`_model_rows`), each candidate stepping equal tensors with equal gradients and
+of GPT-2 small (124M parameters). The optimizers are the rows of the tests'
+optimizer table (`tests/optim/optim_cases.py`, read through `benchmarks/_table.py`),
+each with its row's benchmark options (`bench`), and all run through the same code
+(`_model_rows`), each candidate stepping equal tensors with equal gradients and
 carrying its own state:
 
 - `ParamDict step_`: `params, state = opt.step_(params, grads, state)`, in place
@@ -11,8 +13,8 @@ carrying its own state:
 - torch's paths, read from the signature of torch's class (`torch_paths`), fastest
   first: `torch.optim (fused)` where it takes `fused`, `torch.optim (foreach)`
   where it takes `foreach`, else `torch.optim (for-loop)`; `opt.step()` on
-  parameters whose `.grad` is set. torch has no Lion: its foreach candidate is
-  `benchmarks/_lion.py`;
+  parameters whose `.grad` is set. torch has no Lion: its foreach candidate is the
+  table's plain-torch reference, `TorchLion` with `foreach=True`;
 - at 50 x 400,000 only: `ParamDict step_ compiled`, `torch.compile(opt.step_)`,
   against `torch.optim (foreach) compiled`, `torch.compile` of torch's foreach
   step; Adam, AdamW, SGD with momentum and Adagrad (`TARGETED`) also keep
@@ -35,14 +37,16 @@ path. Model-scale sizes are measured in full runs only; `--quick` notes that and
 returns at once. Part of `python -m benchmarks`; `python -m benchmarks --only
 optim-scale` runs it alone.
 
-Muon runs on GPT-2 small's 50 matrices only (the 2-D entries: both embeddings and
-the 48 weights of the blocks, 124M of its parameters; the 50 x 400,000 entries are
-vectors, which Muon refuses), against `torch.optim (for-loop)`, since
-torch.optim.Muon has no foreach path, with 5 rounds after one warm-up. It has no
-compiled candidates (`UNCOMPILED`: they would only exist at GPT-2 small, each
-compiled step of 124M parameters in bfloat16 Newton-Schulz iterations) and no
-peak-memory row (20 steps at about 12 s each, per candidate and process). LBFGS
-runs at 50 x 400,000 only, as in the `optim` section: each call one `step` from the
+The table's matrix-only rows (Muon) run on GPT-2 small's 50 matrices only (the 2-D
+entries: both embeddings and the 48 weights of the blocks, 124M of its parameters;
+the 50 x 400,000 entries are vectors, which Muon refuses), against
+`torch.optim (for-loop)`, since torch.optim.Muon has no foreach path, with 5 rounds
+after one warm-up (Muon takes about 12 s a step there). They have no compiled
+candidates and no peak-memory row, both measured at 50 x 400,000 only (at GPT-2
+small, each compiled step would be one of 124M parameters in bfloat16 Newton-Schulz
+iterations, and a peak-memory row 20 steps at about 12 s each, per candidate and
+process). LBFGS, no row of the table (its step takes the loss), runs at
+50 x 400,000 only, as in the `optim` section: each call one `step` from the
 same start with a fresh state (`max_iter=5`, `history_size=5`, both line searches)
 on a fixed quadratic, against `torch.optim (closure)`, with 5 rounds after one
 warm-up. It has no compiled candidates (each iteration's stopping tests read
@@ -78,7 +82,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import inspect
 import json
 import math
 import os
@@ -91,8 +94,8 @@ from torch import Tensor
 
 from paramdict import ParamDict, optim
 
+from . import _table
 from . import optim as small
-from ._lion import ForeachLion
 from ._report import OURS, Config, Row, Section, Target, format_bytes, ratio_target
 from ._timing import run_fresh
 from .maml import _peak, _reset_peak
@@ -107,53 +110,38 @@ FUSED = "torch.optim (fused)"
 IN_PLACE_COMPILED = "ParamDict step_ compiled"
 FOREACH_COMPILED = "torch.optim (foreach) compiled"
 
-SETTINGS: dict[str, tuple[Callable[..., optim.Optimizer[Any]], Any, dict[str, Any]]]
-SETTINGS = {
-    "Adam": (optim.Adam, torch.optim.Adam, {"lr": 1e-3}),
-    "AdamW": (optim.AdamW, torch.optim.AdamW, {"lr": 1e-3, "weight_decay": 0.01}),
-    "SGD momentum": (optim.SGD, torch.optim.SGD, {"lr": 1e-3, "momentum": 0.9}),
-    "Adagrad": (optim.Adagrad, torch.optim.Adagrad, {"lr": 1e-3}),
-    "RMSprop": (optim.RMSprop, torch.optim.RMSprop, {"lr": 1e-3}),
-    "NAdam": (optim.NAdam, torch.optim.NAdam, {"lr": 1e-3}),
-    "RAdam": (optim.RAdam, torch.optim.RAdam, {"lr": 1e-3}),
-    "Adamax": (optim.Adamax, torch.optim.Adamax, {"lr": 1e-3}),
-    "Adadelta": (optim.Adadelta, torch.optim.Adadelta, {"lr": 1.0}),
-    "Rprop": (optim.Rprop, torch.optim.Rprop, {"lr": 1e-3}),
-    "ASGD": (optim.ASGD, torch.optim.ASGD, {"lr": 1e-3}),
-    "Adafactor": (optim.Adafactor, torch.optim.Adafactor, {"lr": 1e-3}),
-    "Muon": (optim.Muon, torch.optim.Muon, {"lr": 1e-3}),
-    "Lion": (optim.Lion, ForeachLion, {"lr": 1e-4, "weight_decay": 0.1}),
-}
 TARGETED = ("Adam", "AdamW", "SGD momentum", "Adagrad")
-"""The optimizers with targets; the rest of `SETTINGS` is measured only."""
+"""The optimizers with targets; the rest of the table is measured only."""
 CLOSURE = small.TORCH_CLOSURE
 LBFGS: dict[str, Any] = {"max_iter": 5, "history_size": 5}
 SCHEDULED = "AdamW warm-up + cosine"
 """AdamW whose rate follows a warm-up + cosine `LambdaLR`, stepped every call."""
 RECIPE = "nanoGPT recipe"
 """The optimizer work of a nanoGPT step: clip, AdamW groups, EMA, 2 micro-batches."""
-UNCOMPILED = ("Muon",)
-"""The optimizers of `SETTINGS` without compiled candidates (see the docstring)."""
 MEMORY_STEPS = 20
-OPTIMIZERS = (*SETTINGS, "LBFGS", SCHEDULED, RECIPE)
-"""Every optimizer of this section, the names `--optimizers` takes."""
+OTHERS = ("LBFGS", SCHEDULED, RECIPE)
+"""The rows of this section that are not rows of the table (see the docstring)."""
 WIDE = "50 x 400,000"
 GPT2 = "GPT-2 small (148 tensors)"
+
+
+def optimizers() -> tuple[str, ...]:
+    """Return every optimizer of this section, the names `--optimizers` takes."""
+    return (*_table.names(), *OTHERS)
 
 
 def torch_paths(name: str) -> list[str]:
     """The paths torch.optim offers for `name`, fastest first: fused, foreach, loop.
 
-    Read from the signature of torch's class, so a new optimizer of `SETTINGS`
-    needs no list kept by hand (`benchmarks/_lion.py` accepts and ignores `fused`,
-    so torch's own classes alone count as fused).
+    Read from the signature of torch's class (`_table.Entry.takes`), so a new row
+    of the table needs no list kept by hand; a reference written in the tests has
+    no fused kernel (`_table.Entry.fused`).
     """
-    theirs = SETTINGS[name][1]
-    taken = inspect.signature(theirs).parameters
+    entry = _table.entry(name)
     paths: list[str] = []
-    if "fused" in taken and theirs.__module__.startswith("torch."):
+    if entry.fused:
         paths.append(FUSED)
-    if "foreach" in taken:
+    if entry.takes("foreach"):
         paths.append(FOREACH)
     return paths or [FOR_LOOP]
 
@@ -203,8 +191,8 @@ def _data(size: str) -> tuple[list[str], list[Tensor], list[Tensor]]:
 def _ours(
     name: str, keys: list[str], values: list[Tensor], grads: list[Tensor], mode: str
 ) -> Callable[[], object]:
-    ours, _, kwargs = SETTINGS[name]
-    opt = ours(**kwargs)
+    entry = _table.entry(name)
+    opt = entry.ours(**entry.options)
     params = ParamDict(zip(keys, [v.clone() for v in values]))
     grad_dict = ParamDict(zip(keys, grads))
     carried: list[Any] = [params, opt.init(params)]
@@ -222,14 +210,14 @@ def _ours(
 def _torch(
     name: str, values: list[Tensor], grads: list[Tensor], mode: str
 ) -> Callable[[], object]:
-    _, theirs, kwargs = SETTINGS[name]
+    entry = _table.entry(name)
     tensors = [v.clone().requires_grad_() for v in values]
     for tensor, grad in zip(tensors, grads):
         tensor.grad = grad
     flag = {"fused": True} if mode == FUSED else {"foreach": True}
     if mode == FOR_LOOP:
         flag = {}  # torch's default path (Muon takes no `foreach`)
-    opt = theirs(tensors, **flag, **kwargs)
+    opt = entry.theirs(tensors, **flag, **entry.options)
     step = torch.compile(opt.step) if mode == FOREACH_COMPILED else opt.step
 
     def run() -> object:
@@ -350,12 +338,12 @@ def measure(config: Config) -> Section:
         sizes=config.sizes,
         clock=config.clock,
     )
-    for name in _chosen(list(SETTINGS), config):
+    for name in _chosen(_table.names(), config):
         rows, targets, notes = _model_rows(name, timing)
         section.rows += rows
         section.targets += targets
         section.notes += notes
-        if name == "Muon":  # matrices only, and 12 s a step: see the docstring
+        if _table.entry(name).matrices_only:  # no 50 x 400,000 row: see the docstring
             continue
         mem = _memory_row(name, WIDE, config)
         section.rows.append(mem)
@@ -618,11 +606,11 @@ def model_candidates(name: str, size: str) -> list[str]:
 
     Ours in place and out of place, then torch's paths (`torch_paths`); at
     50 x 400,000 also `torch.compile` of our `step_` and of torch's foreach step
-    (not for `UNCOMPILED`), and for the optimizers of `TARGETED`
-    `torch.compile(opt.step)`.
+    (not for the matrix-only optimizers, which run at GPT-2 small only), and for
+    the optimizers of `TARGETED` `torch.compile(opt.step)`.
     """
     names = [OURS, IN_PLACE, *torch_paths(name)]
-    if size == WIDE and name not in UNCOMPILED:
+    if size == WIDE and not _table.entry(name).matrices_only:
         if name in TARGETED:
             names.append(COMPILED)
         names += [IN_PLACE_COMPILED, FOREACH_COMPILED]
@@ -679,7 +667,7 @@ def _model_rows(name: str, timing: Config) -> tuple[list[Row], list[Target], lis
     rows: list[Row] = []
     targets: list[Target] = []
     notes: list[str] = []
-    muon = name == "Muon"
+    muon = _table.entry(name).matrices_only  # Muon: GPT-2 small's matrices only
     if muon:  # about 12 s a step on one thread
         timing = dataclasses.replace(timing, rounds=min(timing.rounds, 5), warmup=1)
     for size in (GPT2,) if muon else (WIDE, GPT2):
@@ -736,7 +724,7 @@ def _lbfgs_rows(config: Config) -> list[Row]:
 
 def _main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("name", choices=list(SETTINGS))
+    parser.add_argument("name", choices=_table.names())
     parser.add_argument("size", choices=[WIDE, GPT2])
     parser.add_argument("mode", choices=[IN_PLACE, OURS, FUSED, FOREACH, FOR_LOOP])
     args = parser.parse_args(argv)

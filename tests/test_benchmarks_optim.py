@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks import _runner, optim_scale
+from benchmarks import _runner, _table, optim_scale
 from benchmarks import optim as small
 from benchmarks._report import OURS, Config, Row
 from paramdict import ParamDict, optim
@@ -46,12 +47,13 @@ def _config() -> Config:
     )
 
 
-def test_every_optimizer_is_in_a_section() -> None:
-    """Both sections name every optimizer `paramdict.optim` exports (found, not listed).
+def test_both_sections_time_the_table_s_optimizers() -> None:
+    """Each section's optimizers are the table's rows plus its own extra rows.
 
-    An optimizer is an exported class with `init` and `step` that wraps no other
-    (`ParamGroups`, `ClipGradNorm` and `MultiSteps` take optimizers); SGD runs
-    with momentum.
+    The table names every optimizer `paramdict.optim` exports (found, not listed)
+    but LBFGS, which the sections time on inputs of their own: an optimizer is an
+    exported class with `init` and `step` that wraps no other (`ParamGroups`,
+    `ClipGradNorm` and `MultiSteps` take optimizers).
     """
     wrappers = {"ParamGroups", "ClipGradNorm", "MultiSteps", "TorchOptimizer"}
     found = {
@@ -63,16 +65,63 @@ def test_every_optimizer_is_in_a_section() -> None:
         and not issubclass(getattr(optim, name), optim.LRSchedule)
         and name not in wrappers | {"Optimizer", "ReduceLROnPlateau"}
     }
-    everything = {"SGD momentum" if n == "SGD" else n for n in found}
-    assert {"Adam", "SGD momentum", "LBFGS", "Lion"} <= everything
-    assert set(small.OPTIMIZERS) == everything
-    assert set(optim_scale.OPTIMIZERS) == everything | {
+    rows = _table.entries()
+    assert {e.ours.__name__ for e in rows} | {"LBFGS"} == found
+    table = set(_table.names())
+    assert {"Adam", "SGD momentum", "Muon", "Lion"} <= table
+    assert set(small.optimizers()) == table | {"LBFGS"}
+    assert set(optim_scale.optimizers()) == table | {
+        "LBFGS",
         optim_scale.SCHEDULED,
         optim_scale.RECIPE,
     }
 
 
-@pytest.mark.parametrize("name", [n for n in optim_scale.SETTINGS if n != "Muon"])
+def test_the_optim_section_times_every_row_of_the_table() -> None:
+    """A run of the section at a tiny size has a row for each row of the table."""
+    section = small.measure(_config())
+    assert sorted(r.case for r in section.rows) == sorted(
+        [
+            *(f"{n} step" for n in _table.names()),
+            "LBFGS step, line_search_fn=None",
+            "LBFGS step, line_search_fn='strong_wolfe'",
+        ]
+    )
+    by_case = {r.case: r for r in section.rows}
+    assert list(by_case["Lion step"].medians) == [OURS, small.TORCH]  # TorchLion's
+    assert list(by_case["Adam step"].medians) == [
+        OURS,
+        small.TORCH,
+        small.IN_PLACE,
+        small.FUSED,
+    ]
+    assert list(by_case["Muon step"].medians) == [OURS, small.TORCH_LOOP]
+    assert by_case["Muon step"].size == "3 x 5 x 10"
+
+
+def test_the_table_is_the_tests_own_module() -> None:
+    """The benchmarks load the table under the tests' name: one table per process."""
+    cases = sys.modules["optim_cases"]
+    assert _table.entry("Lion").theirs is cases.TorchLion
+    assert _table.entry("SGD momentum").options == {"lr": 1e-3, "momentum": 0.9}
+    with pytest.raises(KeyError, match="'Lamb'"):
+        _table.entry("Lamb")
+
+
+def test_a_missing_pytest_is_named_when_the_table_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without pytest the table does not load, and the error says what to install."""
+    monkeypatch.setattr(_table, "_NAME", "optim_cases_without_pytest")
+    monkeypatch.setitem(sys.modules, "pytest", None)  # `import pytest` fails
+    with pytest.raises(ImportError, match=r"imports pytest: install the test extra"):
+        _table._load()
+    assert "optim_cases_without_pytest" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    "name", [e.name for e in _table.entries() if not e.matrices_only]
+)
 def test_model_scale_rows_agree_and_carry_their_targets(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -109,19 +158,19 @@ def test_torch_paths_are_read_from_torch_s_signatures() -> None:
     """Fused where torch's class takes `fused`, else foreach, else its loop."""
     assert optim_scale.torch_paths("Adam") == [optim_scale.FUSED, optim_scale.FOREACH]
     assert optim_scale.torch_paths("RAdam") == [optim_scale.FOREACH]
-    assert optim_scale.torch_paths("Lion") == [optim_scale.FOREACH]  # _lion.py's
+    assert optim_scale.torch_paths("Lion") == [optim_scale.FOREACH]  # TorchLion's
     assert optim_scale.torch_paths("Muon") == [optim_scale.FOR_LOOP]
 
 
 def test_compiled_candidates_cover_every_optimizer_that_compiles() -> None:
     """At 50 x 400,000 every optimizer but Muon gets both compiled candidates."""
-    for name in optim_scale.SETTINGS:
-        wide = optim_scale.model_candidates(name, optim_scale.WIDE)
-        gpt2 = optim_scale.model_candidates(name, optim_scale.GPT2)
+    for entry in _table.entries():
+        wide = optim_scale.model_candidates(entry.name, optim_scale.WIDE)
+        gpt2 = optim_scale.model_candidates(entry.name, optim_scale.GPT2)
         both = {optim_scale.IN_PLACE_COMPILED, optim_scale.FOREACH_COMPILED}
-        assert both <= set(wide) or name in optim_scale.UNCOMPILED
+        assert both <= set(wide) or entry.matrices_only
         assert not both & set(gpt2)
-    assert optim_scale.UNCOMPILED == ("Muon",)
+    assert [e.name for e in _table.entries() if e.matrices_only] == ["Muon"]
 
 
 def test_model_scale_muon_rows_agree_and_carry_their_targets(

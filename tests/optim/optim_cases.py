@@ -2,7 +2,9 @@
 
 `TABLE` is the one list of optimizers every optimizer test reads: adding an
 optimizer to the library adds one row here (its classes, the option sets its
-trajectories are checked with, and one configuration with most options on).
+trajectories are checked with, and one configuration with most options on). The
+optimizer benchmarks (`benchmarks/optim.py`, `benchmarks/optim_scale.py`) read it
+too, through `benchmarks/_table.py`: each row's `bench` is its benchmark entry.
 """
 
 from __future__ import annotations
@@ -27,6 +29,23 @@ _DECOUPLED = pytest.mark.skipif(
     torch.__version__ < "2.7",
     reason="torch.optim.Adam takes `decoupled_weight_decay` from torch 2.7 on",
 )
+
+
+@dataclass(frozen=True)
+class Bench:
+    """How the optimizer benchmarks time a row's optimizer.
+
+    The reports' figures depend on these values: changing one changes what a
+    benchmark measures, so earlier figures no longer compare.
+    """
+
+    options: dict[str, Any] = field(default_factory=dict)
+    """Options of both classes in every benchmark (empty: their defaults)."""
+    name: str = ""
+    """The name in the reports and for `--optimizers` ("": the class's name)."""
+    torchopt: str = ""
+    """torchopt's function for the same update, timed beside it where torchopt is
+    installed ("": torchopt has none)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +83,8 @@ class Case:
     marks: dict[str, Any] = field(default_factory=dict)
     """pytest marks by trajectory id, and under `"class"` for the row's classes
     (a torch.optim reference that needs a newer torch than the oldest supported)."""
+    bench: Bench = field(default_factory=Bench)
+    """The row's benchmark entry (its classes, with these options)."""
 
     def mark(self, key: str) -> Any:
         """Return the marks of trajectory `key` (or `"class"`), `()` if none."""
@@ -100,10 +121,13 @@ def torch_muon_on_weights(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
 class TorchLion(torch.optim.Optimizer):
     """Lion in plain torch (torch has none): the reference of the `lion` row.
 
-    The paper's update with decoupled decay, one parameter at a time:
+    The paper's update with decoupled decay:
     `p *= 1 - lr * weight_decay`, `p -= lr * sign(lerp(m, g, 1 - beta1))`,
-    `m = lerp(m, g, 1 - beta2)`. `foreach` and `fused` are accepted and ignored
-    (there is one implementation), as the table's tests pass them to every row.
+    `m = lerp(m, g, 1 - beta2)`. Like torch's own optimizers it has two
+    implementations: one parameter at a time (the default), and with
+    `foreach=True` one `torch._foreach_*` call per operation over all parameters,
+    the fastest Lion plain torch offers, which the benchmarks time against ours.
+    It has no fused kernel, so it takes no `fused`.
     """
 
     def __init__(
@@ -115,7 +139,6 @@ class TorchLion(torch.optim.Optimizer):
         *,
         maximize: bool = False,
         foreach: bool | None = None,
-        fused: bool | None = None,
         differentiable: bool = False,
     ) -> None:
         defaults = {
@@ -123,6 +146,7 @@ class TorchLion(torch.optim.Optimizer):
             "betas": betas,
             "weight_decay": weight_decay,
             "maximize": maximize,
+            "foreach": foreach,
             "differentiable": differentiable,
         }
         super().__init__(params, defaults)
@@ -131,19 +155,52 @@ class TorchLion(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
         """Take one Lion step on every parameter with a gradient."""
         for group in self.param_groups:
-            lr, wd = group["lr"], group["weight_decay"]
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = -p.grad if group["maximize"] else p.grad
-                state = self.state[p]
-                if not state:
-                    state["exp_avg"] = torch.zeros_like(p)
-                exp_avg = state["exp_avg"]
-                p.mul_(1 - lr * wd)
-                p.sub_(lr * torch.lerp(exp_avg, grad, 1 - beta1).sign())
-                exp_avg.lerp_(grad, 1 - beta2)
+            params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
+                if not self.state[p]:
+                    self.state[p]["exp_avg"] = torch.zeros_like(p)
+            grads: list[Tensor] = [p.grad for p in params]
+            avgs: list[Tensor] = [self.state[p]["exp_avg"] for p in params]
+            lion = _foreach_lion if group["foreach"] else _single_tensor_lion
+            lion(params, grads, avgs, group)
+
+
+def _single_tensor_lion(
+    params: list[Tensor], grads: list[Tensor], avgs: list[Tensor], group: Any
+) -> None:
+    """`TorchLion`'s step one parameter at a time."""
+    lr, wd = group["lr"], group["weight_decay"]
+    beta1, beta2 = group["betas"]
+    for p, grad, exp_avg in zip(params, grads, avgs, strict=True):
+        if group["maximize"]:
+            grad = -grad
+        p.mul_(1 - lr * wd)
+        p.sub_(lr * torch.lerp(exp_avg, grad, 1 - beta1).sign())
+        exp_avg.lerp_(grad, 1 - beta2)
+
+
+def _foreach_lion(
+    params: list[Tensor], grads: list[Tensor], avgs: list[Tensor], group: Any
+) -> None:
+    """`TorchLion`'s step with one foreach call per operation over all parameters.
+
+    The benchmarks' figures for Lion's torch candidate are these calls: the decay
+    (when set), the direction's lerp and sign, the update and the moment's lerp.
+    """
+    lr, wd = group["lr"], group["weight_decay"]
+    beta1, beta2 = group["betas"]
+    if group["maximize"]:
+        grads = list(torch._foreach_neg(grads))
+    if wd != 0:
+        torch._foreach_mul_(params, 1 - lr * wd)
+    direction = torch._foreach_lerp(avgs, grads, 1 - beta1)
+    torch._foreach_sign_(direction)
+    if isinstance(lr, Tensor):  # `alpha` takes a number only
+        torch._foreach_mul_(direction, lr)
+        torch._foreach_sub_(params, direction)
+    else:
+        torch._foreach_add_(params, direction, alpha=-lr)
+    torch._foreach_lerp_(avgs, grads, 1 - beta2)
 
 
 # One row per optimizer. Adding an optimizer: one row here.
@@ -169,6 +226,7 @@ TABLE: list[Case] = [
         ("sgd-maximize", "sgd-dampening"),
         {"momentum": 0.9, "weight_decay": 0.1},
         ("sgd", "sgd-momentum", "sgd-nesterov", "sgd-weight-decay", "sgd-maximize"),
+        bench=Bench({"lr": 1e-3, "momentum": 0.9}, name="SGD momentum", torchopt="sgd"),
     ),
     Case(
         "adam",
@@ -199,6 +257,7 @@ TABLE: list[Case] = [
         ),
         second_order=True,
         marks={"adam-decoupled": _DECOUPLED, "class": _DECOUPLED},
+        bench=Bench({"lr": 1e-3}, torchopt="adam"),
     ),
     Case(
         "adamw",
@@ -216,6 +275,7 @@ TABLE: list[Case] = [
         },
         ("adamw-amsgrad-maximize",),
         fused=("adamw", "adamw-amsgrad-maximize"),
+        bench=Bench({"lr": 1e-3}, torchopt="adamw"),
     ),
     Case(
         "rmsprop",
@@ -240,6 +300,7 @@ TABLE: list[Case] = [
         },
         ("rmsprop-centered-momentum",),
         {"centered": True},
+        bench=Bench({"lr": 1e-3}, torchopt="rmsprop"),
     ),
     Case(
         "adagrad",
@@ -268,6 +329,7 @@ TABLE: list[Case] = [
             "adagrad-initial-eps",
             "adagrad-weight-decay-maximize",
         ),
+        bench=Bench({"lr": 1e-3}, torchopt="adagrad"),
     ),
     Case(
         "adafactor",
@@ -290,6 +352,7 @@ TABLE: list[Case] = [
         },
         ("adafactor-weight-decay-maximize",),
         {"weight_decay": 0.05},
+        bench=Bench({"lr": 1e-3}),
     ),
     Case(
         "muon",
@@ -317,6 +380,7 @@ TABLE: list[Case] = [
         classes=(optim.Muon, torch.optim.Muon),
         matrices_only=True,
         bfloat16=True,
+        bench=Bench({"lr": 1e-3}),
     ),
     Case(
         "nadam",
@@ -345,6 +409,7 @@ TABLE: list[Case] = [
         ("nadam-weight-decay-maximize", "nadam-decoupled"),
         {"weight_decay": 0.1},
         second_order=True,
+        bench=Bench({"lr": 1e-3}),
     ),
     Case(
         "radam",
@@ -368,6 +433,7 @@ TABLE: list[Case] = [
         ("radam-weight-decay-maximize", "radam-decoupled"),
         {"weight_decay": 0.1},
         second_order=True,
+        bench=Bench({"lr": 1e-3}, torchopt="radam"),
     ),
     Case(
         "adamax",
@@ -386,6 +452,7 @@ TABLE: list[Case] = [
         ("adamax-weight-decay-maximize",),
         {"weight_decay": 0.1},
         second_order=True,
+        bench=Bench({"lr": 1e-3}, torchopt="adamax"),
     ),
     Case(
         "adadelta",
@@ -403,6 +470,7 @@ TABLE: list[Case] = [
         ("adadelta-weight-decay-maximize",),
         {"weight_decay": 0.1},
         second_order=True,
+        bench=Bench({"lr": 1.0}, torchopt="adadelta"),
     ),
     Case(
         "rprop",
@@ -421,6 +489,7 @@ TABLE: list[Case] = [
         ("rprop-etas-step-sizes",),
         {"etas": (0.3, 1.5)},
         second_order=True,
+        bench=Bench({"lr": 1e-3}),
     ),
     Case(
         "asgd",
@@ -442,6 +511,7 @@ TABLE: list[Case] = [
         (),
         {"lambd": 0.01, "t0": 10},
         second_order=True,
+        bench=Bench({"lr": 1e-3}),
     ),
     Case(
         "lion",
@@ -457,9 +527,10 @@ TABLE: list[Case] = [
                 "maximize": True,
             },
         },
-        (),
+        ("lion", "lion-weight-decay-maximize"),
         {"weight_decay": 0.1},
         in_torch=False,
+        bench=Bench({"lr": 1e-4, "weight_decay": 0.1}),
     ),
 ]
 
