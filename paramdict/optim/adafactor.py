@@ -301,11 +301,13 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         params = self.decayed(params, step, lr, ops)
         row_var, col_var, variance, estimates = self._moments(grads, buffers, step, ops)
         merged = params._derive([estimates[k] for k in params])
-        if on_host:
+        if on_host and _small(merged):
             update = _host_update(merged, grads, self._eps1)
-            scale = _host_scales(update, alpha, self.d)
         else:
             update = ops.apply(merged, self._scaled, grads)
+        if on_host:
+            scale = _host_scales(update, alpha, self.d)
+        else:
             scale = _scales(update, alpha, self.d, step.dtype)
         new_params = ops.sub_scaled_by_key(params, update, scale)
         return new_params, (row_var, col_var, variance)
@@ -426,6 +428,18 @@ def _host_alphas(
         rho = rate if rate != rate or rate < inverse else inverse  # `minimum`
         alpha[key] = rms * rho
     return alpha
+
+
+_SMALL = 1 << 16
+"""The mean element count up to which the update takes one foreach kernel per
+operation: the calls cost more than the arithmetic there. Larger entries take
+`Adafactor._scaled` entry by entry, each staying in cache from its clamp to its
+product (a tenth faster at 50 x 400,000)."""
+
+
+def _small(x: ParamDict) -> bool:
+    """Whether the entries of `x` hold at most `_SMALL` elements on average."""
+    return sum(v.numel() for v in x.values()) <= _SMALL * len(x)
 
 
 def _host_update(
