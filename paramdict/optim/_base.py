@@ -404,6 +404,9 @@ class TorchOptimizer(Optimizer[S]):
 
     decoupled_decay: ClassVar[bool] = False
     """Decay the parameters by `1 - lr * weight_decay` (else: L2, `prologue`)."""
+    decays_in_math: ClassVar[bool] = False
+    """`math` gets the parameters before the decoupled decay and applies it itself
+    (`decayed`): for a rule that reads them first (Adafactor's step size)."""
 
     def _decoupled(self) -> bool:
         """`decoupled_decay`, else the `decoupled_weight_decay` option (Adam's)."""
@@ -417,7 +420,8 @@ class TorchOptimizer(Optimizer[S]):
         """Run the step around `math`: the counter, rate, prologue and new state.
 
         It reads `lr` (scheduled or not), handles `maximize` and the weight decay
-        (decoupled per `_decoupled`, else L2 in `prologue`), calls `math` and
+        (decoupled per `_decoupled`, by `math` itself where `decays_in_math`, else
+        L2 in `prologue`), calls `math` and
         builds the new state: the counter, `math`'s buffers, the advanced
         schedule. A rule may override it instead. Arguments and result as
         `Optimizer.update`.
@@ -438,7 +442,8 @@ class TorchOptimizer(Optimizer[S]):
         if self._decoupled():
             if self.maximize:
                 grads = ops.neg(grads)
-            params = ops.decay(params, lr, self.rate("weight_decay", step))
+            if not self.decays_in_math:
+                params = self.decayed(params, step, lr, ops)
         else:
             grads = self.prologue(params, grads, step, ops)
         new_params, buffers = self.math(params, grads, state, step, lr, ops)
@@ -474,7 +479,8 @@ class TorchOptimizer(Optimizer[S]):
         return the new ones in the state's field order.
 
         Args:
-            params: The parameters (already decayed when decoupled).
+            params: The parameters (already decayed when decoupled, unless
+                `decays_in_math`).
             grads: The gradients (negated to maximize; with the L2 term).
             buffers: The state before the step, for its buffer fields (each a
                 ParamDict, or a 0-dim tensor such as NAdam's `mu_product`).
@@ -498,6 +504,32 @@ class TorchOptimizer(Optimizer[S]):
             "one of them with the update rule."
         )
         raise NotImplementedError(msg)
+
+    def decayed(
+        self, params: ParamDict, step: Tensor, lr: Rate, ops: Kernels, /
+    ) -> ParamDict:
+        """Return `params` after the decoupled weight decay of step `step`.
+
+        `params * (1 - lr * weight_decay)`, the driver's decay of a decoupled
+        rule; a rule with `decays_in_math` calls it where it needs it.
+
+        Args:
+            params: The parameters.
+            step: The number of the step being taken.
+            lr: The learning rate of this step.
+            ops: The kernels of the step.
+
+        Returns:
+            The decayed parameters (`params` itself for a weight decay of 0).
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0]))
+            >>> opt, ops = optim.AdamW(weight_decay=0.5), optim.Kernels.for_params(p)
+            >>> opt.decayed(p, torch.tensor(1.0), 0.5, ops)["w"]
+            tensor([0.7500])
+        """
+        return ops.decay(params, lr, self.rate("weight_decay", step))
 
     @staticmethod
     def next_step(state: HasStep, /) -> Tensor:

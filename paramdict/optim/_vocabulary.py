@@ -412,7 +412,8 @@ class Kernels(KernelVocabulary):
             rate = self.item(rate)  # torch.optim's `_to_scalar`
         if isinstance(rate, Tensor):
             return torch.sub(x, y * rate.to(x.dtype))
-        return torch.add(x, y.to(x.dtype), alpha=-rate)
+        # `to` only where needed: a call per entry, even when it returns `y`.
+        return torch.add(x, y if y.dtype == x.dtype else y.to(x.dtype), alpha=-rate)
 
     @override
     def apply(self, x: P, fn: Callable[..., Tensor], /, *others: ParamDict) -> P:

@@ -333,7 +333,10 @@ class InPlaceKernels(Kernels):
                 if isinstance(rate, Tensor):  # as `Kernels`, written in place
                     old.sub_(y[k] * rate.to(v.dtype))
                 else:
-                    old.add_(y[k].to(v.dtype), alpha=-rate)
+                    value = y[k]
+                    if value.dtype != v.dtype:
+                        value = value.to(v.dtype)
+                    old.add_(value, alpha=-rate)
 
         return self._into(
             x, lambda: Kernels.sub_scaled_by_key(self, x, y, rates), kernel

@@ -306,6 +306,38 @@ def write_back(params: ParamDict, new: ParamDict) -> None:
             old.copy_(value)
 
 
+def _leaf_pairs(old: object, new: object, pairs: list[tuple[Any, Any]]) -> bool:
+    """Add the leaves of `old` and `new` to `pairs`, in `tree_flatten`'s order.
+
+    For the states' own structure only (NamedTuples and tuples of ParamDicts
+    and tensors), without `tree_flatten`'s walk (a sixth of RMSprop's `step_`
+    at 8 entries): a field that is the very same object is skipped, its leaves
+    being equal.
+    Returns False, leaving `pairs` partly filled, where the structures differ
+    or hold anything else (`tree_flatten` decides).
+    """
+    if old is new:
+        return True
+    if isinstance(old, Tensor):
+        pairs.append((old, new))
+        return isinstance(new, Tensor)
+    if type(new) is not type(old):
+        return False
+    if isinstance(old, ParamDict):
+        other = cast(ParamDict, new)
+        if old._keys != other._keys:
+            return False
+        pairs.extend(zip(old._vals, other._vals))
+        return True
+    if isinstance(old, tuple):
+        fields = cast("tuple[object, ...]", old)
+        others = cast("tuple[object, ...]", new)
+        return len(fields) == len(others) and all(
+            _leaf_pairs(o, n, pairs) for o, n in zip(fields, others)
+        )
+    return False
+
+
 def written_state(state: S, new: S) -> S:
     """Return `state` with `new`'s values copied into its tensors.
 
@@ -314,11 +346,13 @@ def written_state(state: S, new: S) -> S:
     replaces. A `new` state of another structure (a rule that adds or drops a
     buffer) cannot be written back and is returned as it is.
     """
-    old_leaves, old_spec = pytree.tree_flatten(state)
-    new_leaves, new_spec = pytree.tree_flatten(new)
-    if old_spec != new_spec:
-        return new
-    pairs: list[tuple[Any, Any]] = list(zip(old_leaves, new_leaves))
+    pairs: list[tuple[Any, Any]] = []
+    if not _leaf_pairs(state, new, pairs):
+        old_leaves, old_spec = pytree.tree_flatten(state)
+        new_leaves, new_spec = pytree.tree_flatten(new)
+        if old_spec != new_spec:
+            return new
+        pairs = list(zip(old_leaves, new_leaves))
     for old, value in pairs:
         if old is value:
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, NamedTuple, cast
 
 import attrs
@@ -13,11 +14,12 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._base import TorchOptimizer
 from ._fields import shared_last
-from ._hyper import Rate, check_counter, check_number, check_rate_keys
+from ._hyper import Rate, check_counter, check_number, check_rate_keys, is_traced
 from ._keyed import check_keyed
 from ._protocol import register_state
 from ._schedules.slot import LearningRate, SlotState, check_slot
 from ._vocabulary import Kernels
+from ._vouch import checked_in_full, vouched
 
 __all__ = ["Adafactor", "AdafactorState"]
 
@@ -67,11 +69,6 @@ def _col_mean(g: Tensor) -> Tensor:
     """Return the mean square of each column of `g`."""
     norm = cast(Tensor, torch.norm(g, dim=-2, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
     return norm.square().div(g.size(-2))
-
-
-def _square(g: Tensor) -> Tensor:
-    """Return `g * g`."""
-    return g * g
 
 
 def _check_eps(instance: object, attribute: Any, value: Any) -> None:
@@ -136,6 +133,58 @@ def _check_not_empty(params: ParamDict) -> None:
         raise ValueError(msg)
 
 
+def _check_buffers(params: ParamDict, state: AdafactorState) -> None:
+    """Raise unless every entry has elements and a buffer of its second moments.
+
+    Compared shape by shape; the views of `_row_shaped` and `_col_shaped` are
+    made only for the message.
+    """
+    if all(v.dim() <= 1 and v.numel() for v in params.values()):
+        matrices, vectors = ParamDict(), params  # the common case, in one pass
+    else:
+        _check_not_empty(params)
+        matrices = params.filter(lambda _, v: v.dim() > 1)
+        vectors = params.filter(lambda _, v: v.dim() <= 1)
+    kinds = (
+        ("row_var", matrices, _row_shaped, _row_shape),
+        ("col_var", matrices, _col_shaped, _col_shape),
+    )
+    for field, template, shaped, shape_of in kinds:
+        buffer = _buffer(state, field, template)
+        values = template._aligned(buffer, what=f"The state's `{field}`")
+        if not all(
+            v.shape == shape_of(p.shape)
+            and v.dtype == p.dtype
+            and v.device == p.device
+            and v.layout == torch.strided
+            for v, p in zip(values, template.values())
+        ):
+            aligned = template._derive(values)
+            check_keyed(template.map(shaped), aligned, what=f"The state's `{field}`")
+    buffer = _buffer(state, "variance", vectors)
+    aligned = vectors._derive(vectors._aligned(buffer, what="The state's `variance`"))
+    check_keyed(vectors, aligned, what="The state's `variance`")
+
+
+def _buffer(state: AdafactorState, field: str, template: ParamDict) -> ParamDict:
+    """Return the state's buffer `field`, checked to hold `template`'s keys."""
+    buffer: object = getattr(state, field)
+    if not isinstance(buffer, ParamDict):
+        msg = f"The state's `{field}` must be a ParamDict, got {type(buffer).__name__}."
+        raise TypeError(msg)
+    if buffer.keys() != template.keys():
+        check_rate_keys(template, field, buffer)
+    return buffer
+
+
+def _row_shape(shape: torch.Size) -> tuple[int, ...]:
+    return (*shape[:-1], 1)
+
+
+def _col_shape(shape: torch.Size) -> tuple[int, ...]:
+    return (*shape[:-2], 1, shape[-1])
+
+
 @attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class Adafactor(TorchOptimizer[AdafactorState]):
     """Adafactor, the functional `torch.optim.Adafactor`.
@@ -146,12 +195,15 @@ class Adafactor(TorchOptimizer[AdafactorState]):
     column means (normalized by the mean row), else a running mean; the
     update `grad / sqrt(max(variance, eps1 ** 2))` is clipped to an RMS of at
     most `d`, and scaled by the entry's RMS (at least `eps2`) times
-    `min(lr, 1 / sqrt(step))`. Weight decay is decoupled. torch reads its
-    step-dependent scalars on the host (`.item()`); here they are
-    double-precision tensors, and the final per-entry factor is read as the
-    number torch uses in the default mode (a tensor under `torch.compile` and
-    with `differentiable=True`). The attributes below are the constructor's
-    keyword arguments, with `maximize` and `differentiable` (see
+    `min(lr, 1 / sqrt(step))` (from the parameters before their decay, as
+    torch). Weight decay is decoupled. torch reads the norms on the host
+    (`.item()`) and computes these per-entry factors in Python numbers; so does
+    an eager CPU step here, reading each kind of norm for every entry at once.
+    Compiled, under a `torch.func` transform, with `differentiable=True` or off
+    the CPU they are double-precision tensors with the same values, and the final
+    factor stays a tensor under `torch.compile` and with `differentiable=True`
+    (one more rounding, no host read). The attributes below are the
+    constructor's keyword arguments, with `maximize` and `differentiable` (see
     `TorchOptimizer`).
 
     Attributes:
@@ -183,6 +235,8 @@ class Adafactor(TorchOptimizer[AdafactorState]):
     """
 
     state_type: ClassVar[type[AdafactorState]] = AdafactorState
+    decoupled_decay: ClassVar[bool] = True
+    decays_in_math: ClassVar[bool] = True
 
     lr: LearningRate = 1e-2
     beta2_decay: float = attrs.field(default=-0.8, validator=_check_beta2_decay)
@@ -218,95 +272,236 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         check_counter(given.step, params, "step")
         if "schedule" in given._fields:
             check_slot(self, self.lr, given.schedule)
-        _check_not_empty(params)
-        matrices = params.filter(lambda _, v: v.dim() > 1)
-        templates = {
-            "row_var": matrices.map(_row_shaped),
-            "col_var": matrices.map(_col_shaped),
-            "variance": params.filter(lambda _, v: v.dim() <= 1),
-        }
-        for field, template in templates.items():
-            buffer = getattr(given, field)
-            what = f"The state's `{field}`"
-            if not isinstance(buffer, ParamDict):
-                msg = f"{what} must be a ParamDict, got {type(buffer).__name__}."
-                raise TypeError(msg)
-            if set(buffer) != set(template):
-                check_rate_keys(template, field, buffer)
-            aligned = ParamDict((k, buffer[k]) for k in template)
-            check_keyed(template, aligned, what=what)
+        if vouched(self, params, given):  # these very objects passed before
+            return
+        _check_buffers(params, given)
+        checked_in_full(self, params, given)
 
     def _eps1(self, dtype: torch.dtype) -> float:
         eps1 = self.eps[0]
         return torch.finfo(dtype).eps if eps1 is None else eps1
 
     @override
-    def update(
+    def math(
         self,
         params: ParamDict,
         grads: ParamDict,
-        state: AdafactorState,
+        buffers: AdafactorState,
+        step: Tensor,
+        lr: Rate,
         ops: Kernels,
         /,
-    ) -> tuple[ParamDict, AdafactorState]:
-        step = self.next_step(state)
-        lr = self.rate("lr", step, state)
-        if self.maximize:
-            grads = ops.neg(grads)
-        eps2, d = self.eps[1], self.d
-        # torch's host scalars, as double-precision tensors from the step.
-        weight = ops.scalar(step**self.beta2_decay)
-        inverse_sqrt = torch.div(torch.ones_like(step), step**0.5)
-        rho: dict[str, Tensor] = {}
-        for key in params:
-            rate: float | Tensor = lr[key] if isinstance(lr, ParamDict) else lr
-            rate = rate.to(step.dtype) if isinstance(rate, Tensor) else rate
-            rho[key] = (
-                torch.minimum(rate, inverse_sqrt)
-                if isinstance(rate, Tensor)
-                else inverse_sqrt.clamp(max=rate)
-            )
-        alpha = {
-            k: (_norm(p).to(step.dtype) / (p.numel() ** 0.5)).clamp(min=eps2) * rho[k]
-            for k, p in params.items()
-        }
-        params = ops.decay(params, lr, self.rate("weight_decay", step))
-
-        matrix_keys = tuple(k for k, v in grads.items() if v.dim() > 1)
-        vector_keys = tuple(k for k, v in grads.items() if v.dim() <= 1)
-        matrix_grads = ops.subset(grads, matrix_keys)
-        # The gradients are read again below: borrowed, never consumed.
-        row_mean = ops.apply(ops.borrowed(matrix_grads), _row_mean)
-        row_var = ops.lerp(state.row_var, row_mean, weight)
-        col_mean = ops.apply(ops.borrowed(matrix_grads), _col_mean)
-        col_var = ops.lerp(state.col_var, col_mean, weight)
-
-        # Each writes only into the tensor it made, as torch's in-place steps.
-        def factored(r: Tensor, c: Tensor) -> Tensor:
-            return (r @ c).div_(
-                r.mean(dim=-2, keepdim=True).clamp(min=self._eps1(r.dtype))
-            )
-
-        def scaled(v: Tensor, g: Tensor) -> Tensor:
-            inverse = v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt_()
-            # Recorded, autograd keeps `rsqrt`'s result for the backward pass.
-            return inverse.mul(g) if torch.is_grad_enabled() else inverse.mul_(g)
-
-        estimate = ops.apply(ops.borrowed(row_var), factored, col_var)
-        vector_grads = ops.subset(grads, vector_keys)
-        squared = ops.apply(ops.borrowed(vector_grads), _square)
-        variance = ops.lerp(state.variance, squared, weight)
-
-        estimates = {**estimate, **ops.borrowed(variance)}
-        merged = params._derive([estimates[k] for k in params])
-        update = ops.apply(merged, scaled, grads)
-        scale: dict[str, float | Tensor] = {
-            k: alpha[k]
-            / (_norm(u).to(step.dtype) / ((u.numel() ** 0.5) * d)).clamp(min=1.0)
-            for k, u in update.items()
-        }
-        new_params = ops.sub_scaled_by_key(params, update, scale)
-        new_state = AdafactorState(
-            step, row_var, col_var, variance, self.next_schedule(state)
+    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict, ParamDict]]:
+        eps2 = self.eps[1]
+        on_host = _reads_on_host(self, params, grads, step, lr)
+        # torch computes the relative step sizes from the parameters before
+        # their decay (`decays_in_math`).
+        alpha: Mapping[str, float | Tensor] = (
+            _host_alphas(params, lr, step, eps2)
+            if on_host
+            else _alphas(params, step, lr, eps2)
         )
-        return new_params, new_state
+        params = self.decayed(params, step, lr, ops)
+        row_var, col_var, variance, estimates = self._moments(grads, buffers, step, ops)
+        merged = params._derive([estimates[k] for k in params])
+        if on_host and _small(merged):
+            update = _host_update(merged, grads, self._eps1)
+        else:
+            update = ops.apply(merged, self._scaled, grads)
+        if on_host:
+            scale = _host_scales(update, alpha, self.d)
+        else:
+            scale = _scales(update, alpha, self.d, step.dtype)
+        new_params = ops.sub_scaled_by_key(params, update, scale)
+        return new_params, (row_var, col_var, variance)
+
+    def _moments(
+        self, grads: ParamDict, buffers: AdafactorState, step: Tensor, ops: Kernels
+    ) -> tuple[ParamDict, ParamDict, ParamDict, dict[str, Tensor]]:
+        """Return the new `row_var`, `col_var`, `variance`, and each entry's estimate.
+
+        The estimate of the second moment is, for a matrix, the outer product of
+        its row and column means over the mean row; else the running mean itself.
+        A kind of entry the parameters lack keeps its empty buffer, untouched.
+        """
+        weight = ops.scalar(step**self.beta2_decay)
+        matrix_keys: list[str] = []
+        vector_keys: list[str] = []
+        for key, g in grads.items():
+            (matrix_keys if g.dim() > 1 else vector_keys).append(key)
+        row_var, col_var = buffers.row_var, buffers.col_var
+        variance = buffers.variance
+        estimates: dict[str, Tensor] = {}
+        if matrix_keys:
+            matrix_grads = ops.subset(grads, tuple(matrix_keys))
+            # The gradients are read again below: borrowed, never consumed.
+            row_mean = ops.apply(ops.borrowed(matrix_grads), _row_mean)
+            row_var = ops.lerp(row_var, row_mean, weight)
+            col_mean = ops.apply(ops.borrowed(matrix_grads), _col_mean)
+            col_var = ops.lerp(col_var, col_mean, weight)
+            estimates.update(ops.apply(ops.borrowed(row_var), self._factored, col_var))
+        if vector_keys:
+            vector_grads = (
+                ops.subset(grads, tuple(vector_keys)) if matrix_keys else grads
+            )
+            squared = ops.mul(ops.borrowed(vector_grads), vector_grads)
+            variance = ops.lerp(variance, squared, weight)
+            estimates.update(variance)  # read only: the update clamps a copy
+        return row_var, col_var, variance, estimates
+
+    # Each writes only into the tensor it made, as torch's in-place steps.
+
+    def _factored(self, r: Tensor, c: Tensor) -> Tensor:
+        """Return the estimate `r @ c / max(mean(r), eps1)` of a matrix's moment."""
+        return (r @ c).div_(r.mean(dim=-2, keepdim=True).clamp(min=self._eps1(r.dtype)))
+
+    def _scaled(self, v: Tensor, g: Tensor) -> Tensor:
+        """Return the unclipped update `g / sqrt(max(v, eps1 ** 2))`."""
+        inverse = v.clamp(min=self._eps1(v.dtype) ** 2).rsqrt_()
+        # Recorded, autograd keeps `rsqrt`'s result for the backward pass.
+        return inverse.mul(g) if torch.is_grad_enabled() else inverse.mul_(g)
+
+
+# The per-entry factors: the relative step size `alpha = max(eps2, rms(p)) * rho`
+# with `rho = min(lr, 1 / sqrt(step))`, and the update's scale `alpha / max(1,
+# rms(u) / d)`. torch.optim computes them from `.item()` reads in Python numbers.
+# An eager CPU step does the same, each kind of norm read at once (`_host_norms`);
+# traced, differentiable or elsewhere they are double-precision tensors. Both give
+# the same numbers (IEEE double arithmetic; `clamp`'s and `minimum`'s NaN written
+# out on the host), hence the same parameters.
+
+
+def _reads_on_host(
+    opt: Adafactor, params: ParamDict, grads: ParamDict, step: Tensor, lr: Rate
+) -> bool:
+    """Whether the step computes its per-entry factors in numbers, as torch.optim.
+
+    Eager, outside autograd, every parameter and gradient a plain CPU tensor (a
+    read waits for nothing; no transform, subclass or meta tensor), and `lr` a
+    number or 0-dim CPU tensors.
+    """
+    if (
+        opt.differentiable
+        or torch.is_grad_enabled()
+        or is_traced(step)
+        or torch._C._are_functorch_transforms_active()
+    ):
+        return False
+    rates = list(lr.values()) if isinstance(lr, ParamDict) else [lr]
+    for rate in rates:
+        if isinstance(rate, Tensor) and (
+            rate.dim() != 0 or type(rate) is not Tensor or not rate.is_cpu
+        ):
+            return False
+    return all(type(v) in _PLAIN and v.is_cpu for v in params.values()) and all(
+        type(g) in _PLAIN and g.is_cpu for g in grads.values()
+    )
+
+
+_PLAIN = (Tensor, torch.nn.Parameter)
+
+
+def _host_norms(values: list[Tensor]) -> list[float]:
+    """Return `[v.norm(2).item() for v in values]`, read from the host once.
+
+    `torch._foreach_norm` runs `norm`'s kernel entry by entry on the CPU (the
+    same bits); the norms are stacked, each upcast exactly to their common dtype.
+    """
+    norms = torch.stack(torch._foreach_norm(values))
+    return cast("list[float]", norms.tolist())  # pyright: ignore[reportUnknownMemberType]
+
+
+def _host_alphas(
+    params: ParamDict, lr: Rate, step: Tensor, eps2: float
+) -> dict[str, float]:
+    """Return each entry's relative step size `alpha`, in numbers."""
+    if isinstance(lr, ParamDict):
+        stacked = torch.stack([lr[k] for k in params])
+        rates = cast("list[float]", stacked.tolist())  # pyright: ignore[reportUnknownMemberType]
+    else:
+        rates = [float(lr)] * len(params)
+    # `1 / sqrt(step)` as `_alphas` rounds it: the root of the tensor, then an
+    # (exactly rounded) division.
+    inverse = 1.0 / (step**0.5).item()
+    alpha: dict[str, float] = {}
+    norms = _host_norms(list(params.values()))
+    for (key, p), norm, rate in zip(params.items(), norms, rates):
+        rms = norm / (p.numel() ** 0.5)
+        rms = eps2 if rms < eps2 else rms  # `clamp`: NaN stays NaN
+        rho = rate if rate != rate or rate < inverse else inverse  # `minimum`
+        alpha[key] = rms * rho
+    return alpha
+
+
+_SMALL = 1 << 16
+"""The mean element count up to which the update takes one foreach kernel per
+operation: the calls cost more than the arithmetic there. Larger entries take
+`Adafactor._scaled` entry by entry, each staying in cache from its clamp to its
+product (a tenth faster at 50 x 400,000)."""
+
+
+def _small(x: ParamDict) -> bool:
+    """Whether the entries of `x` hold at most `_SMALL` elements on average."""
+    return sum(v.numel() for v in x.values()) <= _SMALL * len(x)
+
+
+def _host_update(
+    estimates: ParamDict, grads: ParamDict, eps1: Callable[[torch.dtype], float]
+) -> ParamDict:
+    """Return `grads / sqrt(max(estimates, eps1 ** 2))` in three foreach kernels.
+
+    On the CPU each runs the kernel of `Adafactor._scaled`'s operation entry by
+    entry: the same bits, with one call per operation instead of one per entry.
+    """
+    values = list(estimates.values())
+    dtypes = {v.dtype for v in values}
+    floors: float | list[float] = (
+        eps1(next(iter(dtypes))) ** 2
+        if len(dtypes) == 1
+        else [eps1(v.dtype) ** 2 for v in values]
+    )
+    update = torch._foreach_clamp_min(values, floors)
+    torch._foreach_rsqrt_(update)
+    torch._foreach_mul_(update, estimates._aligned(grads, what="The gradients"))
+    return estimates._derive(update)
+
+
+def _host_scales(
+    update: ParamDict, alpha: Mapping[str, float | Tensor], d: float
+) -> dict[str, float | Tensor]:
+    """Return each entry's factor `alpha / max(1, rms(update) / d)`, in numbers."""
+    scale: dict[str, float | Tensor] = {}
+    norms = _host_norms(list(update.values()))
+    for (key, u), norm in zip(update.items(), norms):
+        clip = norm / ((u.numel() ** 0.5) * d)
+        clip = 1.0 if clip < 1.0 else clip  # `clamp`: NaN stays NaN
+        scale[key] = cast(float, alpha[key]) / clip
+    return scale
+
+
+def _alphas(
+    params: ParamDict, step: Tensor, lr: Rate, eps2: float
+) -> dict[str, Tensor]:
+    """Return each entry's relative step size `alpha`, as tensors of `step`'s dtype."""
+    inverse_sqrt = torch.div(torch.ones_like(step), step**0.5)
+    alpha: dict[str, Tensor] = {}
+    for key, p in params.items():
+        rate: float | Tensor = lr[key] if isinstance(lr, ParamDict) else lr
+        rho = (
+            torch.minimum(rate.to(step.dtype), inverse_sqrt)
+            if isinstance(rate, Tensor)
+            else inverse_sqrt.clamp(max=rate)
+        )
+        rms = _norm(p).to(step.dtype) / (p.numel() ** 0.5)
+        alpha[key] = rms.clamp(min=eps2) * rho
+    return alpha
+
+
+def _scales(
+    update: ParamDict, alpha: Mapping[str, float | Tensor], d: float, dtype: torch.dtype
+) -> dict[str, float | Tensor]:
+    """Return each entry's factor `alpha / max(1, rms(update) / d)`, as tensors."""
+    return {
+        k: alpha[k] / (_norm(u).to(dtype) / ((u.numel() ** 0.5) * d)).clamp(min=1.0)
+        for k, u in update.items()
+    }

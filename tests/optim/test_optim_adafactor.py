@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from optim_cases import batches, forward, make_model
 
 from paramdict import ParamDict, optim
+from paramdict.optim import adafactor
 
 
 def test_differentiable_steps_equal_default_and_reach_the_learning_rate() -> None:
@@ -58,3 +59,163 @@ def test_in_place_step_with_one_kind_of_entry_equals_step(
         got, got_state = opt.step_(got, grads, got_state)
     torch.testing.assert_close(dict(got), dict(want), rtol=0, atol=0)
     torch.testing.assert_close(int(got_state.step), 3)
+
+
+SHAPES = [(), (5,), (3, 4), (2, 3, 2)]
+MIXED = [torch.float32, torch.bfloat16, torch.float64]
+
+
+def _entries(
+    dtypes: list[torch.dtype], shapes: list[tuple[int, ...]], steps: int
+) -> tuple[ParamDict, list[ParamDict]]:
+    """Parameters of `shapes` (dtypes in turn) and `steps` gradients for them."""
+    gen = torch.Generator().manual_seed(0)
+
+    def draw(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+
+    kinds = [dtypes[i % len(dtypes)] for i in range(len(shapes))]
+    params = ParamDict(
+        {f"w{i}": draw(s, d) for i, (s, d) in enumerate(zip(shapes, kinds))}
+    )
+    grads = [params.map(lambda v: draw(v.shape, v.dtype)) for _ in range(steps)]
+    return params, grads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"weight_decay": 0.1, "maximize": True, "d": 1.5, "eps": (1e-3, 1e-2)}],
+    ids=["defaults", "decay-maximize-d-eps"],
+)
+@pytest.mark.parametrize("in_place", [False, True], ids=["step", "step_"])
+def test_eager_steps_are_torch_default_path_bitwise(
+    dtype: torch.dtype, kwargs: dict[str, object], in_place: bool
+) -> None:
+    """30 eager steps give torch.optim.Adafactor's parameters bit for bit.
+
+    Its default path steps entry by entry, reading each norm with `.item()`; the
+    relative step size comes from the parameters before their decay.
+    """
+    start, grads = _entries([dtype], SHAPES, steps=30)
+    tensors = [v.clone() for v in start.values()]
+    theirs = torch.optim.Adafactor(tensors, lr=0.01, **kwargs)  # type: ignore[arg-type]
+    opt = optim.Adafactor(lr=0.01, **kwargs)  # type: ignore[arg-type]
+    params, state = start.map(torch.clone), opt.init(start)
+    for g in grads:
+        for tensor, grad in zip(tensors, g.values()):
+            tensor.grad = grad
+        theirs.step()  # type: ignore[no-untyped-call]  # torch's annotation
+        params, state = (opt.step_ if in_place else opt.step)(params, g, state)
+        for ours, torch_value in zip(params.values(), tensors):
+            assert torch.equal(ours, torch_value)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s bytes as integers, so that NaNs compare equal."""
+    kinds = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.view(kinds[t.element_size()])
+
+
+def _lr(kind: str, params: ParamDict) -> object:
+    if kind == "tensor":
+        return torch.tensor(0.07)
+    if kind == "per-key":
+        return params.map(lambda v: torch.tensor(0.02 * (v.dim() + 1)))
+    if kind == "schedule":
+        return optim.CosineAnnealingLR(base_lr=0.5, T_max=3)
+    return {"small": 0.05, "large": 3.0}[kind]
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [[torch.float32], [torch.float64], [torch.bfloat16], MIXED],
+    ids=["float32", "float64", "bfloat16", "mixed"],
+)
+@pytest.mark.parametrize("lr", ["small", "large", "tensor", "per-key", "schedule"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"weight_decay": 0.2, "maximize": True, "eps": (1e-3, 1e-2), "d": 1.5},
+        {"eps": (0.0, 0.0), "beta2_decay": -0.5},
+    ],
+    ids=["defaults", "options", "zero-eps"],
+)
+def test_host_numbers_equal_the_tensor_form(
+    dtypes: list[torch.dtype],
+    lr: str,
+    kwargs: dict[str, object],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The eager step's host-side factors give the tensor form's bytes.
+
+    The tensor form is what traced, differentiable and non-CPU steps compute;
+    forced here on eager steps (`step` and `step_`), with a NaN and an infinite
+    gradient among the entries.
+    """
+    # (A 0-dim entry of half precision among others would be promoted by the
+    # double-precision lerp weight: only with one single or double dtype.)
+    shapes = SHAPES if dtypes in ([torch.float32], [torch.float64]) else SHAPES[1:]
+    shapes = [*shapes, (7,)]
+    start, grads = _entries(dtypes, shapes, steps=4)
+    grads[1]["w1"].view(-1)[0] = float("nan")
+    grads[2][f"w{len(shapes) - 1}"].view(-1)[-1] = float("inf")
+    results: dict[tuple[str, str], list[torch.Tensor]] = {}
+    # The host form with the update by foreach kernels (small entries), then
+    # entry by entry (large ones), then the tensor form.
+    for form in ("foreach", "entrywise", "tensor"):
+        if form == "entrywise":
+            monkeypatch.setattr(adafactor, "_SMALL", 0)
+        if form == "tensor":
+            monkeypatch.setattr(adafactor, "_reads_on_host", lambda *_: False)
+        opt = optim.Adafactor(lr=_lr(lr, start), **kwargs)  # type: ignore[arg-type]
+        for mode in ("step", "step_"):
+            params, state = start.map(torch.clone), opt.init(start)
+            for g in grads:
+                params, state = getattr(opt, mode)(params, g, state)
+            results[form, mode] = [
+                *params.values(),
+                *state.variance.values(),
+                *state.row_var.values(),
+            ]
+    for (form, mode), values in results.items():
+        reference = results["foreach", mode]
+        for got, want in zip(values, reference, strict=True):
+            assert got.dtype == want.dtype, form
+            assert torch.equal(_bits(got), _bits(want)), form
+
+
+@pytest.mark.skipif(
+    torch.__version__ < "2.8",
+    reason="torch.compile traces a ParamDict in one graph from torch 2.8 on",
+)
+@pytest.mark.parametrize(
+    "shapes", [[(3,), (4,)], [(2, 3), (3, 2)]], ids=["vectors", "matrices"]
+)
+def test_compiled_steps_with_one_kind_of_entry_equal_eager(
+    shapes: list[tuple[int, ...]],
+) -> None:
+    """`step` and `step_` compile where one buffer is empty, and equal eager.
+
+    The empty buffer is left as it is: a foreach kernel refuses an empty list
+    while traced.
+    """
+    torch._dynamo.reset()
+    start, grads = _entries([torch.float32], shapes, steps=3)
+    opt = optim.Adafactor(lr=0.1, weight_decay=0.1)
+    compiled = {
+        "step": torch.compile(opt.step, fullgraph=True, backend="eager"),
+        "step_": torch.compile(opt.step_, backend="aot_eager"),
+    }
+    for name, step in compiled.items():
+        eager = getattr(opt, name)
+        want, want_state = start.map(torch.clone), opt.init(start)
+        got, got_state = start.map(torch.clone), opt.init(start)
+        for g in grads:
+            want, want_state = eager(want, g, want_state)
+            got, got_state = step(got, g, got_state)
+        # Traced, the per-entry factor stays a tensor: one more rounding.
+        torch.testing.assert_close(dict(got), dict(want), rtol=1e-6, atol=1e-7)
+        assert int(got_state.step) == 3
+    torch._dynamo.reset()
