@@ -325,6 +325,10 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         A kind of entry the parameters lack keeps its empty buffer, untouched.
         """
         weight = ops.scalar(step**self.beta2_decay)
+        if ops.dtype is None:
+            # Half precision or mixed dtypes: a float64 weight would promote a
+            # 0-dim entry's buffer to float64 (torch.optim's weight is a number).
+            weight = ops.item(weight)
         matrix_keys: list[str] = []
         vector_keys: list[str] = []
         for key, g in grads.items():

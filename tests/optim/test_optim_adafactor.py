@@ -219,3 +219,47 @@ def test_compiled_steps_with_one_kind_of_entry_equal_eager(
         torch.testing.assert_close(dict(got), dict(want), rtol=1e-6, atol=1e-7)
         assert int(got_state.step) == 3
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["step", "step_"])
+def test_half_precision_steps_are_torch_s_and_keep_their_state(
+    dtype: torch.dtype, mode: str
+) -> None:
+    """0-dim, vector and matrix entries in half precision: torch.optim's bytes.
+
+    The moments' weight is a number, as torch.optim's: a float64 0-dim weight
+    promoted a 0-dim entry's buffer to float64, which the next step refused.
+    """
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"s": (), "v": (5,), "m": (4, 3)}
+    start = {k: torch.randn(s, generator=gen).to(dtype) for k, s in shapes.items()}
+    grads = [
+        {k: torch.randn(s, generator=gen).to(dtype) for k, s in shapes.items()}
+        for _ in range(5)
+    ]
+    opt = optim.Adafactor(lr=0.01)
+    params = ParamDict({k: v.clone() for k, v in start.items()})
+    state = opt.init(params)
+    theirs = {k: v.clone().requires_grad_() for k, v in start.items()}
+    torch_opt = torch.optim.Adafactor(list(theirs.values()), lr=0.01)
+    step = opt.step if mode == "step" else opt.step_
+    for g in grads:
+        params, state = step(params, ParamDict(g), state)
+        for k, t in theirs.items():
+            t.grad = g[k].clone()
+        torch_opt.step()
+    assert state.variance["s"].dtype == dtype
+    for k, t in theirs.items():
+        assert torch.equal(params[k], t.detach()), k
+
+
+def test_mixed_dtypes_keep_each_buffer_s_dtype() -> None:
+    """A half-precision 0-dim entry beside float32 ones steps again and again."""
+    params = ParamDict(s=torch.tensor(1.0, dtype=torch.float16), w=torch.ones(3, 2))
+    opt = optim.Adafactor(lr=0.01)
+    state = opt.init(params)
+    for _ in range(3):
+        params, state = opt.step(params, params.map(torch.ones_like), state)
+    assert state.variance["s"].dtype == torch.float16
+    assert params["s"].dtype == torch.float16
