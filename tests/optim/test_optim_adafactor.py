@@ -242,7 +242,9 @@ def test_half_precision_steps_are_torch_s_and_keep_their_state(
     params = ParamDict({k: v.clone() for k, v in start.items()})
     state = opt.init(params)
     theirs = {k: v.clone().requires_grad_() for k, v in start.items()}
-    torch_opt = torch.optim.Adafactor(list(theirs.values()), lr=0.01)
+    torch_opt: torch.optim.Optimizer = torch.optim.Adafactor(
+        list(theirs.values()), lr=0.01
+    )
     step = opt.step if mode == "step" else opt.step_
     for g in grads:
         params, state = step(params, ParamDict(g), state)
