@@ -74,7 +74,8 @@ class TorchOptimizer(Optimizer[S]):
     `Adam`, `AdamW`, `SGD` and `Adagrad` have torch's fused kernels and a `fused`
     option for them. `None` (the default): the fused kernel wherever the step
     allows it (every entry float32 or float64 on one device that has the kernel,
-    number or CPU-scheduled rates), bitwise `torch.optim` with `fused=True`, and
+    a number `weight_decay`, an `lr` that is a number, a 0-dim tensor or a
+    schedule on the CPU), bitwise `torch.optim` with `fused=True`, and
     the foreach rule otherwise. `False`: always the foreach rule, bitwise
     `torch.optim` with `foreach=True`. `True`: the fused kernel, and a step it
     cannot take is refused (not with `differentiable=True`).

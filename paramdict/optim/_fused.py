@@ -4,11 +4,20 @@
 every parameter and buffer of a step in one pass over memory, writing into them.
 `Adam`, `AdamW`, `SGD` and `Adagrad` call them here when their `fused` flag and
 the step allow it (`fused_rates`, `refusal`): every entry of one dtype (float32 or
-float64) on one device that has the kernel, and the rates plain numbers or a
-schedule's current value on the CPU (read as the float torch's scheduler writes;
-a schedule that cycles the momentum is not fused). `step_`
-runs them on the caller's tensors, the default `step` on fresh copies. Any other
-step runs the rule.
+float64) on one device that has the kernel, `weight_decay` a number, and `lr` a
+number, a 0-dim tensor, or a schedule's current value on the CPU (read as the
+float torch's scheduler writes; a schedule that cycles the momentum is not
+fused). `step_` runs them on the caller's tensors, the default `step` on fresh
+copies. Any other step runs the rule.
+
+A tensor `lr` is what `torch.optim` passes to the kernels' `.tensor_lr`
+overloads with `fused=True`. Each of those overloads reads a rate on the CPU as
+`lr.item<double>()` and calls its number overload, whatever the entries'
+device, so a CPU rate is read here as the same double (free on the CPU, and the
+same bytes: checked for float16 to float64 rates). A rate on an accelerator is
+handed to the overload as the tensor, as torch does, so nothing waits for the
+device: the CUDA and XPU kernels read it as float32 from the entries' device, so
+it must be a float32 tensor there (`refusal`).
 
 The arguments are those `torch.optim` passes with `fused=True`: per-parameter step
 tensors in single precision, already incremented (here one counter shared by every
@@ -21,7 +30,7 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's fused kernels and its list of devices that have them are private)
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import torch
 import torch.optim.optimizer as _optimizer
@@ -32,23 +41,36 @@ from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
 from ._schedules.slot import is_schedule
 
-__all__ = ["adagrad_", "adam_", "fused_rates", "refusal", "sgd_"]
+__all__ = ["KernelRates", "adagrad_", "adam_", "fused_rates", "refusal", "sgd_"]
 
 _DEVICES = frozenset(
     _optimizer._get_fused_kernels_supported_devices()  # type: ignore[attr-defined]  # private, not re-exported
 )
 
 
-def refusal(params: ParamDict, *rates: Rate, cpu_only: bool = False) -> str | None:
+class KernelRates(NamedTuple):
+    """The rates of a fused step, as torch's kernels take them."""
+
+    lr: float | Tensor
+    """A number, or a float32 0-dim tensor on the entries' accelerator."""
+    weight_decay: float
+
+
+def refusal(
+    params: ParamDict, lr: Rate, weight_decay: Rate, *, cpu_only: bool = False
+) -> str | None:
     """Return why no fused kernel can take this step, or None when one can.
 
     Every entry must share float32 or float64 and one device that has fused
-    kernels (only the CPU with `cpu_only`), and every rate must be a number.
+    kernels (only the CPU with `cpu_only`), `weight_decay` must be a number, and
+    `lr` a number or a 0-dim tensor, on the CPU or (float32) on the entries' device.
     """
-    if not all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in rates):
+    if isinstance(lr, ParamDict):
+        return "`lr` is a per-key ParamDict (fused kernels take one rate)"
+    if not _is_number(weight_decay):
         return (
-            "a rate is a tensor, a per-key ParamDict or a schedule "
-            "(fused kernels take numbers)"
+            "`weight_decay` is a tensor or a per-key ParamDict (fused kernels take "
+            "it as a number)"
         )
     if compute_dtype(params) is None:
         return "the entries do not all share float32 or float64"
@@ -62,6 +84,29 @@ def refusal(params: ParamDict, *rates: Rate, cpu_only: bool = False) -> str | No
         return "the entries are on more than one device"
     if device.type not in _DEVICES or (cpu_only and device.type != "cpu"):
         return f"torch has no fused kernel for this optimizer on {device.type!r}"
+    if isinstance(lr, Tensor) and lr.device.type != "cpu":
+        return _accelerator_lr_refusal(lr, device)
+    return None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _accelerator_lr_refusal(lr: Tensor, device: torch.device) -> str | None:
+    """Why a tensor `lr` off the CPU cannot go to the kernel as it is, or None."""
+    if lr.device != device:
+        return (
+            f"`lr` is a tensor on {str(lr.device)!r} and the entries are on "
+            f"{str(device)!r} (the kernel takes a rate on the CPU or on the "
+            "entries' device; move `lr` there)"
+        )
+    if lr.dtype != torch.float32:
+        return (
+            f"`lr` is a {lr.dtype} tensor on {str(device)!r} (torch's fused "
+            "kernels read a rate on an accelerator as float32; pass "
+            "`lr.float()` or a rate on the CPU)"
+        )
     return None
 
 
@@ -81,12 +126,15 @@ class _Fusable(Protocol):
 
 def fused_rates(
     opt: _Fusable, params: ParamDict, state: object, *, cpu_only: bool = False
-) -> list[float] | None:
-    """Return `[lr, weight_decay]` for a fused step under the optimizer's `fused` flag.
+) -> KernelRates | None:
+    """Return the rates of a fused step under the optimizer's `fused` flag.
 
     `fused=False`: None (the rule runs). `None`: the rates of the step `state`
-    leads to, as floats, when a fused kernel can take it. `True`: the same, and
-    a step that cannot be fused is refused.
+    leads to, as the kernel takes them, when a fused kernel can take it: a tensor
+    `lr` on the CPU (a plain one, or a schedule's current value) as the float
+    the kernel's `.tensor_lr` overload would read from it, one on the entries'
+    accelerator as the tensor. `True`: the same, and a step that cannot be fused
+    is refused.
 
     Raises:
         ValueError: With `fused=True`, if a fused kernel cannot take the step;
@@ -95,15 +143,23 @@ def fused_rates(
     if opt.fused is False:
         return None
     step = opt.next_step(state)
-    rates = (opt.rate("lr", step, state), opt.rate("weight_decay", step, state))
-    why = _scheduled_refusal(opt, params)
-    if why is None and is_schedule(opt.lr):
-        # The rate torch's scheduler would have written into the group, as the
-        # float it is (a host read, free on the CPU).
-        rates = (float(cast(Tensor, rates[0])), rates[1])
-    why = why or refusal(params, *rates, cpu_only=cpu_only)
+    lr = opt.rate("lr", step, state)
+    weight_decay = opt.rate("weight_decay", step, state)
+    why = _scheduled_refusal(opt, params) or refusal(
+        params, lr, weight_decay, cpu_only=cpu_only
+    )
     if why is None:
-        return [float(cast(float, r)) for r in rates]
+        given = cast("float | Tensor", lr)  # refused above if a ParamDict
+        kernel_lr: float | Tensor
+        if isinstance(given, Tensor) and given.device.type != "cpu":
+            # The kernel reads it on the device: nothing waits. Detached, as
+            # torch.optim's step runs without recording.
+            kernel_lr = given.detach()
+        else:
+            # On the CPU the `.tensor_lr` overloads call the number overload
+            # with `lr.item<double>()`: this float, a free host read.
+            kernel_lr = float(given)
+        return KernelRates(kernel_lr, float(cast(float, weight_decay)))
     if opt.fused:
         msg = (
             f"`{type(opt).__name__}(fused=True)` cannot take this step with torch's "
@@ -151,14 +207,18 @@ def adam_(
     step: Tensor,
     *,
     amsgrad: bool,
-    lr: float,
+    lr: float | Tensor,
     betas: tuple[float, float],
     weight_decay: float,
     eps: float,
     maximize: bool,
     decoupled: bool,
 ) -> None:
-    """Run `torch._fused_adam_` (or `_fused_adamw_`) on the entries, in place."""
+    """Run `torch._fused_adam_` (or `_fused_adamw_`) on the entries, in place.
+
+    A tensor `lr` (float32, on the entries' accelerator) takes the kernel's
+    `.tensor_lr` overload, as in `torch.optim`; a number the number overload.
+    """
     kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
     values = params._vals
     kernel(
@@ -185,7 +245,7 @@ def sgd_(
     grads: ParamDict,
     momentum_buffer: ParamDict,
     *,
-    lr: float,
+    lr: float | Tensor,
     momentum: float,
     weight_decay: float,
     nesterov: bool,
@@ -194,7 +254,8 @@ def sgd_(
     """Run `torch._fused_sgd_` on the entries, in place, without dampening.
 
     The momentum buffer starts at zero, so the first step's `0 * momentum + grad`
-    is the gradient itself, what torch's `is_first_step` copies in.
+    is the gradient itself, what torch's `is_first_step` copies in. A tensor `lr`
+    takes the `.tensor_lr` overload, as for `adam_`.
     """
     torch._fused_sgd_(
         params._vals,
@@ -218,13 +279,17 @@ def adagrad_(
     total: ParamDict,
     step: Tensor,
     *,
-    lr: float,
+    lr: float | Tensor,
     lr_decay: float,
     weight_decay: float,
     eps: float,
     maximize: bool,
 ) -> None:
-    """Run `torch._fused_adagrad_` on the entries, in place (CPU only in torch)."""
+    """Run `torch._fused_adagrad_` on the entries, in place (CPU only in torch).
+
+    A tensor `lr` takes the `.tensor_lr` overload, as for `adam_` (the kernel is
+    on the CPU only, where `fused_rates` hands it the rate as a number).
+    """
     values = params._vals
     torch._fused_adagrad_(
         values,

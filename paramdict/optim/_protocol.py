@@ -40,7 +40,7 @@ from __future__ import annotations
 # (ParamDict's and torch's package-internal helpers)
 import abc
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -57,6 +57,9 @@ from ._vocabulary import Kernels
 from ._vocabulary_inplace import InPlaceKernels
 from ._vocabulary_recorded import RecordedKernels
 from ._writable import check_writable, settle_writable, write_back, written_state
+
+if TYPE_CHECKING:
+    from ._fused import KernelRates
 
 __all__ = ["Optimizer", "recall", "register_state", "remember"]
 
@@ -290,7 +293,8 @@ class Optimizer(OptionalHooks[S], abc.ABC):
 
         `Adam`, `AdamW`, `SGD` without dampening and `Adagrad` (CPU) use torch's
         fused kernels when their `fused` flag allows (not `False`), every entry
-        shares float32 or float64 and one device, and the rates are numbers:
+        shares float32 or float64 and one device, and `weight_decay` is a
+        number and `lr` a number or a 0-dim tensor (`_strategy`'s table):
         bitwise `torch.optim` with `fused=True` and `step`. Every other optimizer
         and case runs its rule on `InPlaceKernels`, bitwise `step`.
 
@@ -388,17 +392,19 @@ class Optimizer(OptionalHooks[S], abc.ABC):
     passes as the copies alone, so it only does with `fused=True`.
     """
 
-    def _fused_rates(self, params: ParamDict, state: S) -> list[float] | None:
+    def _fused_rates(self, params: ParamDict, state: S) -> KernelRates | None:
         """Return the rates of a step by torch's fused kernel, or None (the rule).
 
         The optimizers that have a fused kernel (`Adam`, `AdamW`, `SGD`,
-        `Adagrad`) return their rates as floats when their `fused` flag and the
-        step (dtypes, device, number rates) allow it; here there is none.
+        `Adagrad`) return their rates as the kernel takes them when their
+        `fused` flag and the step (dtypes, device, a number `weight_decay`, a
+        number or 0-dim tensor `lr`) allow it (`_fused.fused_rates`); here there
+        is none.
         """
         return None
 
     def _fused_step(
-        self, params: ParamDict, grads: ParamDict, state: S, rates: list[float]
+        self, params: ParamDict, grads: ParamDict, state: S, rates: KernelRates
     ) -> S:
         """`_step_fused`, then the schedule of the state advanced, in place.
 
@@ -418,7 +424,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         return new_state
 
     def _step_fused(
-        self, params: ParamDict, grads: ParamDict, state: S, rates: list[float]
+        self, params: ParamDict, grads: ParamDict, state: S, rates: KernelRates
     ) -> S:
         """Write one step by torch's fused kernel into `params` and `state`."""
         raise NotImplementedError  # only called where `_fused_rates` gave rates

@@ -10,10 +10,14 @@ row's condition in this order, and the first row that holds is taken:
   host-side plan; `step_` copies the results into its tensors
   (`_writable.write_back`). (`step_` under a transform was refused before.)
 - `FUSED_COPIES` (`step`): eager; the class's `_copies_pay` or its `fused` flag;
-  its `_fused_rates` gives the rates as numbers (`_fused.fused_rates`: `fused`
-  not False, one float dtype and one device the kernel has, number rates or a
-  schedule read on the host, no DTensors). torch's fused kernel on fresh copies
-  laid out for it (`_layout.fused_copies`), so any layout qualifies.
+  its `_fused_rates` gives the rates as the kernel takes them
+  (`_fused.fused_rates`: `fused` not False, one float dtype and one device the
+  kernel has, no DTensors, a number `weight_decay`, and an `lr` that is a
+  number, a schedule on the CPU, or a 0-dim tensor: on the CPU read as the
+  float the kernel's `.tensor_lr` overload reads, the same bytes; off the CPU
+  float32 on the entries' device, handed to that overload). torch's fused
+  kernel on fresh copies laid out for it (`_layout.fused_copies`), so any
+  layout qualifies.
 - `FUSED` (`step_`): eager; `_fused_rates` gives the rates, as above; and
   `_layout.not_writable_by_kernel` finds every parameter dense and every buffer
   of its parameter's strides (a gradient of other strides is copied:
@@ -40,6 +44,7 @@ from ._layout import not_writable_by_kernel
 
 if TYPE_CHECKING:
     from .._paramdict import ParamDict
+    from ._fused import KernelRates
     from ._protocol import Optimizer
 
 __all__ = ["Choice", "Path", "choose", "one_graph", "traced", "transformed"]
@@ -56,10 +61,10 @@ class Path(enum.Enum):
 
 
 class Choice(NamedTuple):
-    """A path, and for the fused ones the kernel's rates (`[lr, weight_decay]`)."""
+    """A path, and for the fused ones the kernel's rates."""
 
     path: Path
-    rates: list[float] | None = None
+    rates: KernelRates | None = None
 
 
 def transformed() -> bool:
@@ -116,8 +121,14 @@ def choose(
         >>> params = ParamDict(w=torch.zeros(3, 2))
         >>> opt = optim.Adam(lr=0.1)
         >>> state = opt.init(params)
-        >>> choose(opt, params, state, in_place=True)
-        Choice(path=<Path.FUSED: "torch's fused kernel, in place">, rates=[0.1, 0.0])
+        >>> choice = choose(opt, params, state, in_place=True)
+        >>> choice.path
+        <Path.FUSED: "torch's fused kernel, in place">
+        >>> choice.rates
+        KernelRates(lr=0.1, weight_decay=0.0)
+        >>> tensor_lr = optim.Adam(lr=torch.tensor(0.1))  # float32, on the CPU
+        >>> choose(tensor_lr, params, state, in_place=True).rates
+        KernelRates(lr=0.10000000149011612, weight_decay=0.0)
         >>> choose(opt, ParamDict(w=torch.zeros(2, 3).t()), state, in_place=True).path
         <Path.RULE: 'the rule on the in-place kernels'>
     """
@@ -127,7 +138,7 @@ def choose(
         return _TRACED
     if not in_place and not (opt._copies_pay or getattr(opt, "fused", None)):  # pyright: ignore[reportPrivateUsage]  # the optimizers' own
         return _RULE
-    rates: list[float] | None = opt._fused_rates(params, state)  # pyright: ignore[reportPrivateUsage]
+    rates: KernelRates | None = opt._fused_rates(params, state)  # pyright: ignore[reportPrivateUsage]
     if rates is None:
         return _RULE
     if not in_place:

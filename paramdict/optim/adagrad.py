@@ -94,7 +94,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
     @override
     def _fused_rates(
         self, params: ParamDict, state: AdagradState
-    ) -> list[float] | None:
+    ) -> _fused.KernelRates | None:
         return _fused.fused_rates(self, params, state, cpu_only=True)
 
     @override
@@ -103,7 +103,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
         params: ParamDict,
         grads: ParamDict,
         state: AdagradState,
-        rates: list[float],
+        rates: _fused.KernelRates,
     ) -> AdagradState:
         step = self.next_step(state)
         _fused.adagrad_(
@@ -111,9 +111,9 @@ class Adagrad(TorchOptimizer[AdagradState]):
             grads,
             state.sum,
             step,
-            lr=rates[0],
+            lr=rates.lr,
             lr_decay=self.lr_decay,
-            weight_decay=rates[1],
+            weight_decay=rates.weight_decay,
             eps=self.eps,
             maximize=self.maximize,
         )

@@ -143,7 +143,9 @@ class Adam(AdamOptions[AdamState]):
         )
 
     @override
-    def _fused_rates(self, params: ParamDict, state: AdamState) -> list[float] | None:
+    def _fused_rates(
+        self, params: ParamDict, state: AdamState
+    ) -> _fused.KernelRates | None:
         return _fused.fused_rates(self, params, state)
 
     @override
@@ -152,7 +154,7 @@ class Adam(AdamOptions[AdamState]):
         params: ParamDict,
         grads: ParamDict,
         state: AdamState,
-        rates: list[float],
+        rates: _fused.KernelRates,
     ) -> AdamState:
         step = self.next_step(state)
         _fused.adam_(
@@ -163,9 +165,9 @@ class Adam(AdamOptions[AdamState]):
             state.max_exp_avg_sq,
             step,
             amsgrad=self.amsgrad,
-            lr=rates[0],
+            lr=rates.lr,
             betas=self.betas,
-            weight_decay=rates[1],
+            weight_decay=rates.weight_decay,
             eps=self.eps,
             maximize=self.maximize,
             decoupled=self._decoupled(),

@@ -137,7 +137,9 @@ class SGD(TorchOptimizer[SGDState]):
     _copies_pay = False  # the rule makes its two new tensors in three passes
 
     @override
-    def _fused_rates(self, params: ParamDict, state: SGDState) -> list[float] | None:
+    def _fused_rates(
+        self, params: ParamDict, state: SGDState
+    ) -> _fused.KernelRates | None:
         if self.momentum != 0 and self.dampening != 0:
             # torch's fused SGD starts a damped buffer at the first gradient only
             # through `is_first_step`, a host-side flag; undamped, the zero buffer
@@ -155,16 +157,20 @@ class SGD(TorchOptimizer[SGDState]):
 
     @override
     def _step_fused(
-        self, params: ParamDict, grads: ParamDict, state: SGDState, rates: list[float]
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        state: SGDState,
+        rates: _fused.KernelRates,
     ) -> SGDState:
         step = self.next_step(state)
         _fused.sgd_(
             params,
             grads,
             state.momentum_buffer,
-            lr=rates[0],
+            lr=rates.lr,
             momentum=self.momentum,
-            weight_decay=rates[1],
+            weight_decay=rates.weight_decay,
             nesterov=self.nesterov,
             maximize=self.maximize,
         )
