@@ -150,15 +150,18 @@ def fused_rates(
     )
     if why is None:
         given = cast("float | Tensor", lr)  # refused above if a ParamDict
-        kernel_lr: float | Tensor
-        if isinstance(given, Tensor) and given.device.type != "cpu":
+        kernel_lr: float | Tensor = given
+        if not isinstance(given, Tensor):
+            kernel_lr = float(given)
+        elif given.device.type == "cpu":
+            # The `.tensor_lr` overloads call the number overload with
+            # `lr.item<double>()`: this float, a free host read (`item`, which
+            # reads a rate that requires grad without a warning).
+            kernel_lr = cast(float, given.item())
+        else:
             # The kernel reads it on the device: nothing waits. Detached, as
             # torch.optim's step runs without recording.
             kernel_lr = given.detach()
-        else:
-            # On the CPU the `.tensor_lr` overloads call the number overload
-            # with `lr.item<double>()`: this float, a free host read.
-            kernel_lr = float(given)
         return KernelRates(kernel_lr, float(cast(float, weight_decay)))
     if opt.fused:
         msg = (

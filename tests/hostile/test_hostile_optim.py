@@ -823,10 +823,16 @@ UNFUSABLE = [
         r"do not all share float32 or float64",
     ),
     (
-        "tensor-lr",
+        "per-key-lr",
         lambda: ParamDict(w=torch.ones(3)),
-        {"lr": torch.tensor(0.1)},
-        r"a rate is a tensor",
+        {"lr": ParamDict(w=torch.tensor(0.1))},
+        r"`lr` is a per-key ParamDict",
+    ),
+    (
+        "tensor-weight-decay",
+        lambda: ParamDict(w=torch.ones(3)),
+        {"weight_decay": torch.tensor(0.1)},
+        r"`weight_decay` is a tensor or a per-key ParamDict",
     ),
 ]
 

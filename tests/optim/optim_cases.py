@@ -600,11 +600,16 @@ def classes() -> list[Any]:
     ]
 
 
-def tensor_lr_params() -> list[Any]:
-    """Return `(ours, theirs, kwargs)` for the tensor-lr trajectory of each row."""
+def tensor_lr_params(*, fused_only: bool = False) -> list[Any]:
+    """Return `(ours, theirs, kwargs)` for the tensor-lr trajectory of each row.
+
+    `fused_only`: the rows whose classes have a fused kernel, which takes a 0-dim
+    tensor `lr` as torch.optim's `fused=True` does.
+    """
     return [
         pytest.param(case.ours, case.theirs, case.tensor_lr, id=case.name)
         for case in TABLE
+        if not fused_only or unfused(case.ours)
     ]
 
 
@@ -668,11 +673,16 @@ def run_ours(
     dtype: torch.dtype = torch.float32,
     *,
     steps: int = STEPS,
+    in_place: bool = False,
 ) -> ParamDict:
-    """Train with a paramdict optimizer on keyed params; return the parameters."""
+    """Train with a paramdict optimizer on keyed params; return the parameters.
+
+    Each step is `step`, or with `in_place` `step_`.
+    """
     params = ParamDict.from_module(make_model(dtype))
     state = opt.init(params)
+    step = opt.step_ if in_place else opt.step
     for x, y in batches(dtype, steps):
         grads = params.grad(F.mse_loss(forward(params, x), y))
-        params, state = opt.step(params, grads, state)
+        params, state = step(params, grads, state)
     return params

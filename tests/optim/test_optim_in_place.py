@@ -86,7 +86,7 @@ def test_in_place_float32_fused_is_torch_fused_bitwise(case: Any, name: str) -> 
 
 
 def _generic() -> list[Any]:
-    """Configurations `step_` runs on the generic path: tensor and per-key rates."""
+    """Tensor rates (fused where a class has a kernel) and per-key rates (the rule)."""
     params = ParamDict.from_module(make_model(F64))
     rows: list[Any] = []
     for case in TABLE:

@@ -112,10 +112,46 @@ def test_tensor_lr_matches_torch(
     kwargs: dict[str, Any],
     dtype: torch.dtype,
 ) -> None:
-    """A 0-dim tensor learning rate gives torch.optim's tensor-lr trajectory."""
+    """A 0-dim tensor learning rate gives torch.optim's tensor-lr trajectory.
+
+    The rule (`fused=False` where a class has a fused kernel) against torch's
+    default path; the fused kernel is checked below against torch's.
+    """
     expected = run_torch(
         lambda m: theirs(m.parameters(), lr=torch.tensor(0.02, dtype=dtype), **kwargs),
         dtype,
     )
-    actual = run_ours(ours(lr=torch.tensor(0.02, dtype=dtype), **kwargs), dtype)
+    actual = run_ours(
+        ours(lr=torch.tensor(0.02, dtype=dtype), **kwargs, **unfused(ours)), dtype
+    )
     assert_matches(actual, expected, dtype)
+
+
+@DTYPES
+@pytest.mark.parametrize("in_place", [False, True], ids=["step", "step_"])
+@pytest.mark.parametrize(
+    ("ours", "theirs", "kwargs"), tensor_lr_params(fused_only=True)
+)
+def test_tensor_lr_fused_matches_torch_fused(
+    ours: Callable[..., optim.Optimizer[Any]],
+    theirs: Callable[..., torch.optim.Optimizer],
+    kwargs: dict[str, Any],
+    dtype: torch.dtype,
+    in_place: bool,
+) -> None:
+    """A tensor `lr` takes the fused kernel: torch.optim's `fused=True`, bit for bit.
+
+    Both by default and with `fused=True`, in `step` and `step_` (SGD's default
+    `step` runs the rule, within rounding).
+    """
+    lr = torch.tensor(0.02, dtype=dtype)
+    expected = run_torch(
+        lambda m: theirs(m.parameters(), lr=lr.clone(), fused=True, **kwargs), dtype
+    )
+    for fused in (None, True):
+        opt = ours(lr=lr.clone(), fused=fused, **kwargs)
+        actual = run_ours(opt, dtype, in_place=in_place)
+        if ours is optim.SGD and fused is None and not in_place:
+            assert_matches(actual, expected, dtype)
+        else:
+            torch.testing.assert_close(dict(actual), expected, rtol=0, atol=0)
