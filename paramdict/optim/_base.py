@@ -422,9 +422,8 @@ class TorchOptimizer(Optimizer[S]):
 
         It reads `lr` (scheduled or not), handles `maximize` and the weight decay
         (decoupled per `_decoupled`, by `math` itself where `decays_in_math`, else
-        L2 in `prologue`), calls `math` and
-        builds the new state: the counter, `math`'s buffers, the advanced
-        schedule. A rule may override it instead. Arguments and result as
+        L2 in `prologue`), calls `math` and builds the new state: the counter,
+        `math`'s buffers, the advanced schedule. Arguments and result as
         `Optimizer.update`.
 
         Raises:
