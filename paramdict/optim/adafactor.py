@@ -18,6 +18,7 @@ from ._hyper import Rate, check_counter, check_number, check_rate_keys, is_trace
 from ._keyed import check_keyed
 from ._protocol import register_state
 from ._schedules.slot import LearningRate, SlotState, check_slot
+from ._strategy import transformed
 from ._vocabulary import Kernels
 from ._vouch import checked_in_full, vouched
 
@@ -388,7 +389,7 @@ def _reads_on_host(
         opt.differentiable
         or torch.is_grad_enabled()
         or is_traced(step)
-        or torch._C._are_functorch_transforms_active()
+        or transformed()
     ):
         return False
     rates = list(lr.values()) if isinstance(lr, ParamDict) else [lr]

@@ -26,6 +26,7 @@ from ._schedules.base import (
     cos,
     new_state,
     nonzero,
+    number_field,
     pow_,
     rdiv,
 )
@@ -53,10 +54,6 @@ def _check_callable(instance: object, attribute: Any, value: Any) -> None:
             f"`{attribute.name}` should be a function, but got {type(value).__name__}."
         )
         raise TypeError(msg)
-
-
-def _number(instance: object, attribute: Any, value: Any) -> None:
-    check_float(attribute.name, value)
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -152,7 +149,7 @@ class StepLR(LRSchedule):
     """
 
     step_size: int
-    gamma: float = attrs.field(default=0.1, validator=_number)
+    gamma: float = attrs.field(default=0.1, validator=number_field)
 
     def __attrs_post_init__(self) -> None:
         check_int("step_size", self.step_size, minimum=1)
@@ -213,7 +210,7 @@ class MultiStepLR(LRSchedule):
     milestones: tuple[int, ...] = attrs.field(
         converter=_to_int_tuple, validator=_check_milestones
     )
-    gamma: float = attrs.field(default=0.1, validator=_number)
+    gamma: float = attrs.field(default=0.1, validator=number_field)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return new_state(base, current)
@@ -346,7 +343,7 @@ class ExponentialLR(LRSchedule):
         tensor(0.9000, dtype=torch.float64)
     """
 
-    gamma: float = attrs.field(validator=_number)
+    gamma: float = attrs.field(validator=number_field)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return new_state(base, current)
@@ -380,7 +377,7 @@ class PolynomialLR(LRSchedule):
     """
 
     total_iters: int = 5
-    power: float = attrs.field(default=1.0, validator=_number)
+    power: float = attrs.field(default=1.0, validator=number_field)
 
     def __attrs_post_init__(self) -> None:
         check_int("total_iters", self.total_iters, minimum=1)
@@ -428,7 +425,7 @@ class CosineAnnealingLR(LRSchedule):
     """
 
     T_max: int
-    eta_min: float = attrs.field(default=0.0, validator=_number)
+    eta_min: float = attrs.field(default=0.0, validator=number_field)
 
     def __attrs_post_init__(self) -> None:
         check_int("T_max", self.T_max, minimum=1)

@@ -237,6 +237,11 @@ def check_float(name: str, value: Any) -> None:
         raise ValueError(msg)
 
 
+def number_field(instance: object, attribute: Any, value: Any) -> None:
+    """An attrs validator: `check_float` on the field's value, by the field's name."""
+    check_float(attribute.name, value)
+
+
 def check_rate(name: str, value: float | Tensor) -> None:
     """Raise unless the rate `value` is finite and not negative, as an optimizer's `lr`.
 

@@ -24,16 +24,13 @@ from .base import (
     cos,
     new_state,
     nonzero,
+    number_field,
     pow_,
     rdiv,
     scalar,
 )
 
 __all__ = ["CyclicLR", "OneCycleLR"]
-
-
-def _number(instance: object, attribute: Any, value: Any) -> None:
-    check_float(attribute.name, value)
 
 
 def _read(value: float | Tensor) -> float:
@@ -107,7 +104,7 @@ class CyclicLR(LRSchedule):
     step_size_up: int = 2000
     step_size_down: int | None = None
     mode: Literal["triangular", "triangular2", "exp_range"] = "triangular"
-    gamma: float = attrs.field(converter=_read, default=1.0, validator=_number)
+    gamma: float = attrs.field(converter=_read, default=1.0, validator=number_field)
     scale_fn: Callable[[Tensor], float | Tensor] | None = None
     scale_mode: Literal["cycle", "iterations"] = "cycle"
     cycle_momentum: bool = True
@@ -240,9 +237,11 @@ class OneCycleLR(LRSchedule):
     cycle_momentum: bool = True
     base_momentum: float = attrs.field(converter=_read, default=0.85, validator=_rate)
     max_momentum: float = attrs.field(converter=_read, default=0.95, validator=_rate)
-    div_factor: float = attrs.field(converter=_read, default=25.0, validator=_number)
+    div_factor: float = attrs.field(
+        converter=_read, default=25.0, validator=number_field
+    )
     final_div_factor: float = attrs.field(
-        converter=_read, default=1e4, validator=_number
+        converter=_read, default=1e4, validator=number_field
     )
     three_phase: bool = False
 

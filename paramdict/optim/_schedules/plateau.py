@@ -14,16 +14,12 @@ from .base import (
     BaseSchedule,
     _check_base_lr,  # pyright: ignore[reportPrivateUsage]  # this package's own
     base_of,
-    check_float,
     check_int,
+    number_field,
     scalar,
 )
 
 __all__ = ["PlateauState", "ReduceLROnPlateau"]
-
-
-def _number(instance: object, attribute: Any, value: Any) -> None:
-    check_float(attribute.name, value)
 
 
 # ---------------------------------------------------------------- ReduceLROnPlateau
@@ -107,13 +103,13 @@ class ReduceLROnPlateau(BaseSchedule[PlateauState]):
     """
 
     mode: Literal["min", "max"] = "min"
-    factor: float = attrs.field(default=0.1, validator=_number)
+    factor: float = attrs.field(default=0.1, validator=number_field)
     patience: int = 10
-    threshold: float = attrs.field(default=1e-4, validator=_number)
+    threshold: float = attrs.field(default=1e-4, validator=number_field)
     threshold_mode: Literal["rel", "abs"] = "rel"
     cooldown: int = 0
-    min_lr: float = attrs.field(default=0.0, validator=_number)
-    eps: float = attrs.field(default=1e-8, validator=_number)
+    min_lr: float = attrs.field(default=0.0, validator=number_field)
+    eps: float = attrs.field(default=1e-8, validator=number_field)
     base_lr: float | Tensor | None = attrs.field(default=None, validator=_check_base_lr)
 
     takes_base: ClassVar[bool] = True
