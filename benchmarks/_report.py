@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from . import _device
 from ._timing import Timing, compare, format_seconds
 
 __all__ = [
@@ -50,6 +51,8 @@ class Config:
             disturbed by other processes on a shared machine).
         optimizers: The optimizers the optimizer sections measure, by name
             (`--optimizers`); empty for all.
+        compile: Whether the model-scale section times `torch.compile`d steps
+            (`--no-compile` leaves them out: each compiles for minutes on a GPU).
     """
 
     quick: bool
@@ -61,6 +64,7 @@ class Config:
     sizes: tuple[tuple[int, int], ...]
     clock: Literal["wall", "cpu"] = "wall"
     optimizers: tuple[str, ...] = ()
+    compile: bool = True
 
     def time(self, candidates: Mapping[str, Callable[[], object]]) -> dict[str, Timing]:
         """Time `candidates` side by side with these settings (see `compare`)."""
@@ -70,7 +74,9 @@ class Config:
             target=self.target,
             warmup=self.warmup,
             threads=self.threads,
-            clock=time.process_time if self.clock == "cpu" else time.perf_counter,
+            clock=_device.clock(
+                time.process_time if self.clock == "cpu" else time.perf_counter
+            ),
         )
 
 

@@ -5,6 +5,7 @@
     python -m benchmarks --out results    # also write results.md and results.json
     python -m benchmarks --only update,grad --threads 2
     python -m benchmarks --only optim-scale --optimizers Muon,LBFGS
+    python -m benchmarks --only optim,optim-scale --device cuda --no-compile
 
 Every section times its candidates side by side in this process (interleaved
 rounds after a warm-up, medians; see `_timing`), except peak memory and import
@@ -31,6 +32,7 @@ from typing import Any
 import torch
 
 from . import (
+    _device,
     _peers,
     autograd,
     imaml,
@@ -78,6 +80,7 @@ def _config(args: argparse.Namespace) -> Config:
             sizes=QUICK_SIZES,
             clock=args.clock,
             optimizers=args.optimizers,
+            compile=args.compile,
         )
     return Config(
         quick=False,
@@ -89,7 +92,16 @@ def _config(args: argparse.Namespace) -> Config:
         sizes=SIZES,
         clock=args.clock,
         optimizers=args.optimizers,
+        compile=args.compile,
     )
+
+
+def _accelerator() -> str | None:
+    """The optimizer sections' device, named, if it is not the CPU."""
+    device = _device.current()
+    if not _device.accelerated():
+        return None
+    return f"{device} ({torch.cuda.get_device_name(device)})"
 
 
 def _cpu_model() -> str:
@@ -142,6 +154,8 @@ def _machine(config: Config) -> dict[str, Any]:
         "rounds": config.rounds,
         "processes": config.processes,
         "optimizers": list(config.optimizers),
+        "device": _accelerator(),
+        "compile": config.compile,
     }
 
 
@@ -176,6 +190,15 @@ def _header(meta: dict[str, Any]) -> list[str]:
         "ratios: the median over rounds of the candidate's sample over ParamDict's "
         "sample of the same round",
         *picked,
+        *(
+            [
+                f"- the optimizer sections on {meta['device']}, synchronized before "
+                "each clock reading; peak memory: the CUDA caching allocator's"
+            ]
+            if meta["device"]
+            else []
+        ),
+        *([] if meta["compile"] else ["- compiled steps not timed (`--no-compile`)"]),
     ]
 
 
@@ -217,7 +240,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         "optimizer table (tests/optim/optim_cases.py), e.g. Adam, 'SGD momentum', "
         "Lion, and LBFGS, 'AdamW warm-up + cosine', 'nanoGPT recipe'",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="device of the sections optim and optim-scale (default: cpu), e.g. "
+        "cuda; the others run on the CPU",
+    )
+    parser.add_argument(
+        "--no-compile",
+        dest="compile",
+        action="store_false",
+        help="leave out the compiled steps of the section optim-scale",
+    )
     args = parser.parse_args(argv)
+    try:
+        _device.use(args.device)
+    except ValueError as error:
+        parser.error(str(error))
+    if _device.accelerated() and args.clock == "cpu":
+        parser.error("--clock cpu times the host only: use the wall clock on a GPU")
     picked = [n.strip() for n in (args.optimizers or "").split(",") if n.strip()]
     if picked:  # the table is read only when asked for (it needs pytest)
         optimizers = sorted({*optim.optimizers(), *optim_scale.optimizers()})

@@ -33,6 +33,8 @@ import torch
 
 from paramdict import optim
 
+from . import _device
+
 __all__ = ["PATH", "Entry", "entries", "entry", "names"]
 
 PATH = Path(__file__).resolve().parent.parent / "tests" / "optim" / "optim_cases.py"
@@ -68,8 +70,16 @@ class Entry:
 
     @property
     def fused(self) -> bool:
-        """Whether torch has a fused kernel for it (its class takes `fused`)."""
-        return self.in_torch and self.takes("fused")
+        """Whether torch has a fused kernel for it on the measured device.
+
+        Its class takes `fused`, and takes it for tensors on that device
+        (`_device.fused_on_device`: torch's Adagrad has a CPU kernel only).
+        """
+        return (
+            self.in_torch
+            and self.takes("fused")
+            and _device.fused_on_device(self.theirs)
+        )
 
 
 def _load() -> ModuleType:

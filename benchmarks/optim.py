@@ -71,6 +71,7 @@ from paramdict import ParamDict, optim
 
 from . import _peers, _table
 from ._agree import check_agreement
+from ._device import placed
 from ._report import OURS, Config, Row, Section, Target, ratio_target
 
 __all__ = ["measure"]
@@ -104,8 +105,8 @@ def optimizers() -> tuple[str, ...]:
 def _data(keys: list[str], shape: tuple[int, ...]) -> tuple[list[Tensor], list[Tensor]]:
     """Values and gradients of `shape` for each key, from the seed 0."""
     gen = torch.Generator().manual_seed(0)
-    values = [torch.randn(shape, generator=gen) for _ in keys]
-    grads = [torch.randn(shape, generator=gen) for _ in keys]
+    values = [placed(torch.randn(shape, generator=gen)) for _ in keys]
+    grads = [placed(torch.randn(shape, generator=gen)) for _ in keys]
     return values, grads
 
 
@@ -267,9 +268,9 @@ def _lbfgs_candidates(
     gen = torch.Generator().manual_seed(0)
     count = len(keys) * elements
     scale = torch.empty(count).uniform_(math.log(0.1), math.log(10), generator=gen)
-    scale = scale.exp()
-    center = torch.randn(count, generator=gen)
-    values = [torch.randn(elements, generator=gen) for _ in keys]
+    scale = placed(scale.exp())
+    center = placed(torch.randn(count, generator=gen))
+    values = [placed(torch.randn(elements, generator=gen)) for _ in keys]
 
     opt = optim.LBFGS(line_search_fn=line_search_fn, **settings)
     start = ParamDict(zip(keys, [v.clone().requires_grad_() for v in values]))

@@ -94,8 +94,9 @@ from torch import Tensor
 
 from paramdict import ParamDict, optim
 
-from . import _table
+from . import _device, _table
 from . import optim as small
+from ._device import placed
 from ._report import OURS, Config, Row, Section, Target, format_bytes, ratio_target
 from ._timing import run_fresh
 from .maml import _peak, _reset_peak
@@ -183,8 +184,8 @@ def _data(size: str) -> tuple[list[str], list[Tensor], list[Tensor]]:
     keys, values, grads = [], [], []
     for key, shape in shapes(size):
         keys.append(key)
-        values.append(torch.randn(shape, generator=gen) * 0.02)
-        grads.append(torch.randn(shape, generator=gen) * 0.01)
+        values.append(placed(torch.randn(shape, generator=gen) * 0.02))
+        grads.append(placed(torch.randn(shape, generator=gen) * 0.01))
     return keys, values, grads
 
 
@@ -271,16 +272,18 @@ def _memory_worker(name: str, size: str, mode: str) -> dict[str, Any]:
     """
     keys, values, grads = _data(size)
     gc.collect()
-    exact = _reset_peak()
-    before = _peak()
+    accelerated = _device.accelerated()
+    exact = True if accelerated else _reset_peak()
+    before = _device.cuda_peak(reset=True) if accelerated else _peak()
     if mode in (OURS, IN_PLACE):
         step = _ours(name, keys, values, grads, mode)
     else:
         step = _torch(name, values, grads, mode)
     for _ in range(MEMORY_STEPS):
         step()
+    peak = _device.cuda_peak() if accelerated else _peak()
     data = sum(v.numel() * v.element_size() for v in values)
-    return {"bytes": _peak() - before - data, "reset": exact}
+    return {"bytes": peak - before - data, "reset": exact}
 
 
 def memory_candidates(name: str) -> tuple[str, ...]:
@@ -291,14 +294,21 @@ def memory_candidates(name: str) -> tuple[str, ...]:
 def _memory_row(name: str, size: str, config: Config) -> Row:
     candidates = memory_candidates(name)
     samples: dict[str, list[float]] = {m: [] for m in candidates}
-    for i in range(min(config.processes, 3)):  # the peak varies little
+    # The CPU's peak is the process's resident set: a fresh process apiece (the
+    # peak varies little). A CUDA device's is the allocator's: exact, here.
+    repeats = 1 if _device.accelerated() else min(config.processes, 3)
+    for i in range(repeats):
         order = candidates if i % 2 == 0 else candidates[::-1]
         for mode in order:
-            result = run_fresh(
-                ["-m", "benchmarks.optim_scale", name, size, mode],
-                threads=config.threads,
-                what=f"The memory worker for {mode}",
-            )
+            if _device.accelerated():
+                result = _memory_worker(name, size, mode)
+                gc.collect()
+            else:
+                result = run_fresh(
+                    ["-m", "benchmarks.optim_scale", name, size, mode],
+                    threads=config.threads,
+                    what=f"The memory worker for {mode}",
+                )
             samples[mode].append(float(result["bytes"]))
     medians = {m: statistics.median(s) for m, s in samples.items()}
     spreads = {
@@ -328,16 +338,7 @@ def measure(config: Config) -> Section:
         section.notes.append("Model-scale sizes are measured in full runs only.")
         return section
     rounds = max(5, min(config.rounds, 15))
-    timing = Config(
-        quick=False,
-        rounds=rounds,
-        target=0.05,
-        warmup=2,
-        threads=config.threads,
-        processes=config.processes,
-        sizes=config.sizes,
-        clock=config.clock,
-    )
+    timing = dataclasses.replace(config, rounds=rounds, target=0.05, warmup=2)
     for name in _chosen(_table.names(), config):
         rows, targets, notes = _model_rows(name, timing)
         section.rows += rows
@@ -491,7 +492,7 @@ def _recipe_row(timing: Config, size: str = GPT2) -> Row:
     """
     keys, values, grads = _data(size)
     gen = torch.Generator().manual_seed(1)
-    second = [torch.randn(g.shape, generator=gen) * 0.01 for g in grads]
+    second = [placed(torch.randn(g.shape, generator=gen) * 0.01) for g in grads]
     micro = [ParamDict(zip(keys, grads)), ParamDict(zip(keys, second))]
     scaled = [[g / RECIPE_MICRO for g in grads], [g / RECIPE_MICRO for g in second]]
     candidates: dict[str, Callable[[], object]] = {}
@@ -601,23 +602,24 @@ def _matrices(
     return [keys[i] for i in kept], [values[i] for i in kept], [grads[i] for i in kept]
 
 
-def model_candidates(name: str, size: str) -> list[str]:
+def model_candidates(name: str, size: str, *, compiled: bool = True) -> list[str]:
     """The candidates timed for `name` at `size`.
 
     Ours in place and out of place, then torch's paths (`torch_paths`); at
-    50 x 400,000 also `torch.compile` of our `step_` and of torch's foreach step
-    (not for the matrix-only optimizers, which run at GPT-2 small only), and for
-    the optimizers of `TARGETED` `torch.compile(opt.step)`.
+    50 x 400,000 also (unless not `compiled`: `--no-compile`) `torch.compile`
+    of our `step_` and of torch's foreach step (not for the matrix-only
+    optimizers, which run at GPT-2 small only), and for the optimizers of
+    `TARGETED` `torch.compile(opt.step)`.
     """
     names = [OURS, IN_PLACE, *torch_paths(name)]
-    if size == WIDE and not _table.entry(name).matrices_only:
+    if compiled and size == WIDE and not _table.entry(name).matrices_only:
         if name in TARGETED:
             names.append(COMPILED)
         names += [IN_PLACE_COMPILED, FOREACH_COMPILED]
     return names
 
 
-def _model_targets(name: str, row: Row) -> list[Target]:
+def _model_targets(name: str, row: Row, *, compiled: bool = True) -> list[Target]:
     """The issue's targets on one of `name`'s timed rows (see the docstring)."""
     fastest = torch_paths(name)[0]
     targets = [
@@ -636,7 +638,8 @@ def _model_targets(name: str, row: Row) -> list[Target]:
             1.30,
         ),
     ]
-    planned = model_candidates(name, row.size)  # a dropped one reads "not measured"
+    # a dropped one reads "not measured"
+    planned = model_candidates(name, row.size, compiled=compiled)
     if IN_PLACE_COMPILED in planned:
         targets.append(
             ratio_target(
@@ -678,7 +681,7 @@ def _model_rows(name: str, timing: Config) -> tuple[list[Row], list[Target], lis
         theirs = torch_paths(name)[0]
         with torch.inference_mode(False):
             candidates: dict[str, Callable[[], object]] = {}
-            for mode in model_candidates(name, size):
+            for mode in model_candidates(name, size, compiled=timing.compile):
                 if mode in (OURS, IN_PLACE, COMPILED, IN_PLACE_COMPILED):
                     candidates[mode] = _ours(name, keys, values, grads, mode)
                 else:
@@ -692,7 +695,7 @@ def _model_rows(name: str, timing: Config) -> tuple[list[Row], list[Target], lis
             label = f"GPT-2 small ({len(keys)} matrices)" if muon else size
             row = Row.from_timings(f"{name} step", label, timing.time(candidates))
         rows.append(row)
-        targets += _model_targets(name, row)
+        targets += _model_targets(name, row, compiled=timing.compile)
         del candidates
         gc.collect()
     return rows, targets, notes

@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks import _runner, _table, optim_scale
+from benchmarks import _device, _runner, _table, optim_scale
 from benchmarks import optim as small
 from benchmarks._report import OURS, Config, Row
 from paramdict import ParamDict, optim
@@ -133,13 +134,11 @@ def test_model_scale_rows_agree_and_carry_their_targets(
         assert wanted[:2] == [OURS, optim_scale.IN_PLACE]
         assert wanted[2 : 2 + len(paths)] == paths
     uncompiled = [optim_scale.WIDE, optim_scale.GPT2]
-
-    def eager(name: str, size: str) -> list[str]:
-        return [OURS, optim_scale.IN_PLACE, *optim_scale.torch_paths(name)]
-
-    # compiling each optimizer takes minutes here
-    monkeypatch.setattr(optim_scale, "model_candidates", eager)
-    rows, targets, notes = optim_scale._model_rows(name, _config())
+    eager = [OURS, optim_scale.IN_PLACE, *paths]
+    assert optim_scale.model_candidates(name, optim_scale.WIDE, compiled=False) == eager
+    # compiling each optimizer takes minutes here: `--no-compile`
+    config = dataclasses.replace(_config(), compile=False)
+    rows, targets, notes = optim_scale._model_rows(name, config)
     assert notes == []
     assert [r.size for r in rows] == uncompiled
     for row in rows:
@@ -365,3 +364,20 @@ def test_a_dropped_compiled_candidate_s_target_reads_not_measured() -> None:
     targets = optim_scale._model_targets("RAdam", row)
     assert [t.met for t in targets] == [True, False, None]
     assert "torch.compile(opt.step_)" in targets[2].goal
+
+
+def test_device_option_is_checked_and_defaults_to_the_cpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--device` names where the optimizer sections run; a missing one is refused."""
+    assert _device.current() == torch.device("cpu")
+    assert _device.clock(time.perf_counter) is time.perf_counter  # nothing to wait for
+    assert _table.entry("Adagrad").fused  # torch's Adagrad kernel is the CPU's
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            _runner.main(["--only", "optim", "--device", "cuda"])
+        assert "torch sees no CUDA device" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _runner.main(["--only", "optim", "--device", "mps:7"])
+    assert "measure on 'cpu' or 'cuda'" in capsys.readouterr().err
+    assert _device.current() == torch.device("cpu")  # left as it was

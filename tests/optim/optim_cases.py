@@ -625,21 +625,21 @@ def assert_matches(
     torch.testing.assert_close(dict(actual), dict(expected), rtol=rtol, atol=atol)
 
 
-def make_model(dtype: torch.dtype = torch.float32) -> nn.Module:
+def make_model(dtype: torch.dtype = torch.float32, device: str = "cpu") -> nn.Module:
     """Return the same small MLP every time (4 -> 8 -> 3, tanh)."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)).to(dtype)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)).to(device, dtype)
 
 
 def batches(
-    dtype: torch.dtype = torch.float32, steps: int = STEPS
+    dtype: torch.dtype = torch.float32, steps: int = STEPS, device: str = "cpu"
 ) -> Iterator[tuple[Tensor, Tensor]]:
-    """Yield the same `steps` regression batches every time."""
+    """Yield the same `steps` regression batches every time (drawn on the CPU)."""
     generator = torch.Generator().manual_seed(1)
     for _ in range(steps):
         x = torch.randn(16, 4, generator=generator, dtype=dtype)
         y = torch.randn(16, 3, generator=generator, dtype=dtype)
-        yield x, y
+        yield x.to(device), y.to(device)
 
 
 def forward(params: ParamDict, x: Tensor) -> Tensor:
@@ -655,11 +655,12 @@ def run_torch(
     steps: int = STEPS,
     max_norm: float | None = None,
     norm_type: float = 2.0,
+    device: str = "cpu",
 ) -> dict[str, Tensor]:
     """Train with a torch.optim optimizer the usual way; return the parameters."""
-    model = make_model(dtype)
+    model = make_model(dtype, device)
     opt = make(model)
-    for x, y in batches(dtype, steps):
+    for x, y in batches(dtype, steps, device):
         opt.zero_grad()
         torch.autograd.backward(F.mse_loss(model(x), y))
         if max_norm is not None:
@@ -674,15 +675,16 @@ def run_ours(
     *,
     steps: int = STEPS,
     in_place: bool = False,
+    device: str = "cpu",
 ) -> ParamDict:
     """Train with a paramdict optimizer on keyed params; return the parameters.
 
     Each step is `step`, or with `in_place` `step_`.
     """
-    params = ParamDict.from_module(make_model(dtype))
+    params = ParamDict.from_module(make_model(dtype, device))
     state = opt.init(params)
     step = opt.step_ if in_place else opt.step
-    for x, y in batches(dtype, steps):
+    for x, y in batches(dtype, steps, device):
         grads = params.grad(F.mse_loss(forward(params, x), y))
         params, state = step(params, grads, state)
     return params
