@@ -92,8 +92,9 @@ def allocated() -> int:
 @functools.cache
 def _fused_on(theirs: Callable[..., Any], device: torch.device) -> bool:
     probe = torch.zeros(1, device=device, requires_grad=True)
-    try:
-        theirs([probe], fused=True)
+    probe.grad = torch.ones(1, device=device)
+    try:  # torch's Adagrad takes `fused=True` on CUDA and refuses at its first step
+        theirs([probe], fused=True).step()
     except (RuntimeError, ValueError):  # torch has no kernel for that device
         return False
     return True
