@@ -143,6 +143,18 @@ class _Container(dict[str, Tensor]):
         """A ParamDict of the same type and keys as `self`, holding `values`."""
         return self._from_parts(self._keys, values)
 
+    def _twin(self) -> Self:
+        """A new object equal to `self`, sharing its (immutable) key and value lists.
+
+        What `_derive(self._vals)` gives, without rebuilding the mapping entry by
+        entry (a dict copies another dict's table in one step).
+        """
+        obj = dict.__new__(type(self))
+        dict.update(obj, self)  # pyright: ignore[reportUnknownMemberType]
+        obj._keys = self._keys
+        obj._vals = self._vals
+        return obj
+
     # ---------------------------------------------------------------- read-only mapping
 
     def __setitem__(self, key: str, value: Tensor) -> NoReturn:

@@ -24,7 +24,8 @@ __all__ = ["InPlaceKernels"]
 
 
 def _values(x: ParamDict) -> list[Tensor]:
-    return list(x.values())
+    """`x`'s values in key order: its own list, which nothing here mutates."""
+    return x._vals
 
 
 def _on_cpu(value: Rate, x: ParamDict) -> TypeGuard[Tensor]:
@@ -123,7 +124,7 @@ class InPlaceKernels(Kernels):
         """Return `x`'s tensors, just written, as a new owned ParamDict; spend `x`."""
         del self._owned[id(x)]
         self._spent[id(x)] = x
-        return self._made(x._derive(_values(x)))
+        return self._made(x._twin())
 
     def _made(self, x: P) -> P:
         self._owned[id(x)] = x
