@@ -16,7 +16,7 @@ def test_step_metric_without_a_chained_plateau_is_refused() -> None:
         base_lr=0.1, schedulers=[optim.StepLR(step_size=2, gamma=0.5)]
     )
     state = chain.init()
-    with pytest.raises(ValueError, match="has none; its schedules advance with"):
+    with pytest.raises(ValueError, match="holds none; its schedules advance with"):
         chain.step_metric(state, 1.0)
 
 

@@ -668,7 +668,23 @@ def test_onecycle_past_total_steps_raises() -> None:
                 schedulers=[_loose.ReduceLROnPlateau()], milestones=[]
             ),
             ValueError,
-            "does not support `ReduceLROnPlateau`",
+            "moves with a metric .* ReduceLROnPlateau that does at index 0",
+        ),
+        (
+            lambda: _loose.SequentialLR(
+                schedulers=[
+                    _loose.StepLR(step_size=1),
+                    _loose.ChainedScheduler(
+                        schedulers=[
+                            _loose.StepLR(step_size=1),
+                            _loose.ReduceLROnPlateau(),
+                        ]
+                    ),
+                ],
+                milestones=[2],
+            ),
+            ValueError,
+            "ChainedScheduler that does at index 1",
         ),
         (
             lambda: _loose.ChainedScheduler(schedulers=["x"]),

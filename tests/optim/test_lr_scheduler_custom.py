@@ -189,3 +189,41 @@ def test_the_schedules_answer_for_themselves() -> None:
     sequential = optim.SequentialLR(schedulers=[step, cyclic], milestones=[3])
     assert sequential.cycles_momentum
     assert not sequential.takes_metric
+
+
+def test_a_plateau_in_a_nested_chain_moves_with_the_metric() -> None:
+    """A chain holding a chain with a plateau takes the metric and moves as torch.
+
+    torch's pattern: `ExponentialLR` and `StepLR` stepped every step and a
+    `ReduceLROnPlateau` with the loss, all on one SGD. The plateau is one level
+    down here; the rates are torch's, step by step (float64).
+    """
+    inner = optim.ChainedScheduler(
+        schedulers=[
+            optim.StepLR(step_size=3, gamma=0.5),
+            optim.ReduceLROnPlateau(patience=0),
+        ]
+    )
+    outer = optim.ChainedScheduler(
+        base_lr=0.01, schedulers=[optim.ExponentialLR(gamma=0.9), inner]
+    )
+    assert inner.takes_metric
+    assert outer.takes_metric
+    opt = optim.SGD(lr=outer)
+    params = ParamDict(w=torch.ones(2, dtype=F64))
+    state = opt.init(params)
+    w = torch.nn.Parameter(torch.ones(2, dtype=F64))
+    theirs = torch.optim.SGD([w], lr=0.01)
+    exponential = torch_lr.ExponentialLR(theirs, gamma=0.9)
+    step_lr = torch_lr.StepLR(theirs, step_size=3, gamma=0.5)
+    plateau = torch_lr.ReduceLROnPlateau(theirs, patience=0)
+    for loss in (3.0, 2.0, 2.0, 2.5, 1.0, 1.0, 1.0):
+        params, state = opt.step(params, params.ones_like(), state)
+        w.grad = torch.ones_like(w)
+        theirs.step()
+        exponential.step()
+        step_lr.step()
+        state = opt.step_schedule(state, loss)
+        plateau.step(loss)
+        assert opt.last_lr(state) == [theirs.param_groups[0]["lr"]]
+        torch.testing.assert_close(params["w"], w.detach(), rtol=0, atol=0)

@@ -28,20 +28,21 @@ def _check_children(
         msg = f"{name} expects at least one schedule, but got none."
         raise ValueError(msg)
     for i, schedule in enumerate(schedulers):
-        if isinstance(schedule, ReduceLROnPlateau) and not metric:
-            msg = (
-                f"{name} does not support `ReduceLROnPlateau` (its `step` takes the "
-                f"metric), but got one at index {i}. Chain it with the others in a "
-                "`ChainedScheduler`, which the optimizer's `step_schedule` steps "
-                "with the metric."
-            )
-            raise ValueError(msg)
         if not is_schedule(schedule):
             msg = (
                 f"{name} takes schedules from `paramdict.optim`; the one at index "
                 f"{i} is a {type(schedule).__name__}."
             )
             raise TypeError(msg)
+        if schedule.takes_metric and not metric:
+            msg = (
+                f"{name} does not support a schedule that moves with a metric "
+                f"(`ReduceLROnPlateau`, or a `ChainedScheduler` holding one), but "
+                f"got a {type(schedule).__name__} that does at index {i}. Chain it "
+                "with the others in a `ChainedScheduler`, which the optimizer's "
+                "`step_schedule` steps with the metric."
+            )
+            raise ValueError(msg)
         if type(schedule).takes_base and schedule.base_lr is not None:
             msg = (
                 f"{name} gives its schedules its own base rate, but the one at "
@@ -214,16 +215,20 @@ class ChainedScheduler(LRSchedule):
 
     @property
     def takes_metric(self) -> bool:
-        """Whether a `ReduceLROnPlateau` is chained (`step_metric` moves it).
+        """Whether a chained schedule moves with a metric (`step_metric` moves it).
+
+        A `ReduceLROnPlateau`, or a `ChainedScheduler` holding one, at any depth.
 
         Example:
             >>> from paramdict import optim
-            >>> optim.ChainedScheduler(schedulers=[
-            ...     optim.StepLR(step_size=10),
-            ...     optim.ReduceLROnPlateau()]).takes_metric
+            >>> plateau = optim.ChainedScheduler(schedulers=[
+            ...     optim.StepLR(step_size=10), optim.ReduceLROnPlateau()])
+            >>> plateau.takes_metric
+            True
+            >>> optim.ChainedScheduler(schedulers=[plateau]).takes_metric
             True
         """
-        return any(isinstance(s, ReduceLROnPlateau) for s in self.schedulers)
+        return any(s.takes_metric for s in self.schedulers)
 
     @property
     def _schedulers(self) -> tuple[LRSchedule | ReduceLROnPlateau, ...]:
@@ -273,8 +278,9 @@ class ChainedScheduler(LRSchedule):
         """Return the state after the chained plateaus saw `metrics`.
 
         torch's `plateau.step(metrics)` beside the other schedulers' `step()`:
-        each `ReduceLROnPlateau` of the chain reduces the current rate when the
-        metric stopped improving; the other schedules keep their positions.
+        each `ReduceLROnPlateau` of the chain (or of a chain nested in it) reduces
+        the current rate when the metric stopped improving; the other schedules
+        keep their positions.
 
         Args:
             state: The state from `init` or the previous step.
@@ -284,7 +290,7 @@ class ChainedScheduler(LRSchedule):
             The next state; `state` is unchanged.
 
         Raises:
-            ValueError: If no `ReduceLROnPlateau` is chained.
+            ValueError: If no `ReduceLROnPlateau` is chained, at any depth.
 
         Example:
             >>> from paramdict import optim
@@ -299,19 +305,21 @@ class ChainedScheduler(LRSchedule):
         """
         if not self.takes_metric:
             msg = (
-                "`step_metric` moves the `ReduceLROnPlateau` of a chain, and this "
-                "ChainedScheduler has none; its schedules advance with `step`."
+                "`step_metric` moves the `ReduceLROnPlateau`s of a chain (nested "
+                "chains' too), and this ChainedScheduler holds none; its schedules "
+                "advance with `step`."
             )
             raise ValueError(msg)
         check_schedule_state(self, state)
         children: list[ScheduleState | PlateauState] = []
         lr = state.lr
         for schedule, child in zip(self.schedulers, state.children, strict=True):
-            if isinstance(schedule, ReduceLROnPlateau):
-                plateau = schedule.step(
-                    cast(PlateauState, child)._replace(lr=lr), metrics
+            if schedule.takes_metric:  # a plateau, or a chain holding one
+                mover: Any = schedule  # the child is its state (checked above)
+                moved: ScheduleState | PlateauState = mover._step_metric(
+                    child._replace(lr=lr), metrics
                 )
-                child, lr = plateau, plateau.lr
+                child, lr = moved, moved.lr
             children.append(child)
         return state._replace(lr=lr.clone(), children=tuple(children))
 
