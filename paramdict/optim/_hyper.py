@@ -34,6 +34,7 @@ __all__ = [
     "check_rate_shapes",
     "compute_dtype",
     "decay_factor",
+    "host_numbers",
     "is_zero",
     "new_counter",
     "product",
@@ -254,6 +255,41 @@ def is_traced(tensor: Tensor) -> bool:
         or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
         or (type(tensor) is not Tensor and not isinstance(tensor, torch.nn.Parameter))
     )
+
+
+def host_numbers(
+    differentiable: bool, *values: float | Tensor | ParamDict
+) -> tuple[float, ...] | None:
+    """`values` as Python floats where torch.optim reads its scalars on the host.
+
+    torch's foreach and single-tensor paths read the step (`_get_value`) and a
+    tensor rate (`_to_scalar`) on the host and compute step sizes with Python
+    floats: one number per step instead of a chain of 0-dim tensor operations,
+    and a number where a kernel takes a scalar (a tensor there costs one more
+    pass over memory). Only where a read is free: an eager step that autograd
+    does not record, every value a number or a 0-dim CPU tensor. None when
+    traced (compiled, under `torch.func`), differentiable, per-key (a
+    ParamDict), or on an accelerator (a read would wait for it).
+
+    Example:
+        >>> host_numbers(False, torch.tensor(3.0, dtype=torch.float64), 0.1)
+        (3.0, 0.1)
+        >>> host_numbers(True, torch.tensor(3.0), 0.1) is None
+        True
+    """
+    if differentiable:
+        return None
+    numbers: list[float] = []
+    for value in values:
+        if isinstance(value, ParamDict):
+            return None
+        if isinstance(value, Tensor):
+            if value.device.type != "cpu" or is_traced(value):
+                return None
+            numbers.append(value.item())
+        else:
+            numbers.append(float(value))
+    return tuple(numbers)
 
 
 def check_counter(

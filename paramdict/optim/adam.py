@@ -5,6 +5,7 @@ NAdam, RAdam and Adamax are in their own modules and importable from here too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
 
@@ -16,7 +17,7 @@ from .._paramdict import ParamDict
 from . import _fused
 from ._adam_moments import AdamOptions, in_inherited_order, moments
 from ._fields import flag, fused_option
-from ._hyper import Rate, quotient
+from ._hyper import Rate, host_numbers, quotient
 from ._protocol import register_state
 from ._schedules.slot import SlotState
 from ._vocabulary import Kernels
@@ -195,11 +196,24 @@ class Adam(AdamOptions[AdamState]):
         if self.amsgrad:
             max_exp_avg_sq = ops.maximum(max_exp_avg_sq, exp_avg_sq)
             second = max_exp_avg_sq
-        # Bias corrections in double precision from the step tensor: the numbers
-        # torch.optim computes with Python floats, without reading the step on the host.
-        bias_correction1 = 1 - beta1**step
-        bias_correction2_sqrt = (1 - beta2**step).sqrt()
-        step_size = -quotient(lr, bias_correction1)
+        # Bias corrections: torch.optim's Python floats where the step can be read
+        # for free (eager, CPU); else in double precision from the step tensor,
+        # the same numbers without reading the step on the host. A tensor `lr`
+        # stays a tensor, as in torch.
+        host = (
+            None
+            if isinstance(lr, Tensor)
+            else host_numbers(self.differentiable, step, lr, beta1, beta2)
+        )
+        bias_correction2_sqrt: float | Tensor
+        step_size: float | Tensor | ParamDict
+        if host is not None:
+            t, rate, b1, b2 = host
+            bias_correction2_sqrt = math.sqrt(1 - b2**t)
+            step_size = -(rate / (1 - b1**t))
+        else:
+            bias_correction2_sqrt = (1 - beta2**step).sqrt()
+            step_size = -quotient(lr, 1 - beta1**step)
         denom = ops.div(ops.sqrt(ops.borrowed(second)), bias_correction2_sqrt)
         denom = ops.add(denom, self.eps)
         # torch's `addcdiv(m, denom, value=step_size)`; a tensor `step_size`

@@ -10,7 +10,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order
-from ._hyper import Rate, quotient
+from ._hyper import Rate, host_numbers, quotient
 from ._protocol import register_state
 from ._schedules.slot import LearningRate, SlotState
 from ._vocabulary import Kernels
@@ -85,6 +85,17 @@ class Adamax(AdamOptions[AdamaxState]):
         exp_avg = ops.lerp(buffers.exp_avg, grads, 1 - beta1)
         norm = ops.add(ops.abs(grads), self.eps)
         exp_inf = ops.maximum(ops.mul(buffers.exp_inf, beta2), norm)
-        clr = quotient(lr, 1 - beta1**step)
-        new_params = ops.addcdiv(params, exp_avg, exp_inf, -clr)
+        # torch's Python floats where the step can be read for free (eager, CPU);
+        # else the same numbers from the step tensor. A tensor `lr` stays one.
+        host = (
+            None
+            if isinstance(lr, Tensor)
+            else host_numbers(self.differentiable, step, lr, beta1)
+        )
+        if host is not None:
+            t, rate, b1 = host
+            new_params = ops.addcdiv(params, exp_avg, exp_inf, -(rate / (1 - b1**t)))
+        else:
+            clr = quotient(lr, 1 - beta1**step)
+            new_params = ops.addcdiv(params, exp_avg, exp_inf, -clr)
         return new_params, (exp_avg, exp_inf)

@@ -12,7 +12,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments
 from ._fields import flag
-from ._hyper import Rate, is_traced, product, quotient
+from ._hyper import Rate, host_numbers, product, quotient
 from ._protocol import register_state
 from ._schedules.slot import SlotState
 from ._vocabulary import Kernels
@@ -76,13 +76,14 @@ class RAdam(AdamOptions[RAdamState]):
         exp_avg, exp_avg_sq = moments(
             (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
         )
-        host = _host_rates(self, step, lr, beta1)
+        host = host_numbers(self.differentiable, step, lr, beta1)
         if host is not None:
             # Eager: torch's foreach RAdam reads the step on the host and
             # computes one side, with Python floats: so does this (14 -> 8
             # foreach kernels a step, 5 of them after the moments).
+            t, rate, b1 = host
             new_params = _one_side(
-                params, exp_avg, exp_avg_sq, *host, beta2, self.eps, ops
+                params, exp_avg, exp_avg_sq, t, rate, b1, beta2, self.eps, ops
             )
             return new_params, (exp_avg, exp_avg_sq)
         # Traced (compiled, vmapped), differentiable or with per-key rates: the
@@ -112,26 +113,6 @@ def _rect(rho_t: Any, rho_inf: float) -> Any:
     return (
         (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
     ) ** 0.5
-
-
-def _host_rates(
-    opt: RAdam, step: Tensor, lr: Rate, beta1: float | Tensor
-) -> tuple[float, float, float] | None:
-    """Return `(step, lr, beta1)` as floats where torch.optim reads them, else None.
-
-    An eager, non-differentiable step on the CPU with a number or a 0-dim CPU
-    `lr` (torch's `_get_value(step)` and `_to_scalar(lr)`); None when traced,
-    differentiable, per-key, or on another device (a read would wait for it).
-    """
-    values = (step, lr, beta1)
-    if opt.differentiable or isinstance(lr, ParamDict):
-        return None
-    for value in values:
-        if isinstance(value, Tensor) and (
-            value.device.type != "cpu" or is_traced(value)
-        ):
-            return None
-    return float(step), float(lr), float(beta1)
 
 
 def _one_side(
