@@ -116,7 +116,7 @@ class _Current(NamedTuple):
     """The record confirmed for the `step_` running, and the objects it was given."""
 
     params: ParamDict
-    state: object
+    parts: dict[int, int]  # `id` of the state and of each tuple in it: its place
     record: _Record
 
 
@@ -132,8 +132,9 @@ def _walk(
     tensors: list[Tensor],
     keys: list[tuple[str, ...]],
     shape: list[object],
+    parts: dict[int, int],
 ) -> None:
-    """Add the tensors, ParamDict keys and structure of a state's `node`."""
+    """Add the tensors, ParamDict keys, structure and tuples of a state's `node`."""
     if isinstance(node, Tensor):
         tensors.append(node)
     elif isinstance(node, ParamDict):
@@ -142,16 +143,17 @@ def _walk(
         tensors.extend(node._vals)
     elif isinstance(node, tuple):  # the states' own structure: NamedTuples
         fields = cast("tuple[object, ...]", node)
+        parts[id(fields)] = len(shape)
         shape.append((type(fields), len(fields)))
         for field in fields:
-            _walk(field, tensors, keys, shape)
+            _walk(field, tensors, keys, shape, parts)
     else:  # anything else (a number, a dict), generically
         leaves, spec = pytree.tree_flatten(node)
         shape.append(spec)
         tensors.extend(t for t in leaves if isinstance(t, Tensor))
 
 
-def _confirmed(opt: object, params: ParamDict, state: object) -> _Record | None:
+def _confirmed(opt: object, params: ParamDict, state: object) -> _Current | None:
     """The record of `opt` for these tensors as they are now, kept or new.
 
     None where nothing is kept (DTensors, tensors without data of their own;
@@ -163,7 +165,8 @@ def _confirmed(opt: object, params: ParamDict, state: object) -> _Record | None:
     tensors = list(params._vals)
     keys = [params._keys]
     shape: list[object] = []
-    _walk(state, tensors, keys, shape)
+    parts: dict[int, int] = {}
+    _walk(state, tensors, keys, shape, parts)
     if holds_dtensors(tensors):
         return None
     try:
@@ -185,7 +188,7 @@ def _confirmed(opt: object, params: ParamDict, state: object) -> _Record | None:
         _KEPT[opt] = record
     if not all(map(_is_leaf, tensors)):  # a `grad_fn` appeared: refused in full
         return None
-    return record
+    return _Current(params, parts, record)
 
 
 @contextlib.contextmanager
@@ -215,8 +218,7 @@ def repeating(
     if torch.compiler.is_compiling():  # traced: nothing is kept (see above)
         yield
         return
-    record = _confirmed(opt, params, state)
-    token = _CURRENT.set(None if record is None else _Current(params, state, record))
+    token = _CURRENT.set(_confirmed(opt, params, state))
     try:
         yield
     finally:
@@ -226,14 +228,16 @@ def repeating(
 def kept(params: ParamDict, state: object, what: Hashable, check: Callable[[], T]) -> T:
     """Return `check()`, or what it returned on an earlier call with the same facts.
 
-    Inside `repeating(opt, params, state)` for these very objects, a verdict
+    Inside `repeating(opt, params, state)` for these very `params`, a verdict
+    on them and on `state` or a state within it (a wrapper's `inner_state`)
     that depends only on the facts the record holds is computed once per
     record; elsewhere `check` runs every time. A check that raises keeps
     nothing, so a refusal is repeated in full.
 
     Args:
         params: The parameters the verdict is about.
-        state: The state it is about too, or None for one on `params` alone.
+        state: The state it is about too (a tuple), or None for a verdict on
+            `params` alone.
         what: The verdict's name; with the optimizer's weak reference where
             the verdict depends on the optimizer's options.
         check: Computes the verdict.
@@ -246,8 +250,11 @@ def kept(params: ParamDict, state: object, what: Hashable, check: Callable[[], T
     current = _CURRENT.get()
     if current is None or current.params is not params:
         return check()
-    if state is not None and current.state is not state:
-        return check()
+    if state is not None:
+        place = current.parts.get(id(state))
+        if place is None:
+            return check()
+        what = (what, place)
     verdicts = current.record.verdicts
     found: Any = verdicts.get(what, _MISSING)
     if found is _MISSING:
