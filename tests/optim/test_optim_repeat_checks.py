@@ -399,3 +399,33 @@ def test_a_loop_of_changes_equals_one_checked_in_full_every_call(
                 fresh_world = after
     for mine, theirs in zip(_tensors(kept_world), _tensors(fresh_world), strict=True):
         assert torch.equal(mine, theirs)
+
+
+@pytest.mark.parametrize("kind", ["Adam", "SGD", "Adagrad"])
+def test_rates_and_gradients_are_read_on_every_repeated_call(kind: str) -> None:
+    """A tensor `lr` written between calls and fresh gradients: torch's fused bytes.
+
+    The verdicts are kept; the rates are not: each call reads the `lr` tensor
+    as torch.optim's fused step does, on a ParamDict rebuilt around the same
+    tensors every call.
+    """
+    ours_cls, theirs_cls = getattr(optim, kind), getattr(torch.optim, kind)
+    options: dict[str, Any] = {"momentum": 0.9} if kind == "SGD" else {}
+    start = _values(0)
+    lr, torch_lr = torch.tensor(0.1), torch.tensor(0.1)
+    opt = ours_cls(lr=lr, **options)
+    params = start.clone()
+    state = opt.init(params)
+    tensors = [t.clone().requires_grad_() for t in start.values()]
+    torch_opt = theirs_cls(tensors, lr=torch_lr, fused=True, **options)
+    for step in range(5):
+        grads = _values(10 + step)
+        params, state = opt.step_(ParamDict(dict(params)), grads, state)
+        for t, g in zip(tensors, grads.values(), strict=True):
+            t.grad = g.clone()
+        torch_opt.step()
+        lr.fill_(0.1 / (step + 2))
+        torch_lr.fill_(0.1 / (step + 2))
+    assert _repeat._KEPT.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
+    for mine, theirs in zip(params.values(), tensors, strict=True):
+        assert torch.equal(mine, theirs.detach())
