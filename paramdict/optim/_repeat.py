@@ -156,9 +156,9 @@ def _walk(
 def _confirmed(opt: object, params: ParamDict, state: object) -> _Current | None:
     """The record of `opt` for these tensors as they are now, kept or new.
 
-    None where nothing is kept (DTensors, tensors without data of their own;
-    `params` not a ParamDict, refused next) or where a tensor is recorded by
-    autograd (checked in full).
+    None where nothing is kept (DTensors, tensors without data of their own,
+    an optimizer that cannot be weakly referenced; `params` not a ParamDict,
+    refused next) or where a tensor is recorded by autograd (checked in full).
     """
     if not isinstance(cast(object, params), ParamDict):
         return None
@@ -182,10 +182,13 @@ def _confirmed(opt: object, params: ParamDict, state: object) -> _Current | None
         )
     except (RuntimeError, NotImplementedError):  # sparse, or no storage of its own
         return None
-    record = _KEPT.get(opt)
-    if record is None or not record.holds(tensors, facts):
-        record = _Record(tensors, facts, len(params._vals))
-        _KEPT[opt] = record
+    try:
+        record = _KEPT.get(opt)
+        if record is None or not record.holds(tensors, facts):
+            record = _Record(tensors, facts, len(params._vals))
+            _KEPT[opt] = record
+    except TypeError:  # an optimizer of `__slots__` without `__weakref__`
+        return None
     if not all(map(_is_leaf, tensors)):  # a `grad_fn` appeared: refused in full
         return None
     return _Current(params, parts, record)

@@ -429,3 +429,27 @@ def test_rates_and_gradients_are_read_on_every_repeated_call(kind: str) -> None:
     assert _repeat._KEPT.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
     for mine, theirs in zip(params.values(), tensors, strict=True):
         assert torch.equal(mine, theirs.detach())
+
+
+class _Slotted(optim.Optimizer[tuple[()]]):
+    """An optimizer of `__slots__` alone: it cannot be weakly referenced."""
+
+    __slots__ = ()
+    differentiable = False
+
+    def init(self, params: ParamDict, /) -> tuple[()]:
+        return ()
+
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: tuple[()], ops: Any, /
+    ) -> tuple[ParamDict, tuple[()]]:
+        return ops.add_scaled(params, grads, -0.5), state
+
+
+def test_an_optimizer_without_weak_references_checks_in_full() -> None:
+    """Nothing is kept for it, and every call steps."""
+    opt = _Slotted()
+    params = ParamDict(w=torch.ones(2))
+    for _ in range(2):
+        params, _ = opt.step_(params, params.ones_like(), ())
+    assert torch.equal(params["w"], torch.zeros(2))
