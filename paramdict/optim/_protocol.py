@@ -174,6 +174,12 @@ class Optimizer(OptionalHooks[S], abc.ABC):
     def _checked(
         self, params: ParamDict, grads: Mapping[str, Tensor], state: S
     ) -> ParamDict:
+        aligned = self._aligned(params, grads)
+        self._check_aligned(params, aligned, state)
+        return aligned
+
+    def _aligned(self, params: ParamDict, grads: Mapping[str, Tensor]) -> ParamDict:
+        """Return `grads` in `params`' key order, after checking what both are."""
         given = cast(object, params)  # checked here: annotations are promises
         if not isinstance(given, ParamDict):
             msg = (
@@ -188,10 +194,12 @@ class Optimizer(OptionalHooks[S], abc.ABC):
                 f"gradient (a ParamDict or dict), got {type(grads).__name__}."
             )
             raise TypeError(msg)
-        aligned = aligned_grads(params, grads)
-        check_grads(params, aligned)
+        return aligned_grads(params, grads)
+
+    def _check_aligned(self, params: ParamDict, grads: ParamDict, state: S) -> None:
+        """Raise unless `grads` (aligned) and `state` fit `params`."""
+        check_grads(params, grads)
         self.check_state(params, state)
-        return aligned
 
     def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
         """Return the parameters after one update, and the next state.
@@ -326,7 +334,8 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         if self.differentiable:
             check_writable(True, params, ParamDict(), state)
         if traced():  # one traced graph (or refused under a transform): no plan
-            aligned = self._checked_in_place(params, grads, state)
+            aligned = self._checked(params, grads, state)
+            check_writable(False, params, aligned, state)
             if not params:
                 return params, state
             with torch.no_grad():
@@ -334,9 +343,12 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         # Check, then commit: everything that can fail runs before the first
         # write, so an error leaves every tensor and counter as it was. The
         # tensors of the last call come back: what they passed is not checked
-        # again while nothing about them changed (`_repeat`).
+        # again while nothing about them changed (`_repeat`, which reads them
+        # after a mapping of gradients ran its own code).
+        aligned = self._aligned(params, grads)
         with repeating(self, params, state):
-            aligned = self._checked_in_place(params, grads, state)
+            self._check_aligned(params, aligned, state)
+            check_writable(False, params, aligned, state)
             if not params:
                 return params, state
             with planned():
@@ -344,14 +356,6 @@ class Optimizer(OptionalHooks[S], abc.ABC):
                 with torch.no_grad():
                     new_state = self._step_in_place(params, aligned, state)
         return params, new_state
-
-    def _checked_in_place(
-        self, params: ParamDict, grads: Mapping[str, Tensor], state: S
-    ) -> ParamDict:
-        """`_checked`, then what `step_` may write (`check_writable`)."""
-        aligned = self._checked(params, grads, state)
-        check_writable(False, params, aligned, state)
-        return aligned
 
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into checked `params` and `state`; return `state`.

@@ -453,3 +453,25 @@ def test_an_optimizer_without_weak_references_checks_in_full() -> None:
     for _ in range(2):
         params, _ = opt.step_(params, params.ones_like(), ())
     assert torch.equal(params["w"], torch.zeros(2))
+
+
+class _Meddling(dict[str, Tensor]):
+    """Gradients whose look-up re-points a parameter into another's memory."""
+
+    def __init__(self, grads: ParamDict, params: ParamDict) -> None:
+        super().__init__(grads)
+        self.params = params
+
+    def __getitem__(self, key: str) -> Tensor:
+        self.params["b"].data = self.params["w"][0]
+        return super().__getitem__(key)
+
+
+def test_facts_are_read_after_the_gradients_mapping_ran_its_code() -> None:
+    """A mapping that changes a parameter while it is read: refused, nothing written."""
+    opt = optim.Adam(lr=0.1)
+    params, grads, state = _world(opt)
+    before = snapshot(state)
+    with pytest.raises(ValueError, match="share memory"):
+        opt.step_(params, _Meddling(grads, params), state)
+    assert equal(before, snapshot(state))
