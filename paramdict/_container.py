@@ -99,7 +99,7 @@ _ABSENT = object()
 class _Container(dict[str, Tensor]):
     """Storage, construction and the read-only mapping protocol (see `ParamDict`)."""
 
-    # `__weakref__`: the optimizers keep which states they checked (`optim/_vouch.py`).
+    # `__weakref__`: a ParamDict can be a key of a `weakref.WeakKeyDictionary`.
     __slots__ = ("__weakref__", "_keys", "_vals")
     # numpy must not treat a ParamDict as an array of objects: with this, numpy
     # operators return `NotImplemented` and Python asks the ParamDict, which refuses.

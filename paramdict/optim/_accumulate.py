@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 import attrs
@@ -11,11 +12,13 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 from typing_extensions import override
 
+from .._container import key_mismatch_message
 from .._paramdict import ParamDict
 from ._clip import ClipGradNorm
 from ._hyper import check_count, check_counter, is_traced, new_counter
 from ._keyed import check_keyed, requires_grad_like
 from ._protocol import Optimizer, recall, register_state, remember
+from ._repeat import kept
 from ._strategy import one_graph, traced
 from ._vocabulary import Kernels
 
@@ -69,6 +72,35 @@ def _check_optimizer(instance: object, attribute: Any, value: Any) -> None:
 _MEAN: Literal["mean", "sum"] = (
     "mean"  # typed: `attrs.field` widens a bare "mean" to str
 )
+
+
+def _check_sum(params: ParamDict, acc_grads: object) -> None:
+    """Raise unless `acc_grads` is a ParamDict keyed like `params`, in its order.
+
+    The sum is added to entry by entry in the gradients' order, so it must
+    hold the parameters' keys in their order, each of its parameter's shape,
+    dtype and device.
+    """
+    what = "The state's `acc_grads`"
+    if not isinstance(acc_grads, ParamDict):
+        msg = (
+            f"{what} must be a ParamDict keyed like the parameters, got "
+            f"{type(acc_grads).__name__}. Use the state from this optimizer's `init`."
+        )
+        raise TypeError(msg)
+    fix = "Use the state from this optimizer's `init` on these parameters."
+    if acc_grads.keys() != params.keys():
+        msg = key_mismatch_message(
+            tuple(params), acc_grads.keys(), what=f"{what} and the params", fix=fix
+        )
+        raise ValueError(msg)
+    if tuple(acc_grads) != tuple(params):
+        msg = (
+            f"{what} holds the parameters' keys in another order, and the "
+            f"gradients are summed into it entry by entry in theirs. {fix}"
+        )
+        raise ValueError(msg)
+    check_keyed(params, acc_grads, what=what)
 
 
 @attrs.frozen(eq=False)
@@ -172,7 +204,8 @@ class MultiSteps(Optimizer[MultiStepsState]):
             )
             raise TypeError(msg)
         check_counter(state.mini_step, params, "mini_step")
-        check_keyed(params, state.acc_grads, what="The state's `acc_grads`")
+        check = partial(_check_sum, params, state.acc_grads)
+        kept(params, given, "acc_grads", check)  # once while unchanged (`_repeat`)
         self.optimizer.check_state(params, state.inner_state)
 
     @property

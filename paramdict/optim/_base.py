@@ -12,7 +12,9 @@ defaults), its first state (`init_state`) and its rule (`update`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
+from weakref import ref
 
 import attrs
 from torch import Tensor
@@ -31,10 +33,10 @@ from ._hyper import (
 )
 from ._keyed import check_real
 from ._protocol import Optimizer, recall, remember
+from ._repeat import kept
 from ._slot import slot_rules
 from ._state_check import check_buffers
 from ._vocabulary import Kernels
-from ._vouch import checked_in_full, vouch_if_checked, vouched
 
 if TYPE_CHECKING:  # types only: at run time the schedules are reached via `_slot`
     from ._schedules.slot import LearningRate, SlotState
@@ -223,14 +225,9 @@ class TorchOptimizer(Optimizer[S]):
         check_counter(given.step, params, "step")
         if "schedule" in given._fields:
             slot_rules().check_slot(self, self.lr, given.schedule)
-        if vouched(self, params, given):  # these very objects passed before
-            return
-        check_buffers(self, params, given)
-        checked_in_full(self, params, given)
-
-    @override
-    def _vouch(self, params: ParamDict, state: S, /) -> None:
-        vouch_if_checked(self, params, state)
+        # The buffers: once while `step_` gets the same tensors back (`_repeat`).
+        check = partial(check_buffers, self, params, given)
+        kept(params, given, ("state", ref(self)), check)
 
     # ------------------------------------------------------------ rule pieces
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's fused kernels and its list of devices that have them are private)
+from functools import partial
 from typing import Any, NamedTuple, Protocol, cast
 
 import torch
@@ -39,6 +40,7 @@ from torch import Tensor
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
+from ._repeat import kept
 from ._schedules.slot import is_schedule
 
 __all__ = ["KernelRates", "adagrad_", "adam_", "fused_rates", "refusal", "sgd_"]
@@ -72,6 +74,17 @@ def refusal(
             "`weight_decay` is a tensor or a per-key ParamDict (fused kernels take "
             "it as a number)"
         )
+    # The entries' part: once while `step_` gets the same tensors back.
+    why = kept(
+        params, None, ("entries", cpu_only), partial(_entries_refusal, params, cpu_only)
+    )
+    if why is None and isinstance(lr, Tensor) and lr.device.type != "cpu":
+        return _accelerator_lr_refusal(lr, params._vals[0].device)
+    return why
+
+
+def _entries_refusal(params: ParamDict, cpu_only: bool) -> str | None:
+    """Why the entries themselves (dtypes, devices, kinds) keep a kernel off."""
     if compute_dtype(params) is None:
         return "the entries do not all share float32 or float64"
     values = params._vals
@@ -84,8 +97,6 @@ def refusal(
         return "the entries are on more than one device"
     if device.type not in _DEVICES or (cpu_only and device.type != "cpu"):
         return f"torch has no fused kernel for this optimizer on {device.type!r}"
-    if isinstance(lr, Tensor) and lr.device.type != "cpu":
-        return _accelerator_lr_refusal(lr, device)
     return None
 
 
@@ -183,12 +194,16 @@ def _scheduled_refusal(opt: _Fusable, params: ParamDict) -> str | None:
             "the schedule cycles the momentum, which the kernel takes as a number "
             "fixed at construction"
         )
-    if any(v.device.type != "cpu" for v in params._vals):
+    if not kept(params, None, "on the CPU", partial(_on_the_cpu, params)):
         return (
             "the rate is scheduled and the entries are not on the CPU (reading "
             "the rate would wait for the device)"
         )
     return None
+
+
+def _on_the_cpu(params: ParamDict) -> bool:
+    return all(v.device.type == "cpu" for v in params._vals)
 
 
 def _steps(step: Tensor, count: int) -> list[Tensor]:

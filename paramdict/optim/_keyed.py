@@ -8,13 +8,16 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false
 # (ParamDict's and torch's package-internal helpers)
-from collections.abc import Iterable, Mapping
-from typing import TypeVar
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from typing import TypeVar, cast
 
 import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
+from ._repeat import kept, known_entries
 
 __all__ = [
     "aligned_grads",
@@ -28,6 +31,11 @@ __all__ = [
 
 P = TypeVar("P", bound=ParamDict)
 
+_size = Tensor.size
+_dtype = cast("Callable[[Tensor], torch.dtype]", operator.attrgetter("dtype"))
+_device = cast("Callable[[Tensor], torch.device]", operator.attrgetter("device"))
+_layout = cast("Callable[[Tensor], torch.layout]", operator.attrgetter("layout"))
+
 
 def aligned_grads(params: ParamDict, grads: Mapping[str, Tensor], /) -> ParamDict:
     """Return `grads` as a ParamDict in `params`' key order.
@@ -39,7 +47,9 @@ def aligned_grads(params: ParamDict, grads: Mapping[str, Tensor], /) -> ParamDic
         ValueError: If the keys differ; the message names them.
         TypeError: If a value is not a tensor.
     """
-    if isinstance(grads, ParamDict) and tuple(grads) == tuple(params):
+    if isinstance(grads, ParamDict) and (
+        grads._keys is params._keys or grads._keys == params._keys
+    ):
         return grads
     values = params._aligned(grads, what="`step` (params and grads)")
     return ParamDict(zip(params, values))
@@ -121,11 +131,7 @@ def check_keyed(params: ParamDict, other: ParamDict, /, *, what: str) -> None:
         ValueError: Naming the entries whose shape, dtype, device or layout
             (sparse) differs from the parameter's.
     """
-    values = list(other.values())
-    if [v.shape for v in values] == [p.shape for p in params.values()] and all(
-        v.dtype == p.dtype and v.device == p.device and v.layout == torch.strided
-        for v, p in zip(values, params.values())
-    ):
+    if _alike(params, other._vals):
         return
     shapes, kinds = _mismatch(params, other)
     bad = shapes or kinds
@@ -138,13 +144,39 @@ def check_keyed(params: ParamDict, other: ParamDict, /, *, what: str) -> None:
     raise ValueError(msg)
 
 
+def _alike(params: ParamDict, values: list[Tensor]) -> bool:
+    """Whether `values` match `params`' entries in order: shape, dtype, device.
+
+    And are dense (strided). A `map` per property over all entries, against
+    the parameters' lists as `step_` read them already where it did
+    (`_repeat.known_entries`): then about half the time of comparing entry by
+    entry (Adam's gradients at 160 x 64).
+    """
+    pvals = params._vals
+    if torch.compiler.is_compiling():  # entry by entry: dynamo traces no attrgetter
+        return [v.shape for v in values] == [p.shape for p in pvals] and all(
+            v.dtype == p.dtype and v.device == p.device and v.layout == torch.strided
+            for v, p in zip(values, pvals)
+        )
+    entries = known_entries(params)
+    return (
+        list(map(_size, values))
+        == (list(map(_size, pvals)) if entries is None else entries.sizes)
+        and list(map(_dtype, values))
+        == (list(map(_dtype, pvals)) if entries is None else entries.dtypes)
+        and list(map(_device, values))
+        == (list(map(_device, pvals)) if entries is None else entries.devices)
+        and list(map(_layout, values)).count(torch.strided) == len(values)
+    )
+
+
 def check_grads(params: ParamDict, grads: ParamDict, /) -> None:
     """Raise unless each gradient has its parameter's shape, dtype and device.
 
     The parameters themselves must be real floating-point tensors (`check_real`):
     an integer parameter is refused by key, not by a kernel's message.
     """
-    check_real(params)
+    kept(params, None, "real", partial(check_real, params))
     check_keyed(params, grads, what="The gradients")
 
 

@@ -33,6 +33,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
+from ._repeat import known_entries
 
 __all__ = ["dense", "fused_copies", "in_place_grads", "not_writable_by_kernel"]
 
@@ -115,12 +116,14 @@ def in_place_grads(
 
     The common case, every gradient laid out as its parameter, returns `grads`
     itself; otherwise only the entries whose strides differ are copied. `strides`
-    are those of `params`' entries when the caller has them already.
+    are those of `params`' entries when the caller has them already (or
+    `step_` read them: `_repeat.known_entries`).
     """
     values = params._vals
     given = params._aligned(grads, what="The gradients")
     if strides is None:
-        strides = list(map(_stride, values))
+        entries = known_entries(params)
+        strides = list(map(_stride, values)) if entries is None else entries.strides
     if list(map(_stride, given)) == strides:
         return grads
     return params._derive([_like(g, p) for g, p in zip(given, values)])

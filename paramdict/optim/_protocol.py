@@ -52,11 +52,12 @@ from ._hooks import OptionalHooks
 from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 from ._layout import fused_copies, in_place_grads
 from ._registry import register_state
-from ._strategy import Choice, Path, choose
+from ._repeat import repeating
+from ._strategy import Choice, Path, choose, traced
 from ._vocabulary import Kernels
 from ._vocabulary_inplace import InPlaceKernels
 from ._vocabulary_recorded import RecordedKernels
-from ._writable import check_writable, settle_writable, write_back, written_state
+from ._writable import check_writable, write_back, written_state
 
 if TYPE_CHECKING:
     from ._fused import KernelRates
@@ -145,9 +146,6 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             (tensor([0.5000, 1.5000]), tensor(1., dtype=torch.float64))
         """
 
-    def _vouch(self, params: ParamDict, state: S, /) -> None:
-        """Keep that `state` passed its check for `params` (`step_`); a hook."""
-
     def check_state(self, params: ParamDict, state: S, /) -> None:  # an optional hook
         """Raise if `state` cannot be the state of this optimizer for `params`.
 
@@ -176,6 +174,12 @@ class Optimizer(OptionalHooks[S], abc.ABC):
     def _checked(
         self, params: ParamDict, grads: Mapping[str, Tensor], state: S
     ) -> ParamDict:
+        aligned = self._aligned(params, grads)
+        self._check_aligned(params, aligned, state)
+        return aligned
+
+    def _aligned(self, params: ParamDict, grads: Mapping[str, Tensor]) -> ParamDict:
+        """Return `grads` in `params`' key order, after checking what both are."""
         given = cast(object, params)  # checked here: annotations are promises
         if not isinstance(given, ParamDict):
             msg = (
@@ -190,10 +194,12 @@ class Optimizer(OptionalHooks[S], abc.ABC):
                 f"gradient (a ParamDict or dict), got {type(grads).__name__}."
             )
             raise TypeError(msg)
-        aligned = aligned_grads(params, grads)
-        check_grads(params, aligned)
+        return aligned_grads(params, grads)
+
+    def _check_aligned(self, params: ParamDict, grads: ParamDict, state: S) -> None:
+        """Raise unless `grads` (aligned) and `state` fit `params`."""
+        check_grads(params, grads)
         self.check_state(params, state)
-        return aligned
 
     def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
         """Return the parameters after one update, and the next state.
@@ -327,22 +333,28 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         """
         if self.differentiable:
             check_writable(True, params, ParamDict(), state)
-        aligned = self._checked(params, grads, state)
-        checked = check_writable(False, params, aligned, state)
-        if not params:
-            return params, state
-        # The same objects come back to the next `step_`: not compared again.
-        self._vouch(params, state)
-        # Check, then commit: everything that can fail runs before the first
-        # write, so an error leaves every tensor and counter as it was.
-        if torch.compiler.is_compiling():  # one traced graph: no host-side plan
+        if traced():  # one traced graph (or refused under a transform): no plan
+            aligned = self._checked(params, grads, state)
+            check_writable(False, params, aligned, state)
+            if not params:
+                return params, state
             with torch.no_grad():
                 return params, self._step_in_place(params, aligned, state)
-        with planned():
-            self._prepare(params, aligned, state)
-            with torch.no_grad():
-                new_state = self._step_in_place(params, aligned, state)
-        settle_writable(checked, new_state is state)  # next time: only the grads
+        # Check, then commit: everything that can fail runs before the first
+        # write, so an error leaves every tensor and counter as it was. The
+        # tensors of the last call come back: what they passed is not checked
+        # again while nothing about them changed (`_repeat`, which reads them
+        # after a mapping of gradients ran its own code).
+        aligned = self._aligned(params, grads)
+        with repeating(self, params, state):
+            self._check_aligned(params, aligned, state)
+            check_writable(False, params, aligned, state)
+            if not params:
+                return params, state
+            with planned():
+                self._prepare(params, aligned, state)
+                with torch.no_grad():
+                    new_state = self._step_in_place(params, aligned, state)
         return params, new_state
 
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
@@ -516,8 +528,9 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             )
             raise TypeError(msg)
         params = ParamDict.from_module(module).trainable()
-        self.check_state(params, state)
-        check_writable(False, params, ParamDict(), state)
+        with repeating(self, params, state):  # refused before the loss is computed
+            self.check_state(params, state)
+            check_writable(False, params, ParamDict(), state)
         loss = loss_fn()
         grads = params.grad(loss)
         _, new_state = self.step_(params, grads, state)

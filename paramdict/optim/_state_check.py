@@ -1,8 +1,8 @@
 """The buffers of a state against its parameters: keys, shapes, dtypes, presence.
 
 `TorchOptimizer.check_state` checks the state's type, counter and schedule
-itself and hands the buffers here (unless `_vouch.py` kept that these very
-objects passed before). A buffer keyed like the parameters must match each
+itself and hands the buffers here (unless `_repeat.py` kept that these very
+tensors passed before, unchanged). A buffer keyed like the parameters must match each
 entry; an empty one is refused where the optimizer's options keep that buffer
 (a state from `Adam(amsgrad=False)` given to `Adam(amsgrad=True)`), naming the
 option and the fix.

@@ -22,7 +22,9 @@ row's condition in this order, and the first row that holds is taken:
   `_layout.not_writable_by_kernel` finds every parameter dense and every buffer
   of its parameter's strides (a gradient of other strides is copied:
   `_layout.in_place_grads`). A layout that fails this takes the next row, or is
-  refused under `fused=True`, naming the keys.
+  refused under `fused=True`, naming the keys. (The conditions on the entries
+  alone are met once per kept record of `step_`: `_repeat`; the rates are read
+  on every call.)
 - `RULE` (`step`, `step_`): otherwise. The rule on `InPlaceKernels` (in `step`
   owning nothing, so it writes only into the tensors it made).
 
@@ -41,6 +43,7 @@ import torch
 import torch._C._functorch  # typed by torch, but only as a named submodule
 
 from ._layout import not_writable_by_kernel
+from ._repeat import kept
 
 if TYPE_CHECKING:
     from .._paramdict import ParamDict
@@ -143,7 +146,10 @@ def choose(
         return _RULE
     if not in_place:
         return Choice(Path.FUSED_COPIES, rates)
-    blocked = not_writable_by_kernel(params, state)
+    # A pure function of the layouts: once while `step_` gets them back.
+    blocked = kept(
+        params, state, "layout", lambda: not_writable_by_kernel(params, state)
+    )
     if not blocked:
         return Choice(Path.FUSED, rates)
     if getattr(opt, "fused", None):

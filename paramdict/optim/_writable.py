@@ -15,11 +15,8 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's overlap check has a private name only)
-import operator
-import threading
-import weakref
-from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar, cast
+from functools import partial
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -27,9 +24,10 @@ from torch.utils import _pytree as pytree
 
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
+from ._repeat import kept
 from ._strategy import transformed
 
-__all__ = ["check_writable", "settle_writable", "write_back", "written_state"]
+__all__ = ["check_writable", "write_back", "written_state"]
 
 S = TypeVar("S")
 
@@ -62,18 +60,13 @@ def _refuse(names: list[str], why: str, fix: str) -> None:
 
 def check_writable(
     differentiable: bool, params: ParamDict, grads: ParamDict, state: object
-) -> list[Tensor]:
+) -> None:
     """Raise unless `step_` can write the update into `params` and `state`.
 
     Called after the usual input checks and before anything is written. The
-    verdict on `params` and `state` is kept (per thread, for the last tensors
-    checked) while none of their tensors changes: `settle_writable`, called
-    after a step's writes, records their new versions, so the next step of a
-    training loop checks only the gradients. A tensor written, resized or
-    re-pointed (`set_`, `.data =`) since, or another tensor, is checked in full.
-
-    Returns:
-        The tensors checked, for `settle_writable`.
+    verdict on `params` and `state` is kept while `step_` gets the same
+    tensors back and none of them changed (`_repeat`); the gradients are
+    checked on every call.
 
     Raises:
         ValueError: If the optimizer is differentiable or a `torch.func` transform
@@ -87,20 +80,15 @@ def check_writable(
         raise ValueError(_DIFFERENTIABLE)
     if transformed():
         raise ValueError(_TRANSFORMED)
+    owners = kept(params, state, "writable", partial(_check_tensors, params, state))
+    if grads:
+        _check_grads(params, state, grads, owners)
+
+
+def _check_tensors(params: ParamDict, state: object) -> dict[int, int]:
+    """Refuse what `step_` cannot write; return each memory's first tensor index."""
     tensors = [*params._vals, *_state_tensors(state)]
     inference_mode = torch.is_inference_mode_enabled()
-    owners = _known_writable(tensors, inference_mode)
-    if owners is None:
-        owners = _check_tensors(params, state, tensors, inference_mode)
-        _remember(tensors, inference_mode, owners)
-    _check_grads(params, state, grads, owners)
-    return tensors
-
-
-def _check_tensors(
-    params: ParamDict, state: object, tensors: list[Tensor], inference_mode: bool
-) -> dict[int, int]:
-    """Refuse what `step_` cannot write; return each memory's first tensor index."""
     # One pass of cheap checks per tensor; names are built only for an error.
     recorded: list[int] = []
     inference: list[int] = []
@@ -161,13 +149,21 @@ def _check_grads(
     params: ParamDict, state: object, grads: ParamDict, owners: dict[int, int]
 ) -> None:
     """Refuse gradients that share memory with a tensor `step_` writes."""
+    values = grads._vals
+    if holds_dtensors(values):
+        addresses = list(map(_storage, values))
+    elif torch.compiler.is_compiling():  # dynamo traces no unbound `data_ptr`
+        addresses = [_plain_storage(g) for g in values]
+    else:  # two `map`s: under half the time of a loop over the gradients
+        addresses = list(map(_storage_address, map(_untyped_storage, values)))
+    if owners.keys().isdisjoint(addresses):
+        return
     shared: list[int] = []
     shared_grads: list[str] = []
-    grad_storage = _storage if holds_dtensors(grads._vals) else _plain_storage
-    for key, g in grads.items():
-        if g.numel() and grad_storage(g) in owners:
+    for key, g, address in zip(grads._keys, values, addresses):
+        if g.numel() and address in owners:
             shared_grads.append(f"grads[{key!r}]")
-            shared.append(owners[grad_storage(g)])
+            shared.append(owners[address])
     if shared:
         _refuse_shared(_names(params, state, shared) + shared_grads)
 
@@ -179,105 +175,6 @@ def _refuse_shared(names: list[str]) -> None:
         "so one write would change the others",
         "Give each entry, buffer and gradient its own memory (`.clone()`)",
     )
-
-
-# ------------------------------------------------------------ the kept verdict
-
-
-class _Verdict(NamedTuple):
-    """Tensors found writable, and what they were like when last seen."""
-
-    refs: list[weakref.ReferenceType[Tensor]]
-    versions: list[int]
-    addresses: list[int]
-    strides: list[tuple[int, ...]]
-    inference_mode: bool
-    owners: dict[int, int]
-    checked: int  # the `id` of the list of tensors last checked, for `settle`
-
-
-_kept = threading.local()
-_version = cast("Callable[[Tensor], int]", operator.attrgetter("_version"))
-_address = Tensor.data_ptr
-_stride = Tensor.stride
-
-
-def _plain(tensors: list[Tensor]) -> bool:
-    """Whether the verdict on `tensors` can be kept: eager, no DTensors."""
-    return not (torch.compiler.is_compiling() or holds_dtensors(tensors))
-
-
-def _same(refs: list[weakref.ReferenceType[Tensor]], tensors: list[Tensor]) -> bool:
-    return len(refs) == len(tensors) and all(
-        r() is t for r, t in zip(refs, tensors, strict=True)
-    )
-
-
-def _known_writable(
-    tensors: list[Tensor], inference_mode: bool
-) -> dict[int, int] | None:
-    """The kept owners of `tensors` if none of them changed since last seen."""
-    verdict: _Verdict | None = getattr(_kept, "verdict", None)
-    if (
-        verdict is None
-        or verdict.inference_mode != inference_mode
-        or not _same(verdict.refs, tensors)
-        or not _plain(tensors)
-    ):
-        return None
-    try:
-        unchanged = (
-            list(map(_version, tensors)) == verdict.versions
-            and list(map(_address, tensors)) == verdict.addresses
-            and list(map(_stride, tensors)) == verdict.strides
-        )
-    except (RuntimeError, NotImplementedError):  # inference, functorch, meta
-        return None
-    if not unchanged:
-        return None
-    _kept.verdict = verdict._replace(checked=id(tensors))
-    return verdict.owners
-
-
-def _remember(
-    tensors: list[Tensor], inference_mode: bool, owners: dict[int, int]
-) -> None:
-    """Keep the verdict on `tensors` as they are now."""
-    _kept.verdict = None
-    if not _plain(tensors):
-        return
-    try:
-        versions = list(map(_version, tensors))
-        addresses = list(map(_address, tensors))
-    except (RuntimeError, NotImplementedError):  # inference, functorch, meta
-        return
-    _kept.verdict = _Verdict(
-        [weakref.ref(t) for t in tensors],
-        versions,
-        addresses,
-        list(map(_stride, tensors)),
-        inference_mode,
-        owners,
-        id(tensors),
-    )
-
-
-def settle_writable(checked: list[Tensor], still_held: bool) -> None:
-    """Record the versions of the `checked` tensors after a step wrote them.
-
-    `still_held`: whether the step returned the state it was given (so the
-    caller holds the same tensors). Otherwise the kept verdict is dropped.
-    """
-    verdict: _Verdict | None = getattr(_kept, "verdict", None)
-    if verdict is None:
-        return
-    _kept.verdict = None
-    if still_held and verdict.checked == id(checked):
-        try:
-            versions = list(map(_version, checked))
-        except (RuntimeError, NotImplementedError):  # inference tensors
-            return
-        _kept.verdict = verdict._replace(versions=versions)
 
 
 def _state_tensors(leaf: Any) -> list[Tensor]:
@@ -373,6 +270,10 @@ def written_state(state: S, new: S) -> S:
         else:
             old.copy_(value)
     return state
+
+
+_untyped_storage = Tensor.untyped_storage
+_storage_address = torch.UntypedStorage.data_ptr
 
 
 def _plain_storage(t: Tensor) -> int:

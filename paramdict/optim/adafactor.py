@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, ClassVar, NamedTuple, cast
+from weakref import ref
 
 import attrs
 import torch
@@ -17,10 +19,10 @@ from ._fields import shared_last
 from ._hyper import Rate, check_counter, check_number, check_rate_keys, is_traced
 from ._keyed import check_keyed
 from ._protocol import register_state
+from ._repeat import kept
 from ._schedules.slot import LearningRate, SlotState, check_slot
 from ._strategy import transformed
 from ._vocabulary import Kernels
-from ._vouch import checked_in_full, vouched
 
 __all__ = ["Adafactor", "AdafactorState"]
 
@@ -273,10 +275,8 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         check_counter(given.step, params, "step")
         if "schedule" in given._fields:
             check_slot(self, self.lr, given.schedule)
-        if vouched(self, params, given):  # these very objects passed before
-            return
-        _check_buffers(params, given)
-        checked_in_full(self, params, given)
+        check = partial(_check_buffers, params, given)
+        kept(params, given, ("state", ref(self)), check)  # once while unchanged
 
     def _eps1(self, dtype: torch.dtype) -> float:
         eps1 = self.eps[0]

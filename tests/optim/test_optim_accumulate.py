@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 import torch
@@ -137,3 +138,35 @@ def test_non_optimizer_raises() -> None:
     """Wrapping something that is not an optimizer is a TypeError."""
     with pytest.raises(TypeError, match="must be a paramdict optimizer"):
         optim.MultiSteps(torch.optim.SGD, every_k=2)  # type: ignore[arg-type]
+
+
+def _reordered(d: ParamDict) -> ParamDict:
+    return ParamDict({k: d[k] for k in reversed(d.keys())})
+
+
+@pytest.mark.parametrize("mode", ["step", "step_"])
+@pytest.mark.parametrize(
+    ("acc_grads", "error", "match"),
+    [
+        (lambda acc: dict(acc), TypeError, r"`acc_grads` must be a ParamDict"),
+        (lambda acc: acc.exclude("b"), ValueError, r"missing \['b'\]"),
+        (_reordered, ValueError, r"`acc_grads` holds the parameters' keys in another"),
+    ],
+    ids=["dict", "missing-key", "reordered"],
+)
+def test_a_sum_of_another_kind_or_order_is_refused_before_any_write(
+    acc_grads: Any, error: type[Exception], match: str, mode: str
+) -> None:
+    """The sum is added to entry by entry: it must be keyed like the parameters."""
+    params = ParamDict(w=torch.ones(3, 3), b=torch.ones(3))
+    opt = optim.MultiSteps(optim.Adam(lr=0.1), every_k=2)
+    state = opt.init(params)
+    state = state._replace(acc_grads=acc_grads(state.acc_grads))
+    before = [
+        t.clone() for t in (*params.values(), *state.inner_state.exp_avg.values())
+    ]
+    step = opt.step_ if mode == "step_" else opt.step
+    with pytest.raises(error, match=match):
+        step(params, params.ones_like(), state)
+    after = (*params.values(), *state.inner_state.exp_avg.values())
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))

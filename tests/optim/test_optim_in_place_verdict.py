@@ -109,8 +109,8 @@ def test_a_loop_with_a_verdict_kept_equals_one_checked_in_full() -> None:
         assert torch.equal(kept[key], fresh[key])
 
 
-def test_threads_keep_their_own_verdicts() -> None:
-    """A verdict kept in one thread is not used in another."""
+def test_a_change_made_in_one_thread_is_refused_in_another() -> None:
+    """The kept record is the optimizer's: another thread sees the change too."""
     opt = optim.Adam(lr=0.1)
     params, grads, state = _setup(opt)
     _share_a_buffer(params, state)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from paramdict import ParamDict, optim
-from paramdict.optim import _state_check, _vouch
+from paramdict.optim import _repeat, _state_check
 
 
 def _setup() -> tuple[ParamDict, ParamDict, optim.Adam, optim.AdamState]:
@@ -130,13 +130,22 @@ def test_module_conversion_after_a_step_is_refused_by_key() -> None:
 
 
 def test_nothing_is_kept_while_compiling() -> None:
-    """The verdict is an eager shortcut: traced code neither keeps nor reads it."""
+    """The verdicts are an eager shortcut: traced code neither keeps nor reads them."""
     params, _, opt, state = _setup()
+    calls: list[int] = []
+
+    def check() -> int:
+        calls.append(1)
+        return 1
 
     def probe(p: ParamDict) -> torch.Tensor:
-        _vouch.vouch(opt, p, state)
+        with _repeat.repeating(opt, p, state):
+            _repeat.kept(p, state, "probe", check)
         return p["w"] * 2
 
-    _vouch._KEPT.pop(opt, None)  # pyright: ignore[reportPrivateUsage]
     torch.compile(probe, fullgraph=True)(params)
-    assert not _vouch.vouched(opt, params, state)
+    _repeat._KEPT.pop(opt, None)  # pyright: ignore[reportPrivateUsage]
+    with _repeat.repeating(opt, params, state):
+        _repeat.kept(params, state, "probe", check)
+    assert _repeat._KEPT.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
+    assert len(calls) == 2  # traced once, then eager: nothing was kept in between

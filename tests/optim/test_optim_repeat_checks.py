@@ -1,0 +1,477 @@
+"""A repeated `step_` trusts nothing that changed: it acts as a first call would.
+
+`step_` keeps, per optimizer, the verdicts of its checks on the tensors it saw
+(`_repeat`). Each case here changes one thing between two calls (a tensor
+resized, re-pointed, restrided or converted; another ParamDict or buffer; a
+gradient that shares memory or has another shape, dtype or device; inference
+mode; a `grad_fn` appearing) and makes the second call in two identical worlds:
+one whose optimizer kept its record from the first call, and one whose second
+call is made by a fresh optimizer of the same options, which checks everything
+in full. Both must refuse with the same error and message and write nothing, or
+both must write the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import Tensor
+from torch.utils import _pytree as pytree
+
+from paramdict import ParamDict, optim
+from paramdict.optim import _repeat
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "hostile"))
+from _unchanged import equal
+from _unchanged import state as snapshot
+
+Opt = optim.Optimizer[Any]
+World = tuple[ParamDict, ParamDict, Any]
+SHAPES = {"w": (3, 4), "sq": (4, 4), "b": (4,), "e": (0,)}
+
+FACTORIES: dict[str, Callable[[], Opt]] = {
+    "adam": lambda: optim.Adam(lr=0.1),
+    "sgd-momentum": lambda: optim.SGD(lr=0.1, momentum=0.9),
+    "rmsprop": lambda: optim.RMSprop(lr=0.01),
+    "groups": lambda: optim.ParamGroups(
+        {"b": optim.SGD(lr=0.1, momentum=0.9)}, default=optim.Adam(lr=0.1)
+    ),
+    "clip": lambda: optim.ClipGradNorm(optim.AdamW(lr=0.1), max_norm=1.0),
+    "multisteps": lambda: optim.MultiSteps(optim.Adam(lr=0.1), every_k=2),
+}
+
+
+def _values(seed: int) -> ParamDict:
+    gen = torch.Generator().manual_seed(seed)
+    return ParamDict({k: torch.randn(s, generator=gen) for k, s in SHAPES.items()})
+
+
+def _world(opt: Opt) -> World:
+    """Parameters, gradients and state after one `step_` of `opt`."""
+    params, grads = _values(0), _values(1)
+    params, state = opt.step_(params, grads, opt.init(params))
+    return params, _values(2), state
+
+
+def _buffer(state: Any, key: str) -> ParamDict:
+    """The first ParamDict of `state` that holds `key` (a buffer of that entry)."""
+    found = [
+        node
+        for node in _nodes(state)
+        if isinstance(node, ParamDict) and key in node and node[key].dim() > 0
+    ]
+    return found[0]
+
+
+def _nodes(tree: object) -> Iterator[object]:
+    yield tree
+    if isinstance(tree, tuple):
+        for field in tree:
+            yield from _nodes(field)
+
+
+def _replaced(tree: Any, old: object, new: object) -> Any:
+    """`tree` with the node `old` (by identity) replaced by `new`."""
+    if tree is old:
+        return new
+    if isinstance(tree, tuple):
+        fields = [_replaced(f, old, new) for f in tree]
+        return type(tree)(*fields) if hasattr(tree, "_fields") else tuple(fields)
+    return tree
+
+
+# ---------------------------------------------------------------- the changes
+
+
+def _grow_param(p: ParamDict, g: ParamDict, s: Any) -> World:
+    p["sq"].resize_(5, 4)  # a fused kernel would write past the buffers' end
+    return p, g, s
+
+
+def _shrink_param(p: ParamDict, g: ParamDict, s: Any) -> World:
+    p["sq"].resize_(2, 4)  # the same address and strides
+    return p, g, s
+
+
+def _shrink_buffer(p: ParamDict, g: ParamDict, s: Any) -> World:
+    _buffer(s, "sq")["sq"].resize_(2, 4)
+    return p, g, s
+
+
+def _repoint_param(p: ParamDict, g: ParamDict, s: Any) -> World:
+    p["sq"].data = torch.full((4, 4), 0.5)  # fresh memory, same shape
+    return p, g, s
+
+
+def _reshape_param_data(p: ParamDict, g: ParamDict, s: Any) -> World:
+    p["sq"].data = p["sq"].data.view(16)  # the same memory, another shape
+    return p, g, s
+
+
+def _convert_param(p: ParamDict, g: ParamDict, s: Any) -> World:
+    p["b"].data = p["b"].data.double()  # what `module.double()` does
+    return p, g, s
+
+
+def _reinterpret_param(p: ParamDict, g: ParamDict, s: Any) -> World:
+    p["b"].data = p["b"].data.view(torch.int32)  # same address, size, strides
+    return p, g, s
+
+
+def _data_into_another_entry(p: ParamDict, g: ParamDict, s: Any) -> World:
+    p["b"].data = p["w"][0]
+    return p, g, s
+
+
+def _set_buffer_to_param(p: ParamDict, g: ParamDict, s: Any) -> World:
+    b = p["b"]  # the buffer now reads the parameter's memory
+    _buffer(s, "b")["b"].set_(
+        b.untyped_storage(), b.storage_offset(), b.shape, b.stride()
+    )
+    return p, g, s
+
+
+def _set_to_expand(p: ParamDict, g: ParamDict, s: Any) -> World:
+    b = p["b"]
+    b.set_(b.untyped_storage(), b.storage_offset(), (4,), (0,))
+    return p, g, s
+
+
+def _transpose_param_in_place(p: ParamDict, g: ParamDict, s: Any) -> World:
+    p["sq"].as_strided_((4, 4), (1, 4))  # same shape and memory, other strides
+    return p, g, s
+
+
+def _transpose_buffer_in_place(p: ParamDict, g: ParamDict, s: Any) -> World:
+    _buffer(s, "sq")["sq"].as_strided_((4, 4), (1, 4))
+    return p, g, s
+
+
+def _transposed_param_swapped_in(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return ParamDict({**p, "sq": p["sq"].t()}), g, s
+
+
+def _equal_params(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return ParamDict(dict(p)), g, s
+
+
+def _reordered_params(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return ParamDict({k: p[k] for k in reversed(p.keys())}), g, s
+
+
+def _renamed_param(p: ParamDict, g: ParamDict, s: Any) -> World:
+    def renamed(d: ParamDict) -> ParamDict:
+        return ParamDict({("x" if k == "b" else k): v for k, v in d.items()})
+
+    return renamed(p), renamed(g), s
+
+
+def _replaced_buffer(p: ParamDict, g: ParamDict, s: Any) -> World:
+    old = _buffer(s, "sq")
+    return p, g, _replaced(s, old, old.clone())
+
+
+def _replaced_buffer_of_other_shape(p: ParamDict, g: ParamDict, s: Any) -> World:
+    old = _buffer(s, "sq")
+    return p, g, _replaced(s, old, old.map(lambda t: t[:1]))
+
+
+def _buffer_in_a_tuple(p: ParamDict, g: ParamDict, s: Any) -> World:
+    old = _buffer(s, "sq")
+    return p, g, _replaced(s, old, (old,))  # the same tensors, another structure
+
+
+def _grad_is_a_buffer(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, ParamDict({**g, "sq": _buffer(s, "sq")["sq"]}), s
+
+
+def _grad_is_a_param(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, ParamDict({**g, "b": p["b"]}), s
+
+
+def _grad_of_other_shape(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, ParamDict({**g, "sq": torch.ones(16)}), s
+
+
+def _grad_of_other_dtype(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, ParamDict({**g, "b": g["b"].double()}), s
+
+
+def _grad_on_meta(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, ParamDict({**g, "b": torch.empty(4, device="meta")}), s
+
+
+def _grad_transposed(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, ParamDict({**g, "sq": g["sq"].t().contiguous().t()}), s
+
+
+def _grad_fn_appears(p: ParamDict, g: ParamDict, s: Any) -> World:
+    p["b"].mul_(torch.ones((), requires_grad=True))  # recorded by autograd now
+    return p, g, s
+
+
+def _buffer_grad_fn_appears(p: ParamDict, g: ParamDict, s: Any) -> World:
+    _buffer(s, "b")["b"].add_(torch.zeros((), requires_grad=True))
+    return p, g, s
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change between two calls, and what the second call must do."""
+
+    name: str
+    apply: Callable[[ParamDict, ParamDict, Any], World]
+    refused: str | None  # a pattern of the refusal, or None: the step runs
+    inference: bool = False  # the second call inside `torch.inference_mode()`
+
+
+def _unchanged(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, g, s
+
+
+CHANGES = [
+    Change("nothing", _unchanged, None),
+    Change("param resize_ larger", _grow_param, "must match"),
+    Change("param resize_ smaller", _shrink_param, "must match"),
+    Change("buffer resize_ smaller", _shrink_buffer, "must match"),
+    Change("param .data = fresh memory", _repoint_param, None),
+    Change("param .data = view of another shape", _reshape_param_data, "must match"),
+    Change("param .data = double", _convert_param, "must match"),
+    Change("param .data = int32 view", _reinterpret_param, "real floating-point"),
+    Change("param .data = another entry", _data_into_another_entry, "share memory"),
+    Change("buffer set_ to a param", _set_buffer_to_param, "share memory"),
+    Change("param set_ to an expand", _set_to_expand, "one memory location"),
+    Change("param as_strided_ transposed", _transpose_param_in_place, None),
+    Change("buffer as_strided_ transposed", _transpose_buffer_in_place, None),
+    Change("transposed param swapped in", _transposed_param_swapped_in, None),
+    Change("an equal ParamDict", _equal_params, None),
+    Change("a reordered ParamDict", _reordered_params, "must match|another order"),
+    Change("a renamed entry", _renamed_param, "'x'"),
+    Change("buffer _replace'd", _replaced_buffer, None),
+    Change("buffer _replace'd, other shape", _replaced_buffer_of_other_shape, "sq"),
+    Change("buffer wrapped in a tuple", _buffer_in_a_tuple, "ParamDict"),
+    Change("grad is a buffer", _grad_is_a_buffer, "share memory"),
+    Change("grad is a param", _grad_is_a_param, "share memory"),
+    Change("grad of other shape", _grad_of_other_shape, "must match"),
+    Change("grad of other dtype", _grad_of_other_dtype, "must match"),
+    Change("grad on meta", _grad_on_meta, "must match"),
+    Change("grad transposed", _grad_transposed, None),
+    Change("param grad_fn appears", _grad_fn_appears, "grad_fn"),
+    Change("buffer grad_fn appears", _buffer_grad_fn_appears, "grad_fn"),
+    Change("inference mode on", _unchanged, None, inference=True),
+]
+
+
+def _call(opt: Opt, world: World, inference: bool) -> tuple[Exception | None, World]:
+    """`step_` on `world`: its error (or None), and the operands it returned."""
+    params, grads, state = world
+    mode = torch.inference_mode() if inference else contextlib.nullcontext()
+    try:
+        with mode:
+            params, state = opt.step_(params, grads, state)
+    except (TypeError, ValueError) as error:
+        return error, world
+    return None, (params, grads, state)
+
+
+def _tensors(world: World) -> list[Tensor]:
+    params, _, state = world
+    leaves = pytree.tree_leaves(state)
+    return [*params.values(), *(t for t in leaves if isinstance(t, Tensor))]
+
+
+@pytest.mark.parametrize("factory", list(FACTORIES), ids=str)
+@pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.name)
+def test_a_change_between_calls_is_met_as_a_first_call_meets_it(
+    change: Change, factory: str
+) -> None:
+    """The call with a kept record refuses or steps exactly as one checked in full."""
+    make = FACTORIES[factory]
+    full_error, full_after = _call(
+        make(), change.apply(*_world(make())), change.inference
+    )
+    opt = make()
+    changed = change.apply(*_world(opt))
+    assert _repeat._KEPT.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
+    if change.refused is None:
+        assert full_error is None, full_error
+        _, kept_after = _call(opt, changed, change.inference)
+        for mine, theirs in zip(
+            _tensors(kept_after), _tensors(full_after), strict=True
+        ):
+            assert mine.dtype == theirs.dtype
+            assert torch.equal(mine, theirs)
+        return
+    assert full_error is not None
+    assert re.search(change.refused, str(full_error)), full_error
+    before = snapshot(changed)
+    with pytest.raises(type(full_error), match=re.escape(str(full_error))):
+        _call_raising(opt, changed, change.inference)
+    assert equal(before, snapshot(changed)), "a refused step wrote"
+
+
+def _call_raising(opt: Opt, world: World, inference: bool) -> None:
+    mode = torch.inference_mode() if inference else contextlib.nullcontext()
+    with mode:
+        opt.step_(*world)
+
+
+FULL_CHECKS = {
+    "state": "paramdict.optim._base.check_buffers",
+    "writable": "paramdict.optim._writable._check_tensors",
+    "layout": "paramdict.optim._strategy.not_writable_by_kernel",
+    "entries": "paramdict.optim._fused._entries_refusal",
+}
+# ParamGroups hands each group's optimizer new ParamDicts of its entries: only
+# the writable check, on all of them, is kept for it.
+KEPT_BY = {name: set(FULL_CHECKS) for name in FACTORIES} | {"groups": {"writable"}}
+
+
+@pytest.mark.parametrize("factory", list(FACTORIES), ids=str)
+def test_repeated_calls_run_the_full_checks_once(
+    monkeypatch: pytest.MonkeyPatch, factory: str
+) -> None:
+    """Nothing changed: the checks on params and state run on the first call only."""
+    calls: dict[str, int] = dict.fromkeys(FULL_CHECKS, 0)
+
+    def counting(name: str, target: str) -> None:
+        module, attr = target.rsplit(".", 1)
+        original = getattr(sys.modules[module], attr)
+
+        def counted(*args: Any) -> Any:
+            calls[name] += 1
+            return original(*args)
+
+        monkeypatch.setattr(target, counted)
+
+    for name, target in FULL_CHECKS.items():
+        counting(name, target)
+    opt = FACTORIES[factory]()
+    params, grads, state = _world(opt)
+    params, state = opt.step_(params, grads, state)  # MultiSteps: a step at last
+    first = dict(calls)
+    for _ in range(4):
+        params, state = opt.step_(params, grads, state)
+    repeated = {name for name in FULL_CHECKS if calls[name] == first[name]}
+    assert repeated >= KEPT_BY[factory], calls
+    assert first["writable"] == 1
+
+
+STEPPING = [c for c in CHANGES if c.refused is None]
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_a_loop_of_changes_equals_one_checked_in_full_every_call(
+    data: st.DataObject,
+) -> None:
+    """Steps between allowed changes: the kept loop writes the fresh loop's bytes."""
+    factory = data.draw(st.sampled_from(sorted(FACTORIES)), label="optimizer")
+    changes = data.draw(
+        st.lists(st.sampled_from(STEPPING), min_size=1, max_size=5), label="changes"
+    )
+    make = FACTORIES[factory]
+    opt = make()
+    kept_world, fresh_world = _world(opt), _world(make())
+    for change in changes:
+        for world, stepper in ((kept_world, opt), (fresh_world, make())):
+            params, grads, state = change.apply(*world)
+            error, after = _call(stepper, (params, grads, state), change.inference)
+            assert error is None, (change.name, error)
+            if stepper is opt:
+                kept_world = after
+            else:
+                fresh_world = after
+    for mine, theirs in zip(_tensors(kept_world), _tensors(fresh_world), strict=True):
+        assert torch.equal(mine, theirs)
+
+
+@pytest.mark.parametrize("kind", ["Adam", "SGD", "Adagrad"])
+def test_rates_and_gradients_are_read_on_every_repeated_call(kind: str) -> None:
+    """A tensor `lr` written between calls and fresh gradients: torch's fused bytes.
+
+    The verdicts are kept; the rates are not: each call reads the `lr` tensor
+    as torch.optim's fused step does, on a ParamDict rebuilt around the same
+    tensors every call.
+    """
+    ours_cls, theirs_cls = getattr(optim, kind), getattr(torch.optim, kind)
+    options: dict[str, Any] = {"momentum": 0.9} if kind == "SGD" else {}
+    start = _values(0)
+    lr, torch_lr = torch.tensor(0.1), torch.tensor(0.1)
+    opt = ours_cls(lr=lr, **options)
+    params = start.clone()
+    state = opt.init(params)
+    tensors = [t.clone().requires_grad_() for t in start.values()]
+    torch_opt = theirs_cls(tensors, lr=torch_lr, fused=True, **options)
+    for step in range(5):
+        grads = _values(10 + step)
+        params, state = opt.step_(ParamDict(dict(params)), grads, state)
+        for t, g in zip(tensors, grads.values(), strict=True):
+            t.grad = g.clone()
+        torch_opt.step()
+        lr.fill_(0.1 / (step + 2))
+        torch_lr.fill_(0.1 / (step + 2))
+    assert _repeat._KEPT.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
+    for mine, theirs in zip(params.values(), tensors, strict=True):
+        assert torch.equal(mine, theirs.detach())
+
+
+class _Slotted(optim.Optimizer[tuple[()]]):
+    """An optimizer of `__slots__` alone: it cannot be weakly referenced."""
+
+    __slots__ = ()
+    differentiable = False
+
+    def init(self, params: ParamDict, /) -> tuple[()]:
+        return ()
+
+    def update(
+        self, params: ParamDict, grads: ParamDict, state: tuple[()], ops: Any, /
+    ) -> tuple[ParamDict, tuple[()]]:
+        return ops.add_scaled(params, grads, -0.5), state
+
+
+def test_an_optimizer_without_weak_references_checks_in_full() -> None:
+    """Nothing is kept for it, and every call steps."""
+    opt = _Slotted()
+    params = ParamDict(w=torch.ones(2))
+    for _ in range(2):
+        params, _ = opt.step_(params, params.ones_like(), ())
+    assert torch.equal(params["w"], torch.zeros(2))
+
+
+class _Meddling(dict[str, Tensor]):
+    """Gradients whose look-up re-points a parameter into another's memory."""
+
+    def __init__(self, grads: ParamDict, params: ParamDict) -> None:
+        super().__init__(grads)
+        self.params = params
+
+    def __getitem__(self, key: str) -> Tensor:
+        self.params["b"].data = self.params["w"][0]
+        return super().__getitem__(key)
+
+
+def test_facts_are_read_after_the_gradients_mapping_ran_its_code() -> None:
+    """A mapping that changes a parameter while it is read: refused, nothing written."""
+    opt = optim.Adam(lr=0.1)
+    params, grads, state = _world(opt)
+    before = snapshot(state)
+    with pytest.raises(ValueError, match="share memory"):
+        opt.step_(params, _Meddling(grads, params), state)
+    assert equal(before, snapshot(state))
