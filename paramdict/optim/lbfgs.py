@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, NoReturn, TypeAlias, TypeVar, cast
 import attrs
 import torch
 from torch import Tensor
+from torch._C._nn import flatten_dense_tensors, unflatten_dense_tensors
 
 from .._paramdict import ParamDict
 from ._hyper import check_count, check_flag, check_non_negative
@@ -255,6 +256,13 @@ def _check_params(params: ParamDict) -> None:
         raise ValueError(msg)
 
 
+def _flattened(values: list[Tensor]) -> Tensor:
+    """A new vector holding `values` one after another (one C++ loop over them)."""
+    if len(values) < 2:  # one entry would come back as a view of it, not a copy
+        return torch.cat([v.reshape(-1) for v in values])
+    return flatten_dense_tensors(values)
+
+
 class _Run:
     """One `step`: the flat vector, the closure and its evaluations."""
 
@@ -262,17 +270,14 @@ class _Run:
         self.opt = opt
         self.params = params
         self.closure = closure
-        self.shapes = [v.shape for v in params.values()]
-        self.sizes = [v.numel() for v in params.values()]
+        self.templates = list(params.values())
         with torch.no_grad():
-            self.x = torch.cat([v.detach().reshape(-1) for v in params.values()])
+            self.x = _flattened([v.detach() for v in self.templates])
         self.evals = 0
 
     def unflat(self, flat: Tensor) -> ParamDict:
-        pieces = torch.split(flat, self.sizes)
-        return self.params._derive(
-            [p.view(shape) for p, shape in zip(pieces, self.shapes)]
-        )
+        """Views of `flat` shaped as the parameters (one C++ loop over them)."""
+        return self.params._derive(unflatten_dense_tensors(flat, self.templates))
 
     def evaluate(self, x: Tensor) -> tuple[float, Tensor]:
         """Return the loss (a float) and the flat gradient at the flat point `x`."""
@@ -286,6 +291,7 @@ class _Run:
             loss, given = closure_result(self.closure(point))
             if given is not None:
                 grads = aligned_grads(point, given)
+                check_grads(point, grads)
             else:
                 values: tuple[Tensor | None, ...] = torch.autograd.grad(
                     loss, list(point.values()), allow_unused=True
@@ -296,8 +302,11 @@ class _Run:
                         for p, g in zip(point.values(), values)
                     ]
                 )
-        check_grads(point, grads)
-        flat = torch.cat([g.detach().reshape(-1) for g in grads.values()])
+                # autograd gives each leaf a gradient of its shape and dtype;
+                # only a sparse one (an embedding's) is left to refuse
+                if any(g.layout != torch.strided for g in grads.values()):
+                    check_grads(point, grads)
+        flat = _flattened([g.detach() for g in grads.values()])
         if self.opt.maximize:  # as torch: minimize the negated loss
             return -float(loss), flat.neg()
         return float(loss), flat
