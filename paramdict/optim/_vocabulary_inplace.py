@@ -145,12 +145,25 @@ class InPlaceKernels(Kernels):
         Owned, `x` is spent: `kernel` writes into its tensors, or without one
         the functional result is copied into them. Else the result is new.
         """
-        if not self._mine(x):
-            return self._made(functional())
+        # `_mine`, `_copied` and `_spend` inline: this runs for every operation
+        # of a step, and at small sizes its calls are a step's overhead.
+        key = id(x)
+        owned = self._owned
+        if key in self._spent:
+            self._mine(x)  # raises, naming the fix
+        if not x or key not in owned:
+            made = functional()
+            owned[id(made)] = made
+            return made
         if kernel is None:
-            return self._copied(x, functional())
-        kernel(_values(x))
-        return self._spend(x)
+            copy_(x._vals, functional()._vals)
+        else:
+            kernel(x._vals)
+        del owned[key]
+        self._spent[key] = x
+        twin = x._twin()
+        owned[id(twin)] = twin
+        return twin
 
     @override
     def borrowed(self, x: P, /) -> P:
