@@ -381,3 +381,36 @@ def test_device_option_is_checked_and_defaults_to_the_cpu(
         _runner.main(["--only", "optim", "--device", "mps:7"])
     assert "measure on 'cpu' or 'cuda'" in capsys.readouterr().err
     assert _device.current() == torch.device("cpu")  # left as it was
+
+
+def test_compare_reads_each_row_against_its_torch_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`benchmarks.compare` divides each row's ratio in the new runs by the old's."""
+    from benchmarks import compare
+
+    def run(name: str, ours: list[float], foreach: list[float]) -> Path:
+        row = {
+            "case": "Adam step",
+            "size": "160 x 64",
+            "unit": "s",
+            "samples": {
+                "ParamDict": ours,
+                "torch.optim (foreach)": foreach,
+                "torch.optim (fused)": [1.0] * len(ours),
+            },
+        }
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"sections": [{"rows": [row]}]}), encoding="utf-8")
+        return path
+
+    old = run("old", [2.0, 2.0, 2.0], [1.0, 1.0, 1.0])  # ratio 2.0
+    new = run("new", [3.0, 3.0, 3.0], [2.0, 2.0, 2.0])  # ratio 1.5
+    assert compare.row_ratios(old) == {
+        ("Adam step", "160 x 64"): ("torch.optim (foreach)", 2.0)
+    }
+    compare.main(["--old", str(old), "--new", str(new)])
+    out = capsys.readouterr().out
+    assert (
+        "| Adam step | 160 x 64 | torch.optim (foreach) | 2.00 | 1.50 | 0.750 |" in out
+    )
