@@ -167,7 +167,7 @@ class InPlaceKernels(Kernels):
 
     @override
     def borrowed(self, x: P, /) -> P:
-        return type(x)(x)
+        return x._twin()  # another object, so not owned: read, never written
 
     @override
     def copy(self, x: P, source: ParamDict, /) -> P:
