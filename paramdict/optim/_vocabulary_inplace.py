@@ -9,7 +9,7 @@ from __future__ import annotations
 # (torch's in-place foreach kernels have private names only; `_aligned` is
 # ParamDict's own package-internal alignment)
 from collections.abc import Callable, Mapping
-from typing import TypeGuard, cast
+from typing import NoReturn, TypeGuard, cast
 
 import torch
 from torch import Tensor
@@ -47,6 +47,16 @@ def _alike(x: ParamDict, y: ParamDict) -> bool:
     return x.keys() == y.keys() and all(
         v.shape == y[k].shape and v.dtype == y[k].dtype for k, v in x.items()
     )
+
+
+def _refuse_spent() -> NoReturn:
+    msg = (
+        "A kernel got as its first operand a ParamDict that an earlier operation "
+        "of this step consumed (wrote its result into), so its old value is gone. "
+        "Pass `ops.borrowed(x)` to the operation that still needs `x` afterwards, "
+        "or use the value it returned."
+    )
+    raise ValueError(msg)
 
 
 class InPlaceKernels(Kernels):
@@ -108,13 +118,7 @@ class InPlaceKernels(Kernels):
 
     def _mine(self, x: ParamDict) -> bool:
         if id(x) in self._spent:
-            msg = (
-                "A kernel got as its first operand a ParamDict that an earlier "
-                "operation of this step consumed (wrote its result into), so its "
-                "old value is gone. Pass `ops.borrowed(x)` to the operation that "
-                "still needs `x` afterwards, or use the value it returned."
-            )
-            raise ValueError(msg)
+            _refuse_spent()
         # An empty operand (Adafactor's factored buffers when no entry is a
         # matrix) takes the functional path: torch's foreach kernels refuse
         # empty lists.
@@ -130,10 +134,6 @@ class InPlaceKernels(Kernels):
         self._owned[id(x)] = x
         return x
 
-    def _copied(self, x: P, result: ParamDict) -> P:
-        copy_(_values(x), _values(result))
-        return self._spend(x)
-
     def _into(
         self,
         x: P,
@@ -145,12 +145,12 @@ class InPlaceKernels(Kernels):
         Owned, `x` is spent: `kernel` writes into its tensors, or without one
         the functional result is copied into them. Else the result is new.
         """
-        # `_mine`, `_copied` and `_spend` inline: this runs for every operation
-        # of a step, and at small sizes its calls are a step's overhead.
+        # `_mine` and `_spend` inline: this runs for every operation of a step,
+        # and at small sizes its calls are a step's overhead.
         key = id(x)
         owned = self._owned
         if key in self._spent:
-            self._mine(x)  # raises, naming the fix
+            _refuse_spent()
         if not x or key not in owned:
             made = functional()
             owned[id(made)] = made
