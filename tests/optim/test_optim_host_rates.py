@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from optim_cases import run_ours, run_torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -125,3 +127,51 @@ def test_an_eager_step_computes_no_scalar_tensor_chain(
     if ours is optim.NAdam:
         left.add("aten.mul.Tensor")
     assert scalars.made <= left
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(
+    choice=st.sampled_from(["adam", "adamw", "adamax", "nadam"]),
+    lr=st.floats(1e-4, 0.5),
+    beta1=st.floats(0.0, 0.99),
+    beta2=st.floats(0.5, 0.9999),
+    weight_decay=st.sampled_from([0.0, 0.01, 0.3]),
+    maximize=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    in_place=st.booleans(),
+)
+def test_host_step_sizes_are_torch_s_for_any_hyperparameters(
+    choice: str,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+    maximize: bool,
+    dtype: torch.dtype,
+    in_place: bool,
+) -> None:
+    """Random rates and betas: 20 steps are torch.optim's default path, bit for bit.
+
+    Against the tensor arithmetic too: the same run under `differentiable=True`
+    (which keeps every scalar a 0-dim tensor) agrees within rounding.
+    """
+    ours, theirs = {
+        "adam": (optim.Adam, torch.optim.Adam),
+        "adamw": (optim.AdamW, torch.optim.AdamW),
+        "adamax": (optim.Adamax, torch.optim.Adamax),
+        "nadam": (optim.NAdam, torch.optim.NAdam),
+    }[choice]
+    options: dict[str, Any] = {
+        "lr": lr,
+        "betas": (beta1, beta2),
+        "weight_decay": weight_decay,
+        "maximize": maximize,
+    }
+    expected = run_torch(lambda m: theirs(m.parameters(), **options), dtype, steps=20)
+    actual = run_ours(_rule(ours, **options), dtype, steps=20, in_place=in_place)
+    torch.testing.assert_close(dict(actual), expected, rtol=0, atol=0)
+    tensors = run_ours(_rule(ours, differentiable=True, **options), dtype, steps=20)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(
+        dict(tensors.detach()), expected, rtol=tolerance, atol=tolerance
+    )

@@ -11,10 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _torch_versions import needs_torch, torch_at_least
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from optim_cases import batches, forward, make_model
 from torch import Tensor
 
 from paramdict import ParamDict, optim
+from paramdict.optim.lbfgs import _flattened, _Run
 
 SETTINGS = [
     pytest.param({}, id="default"),
@@ -234,3 +237,47 @@ def test_entries_the_loss_does_not_use_get_zero_gradients() -> None:
     new, _ = opt.step(params, lambda p: _rosenbrock(p["xy"]), opt.init(params))
     torch.testing.assert_close(new["unused"], params["unused"], rtol=0, atol=0)
     assert not torch.equal(new["xy"], params["xy"])
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(
+    shapes=st.lists(
+        st.lists(st.integers(0, 4), min_size=0, max_size=3), min_size=1, max_size=5
+    ),
+    transposed=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_flat_vectors_are_the_entries_in_order(
+    shapes: list[list[int]], transposed: bool, dtype: torch.dtype
+) -> None:
+    """LBFGS's flat vector and its keyed views are `cat` and `split` + `view`.
+
+    Any shapes (0-dim, empty, one entry), entries transposed (not contiguous):
+    a new vector holding each entry's elements in order, never a view of an
+    entry; and views of it shaped as the parameters, sharing its memory.
+    """
+    gen = torch.Generator().manual_seed(len(shapes))
+    values = [torch.randn(s, generator=gen, dtype=dtype) for s in shapes]
+    if transposed:
+        values = [v.t() if v.dim() == 2 else v for v in values]
+    params = ParamDict({f"p{i}": v for i, v in enumerate(values)})
+    flat = _flattened(values)
+    torch.testing.assert_close(
+        flat, torch.cat([v.reshape(-1) for v in values]), rtol=0, atol=0
+    )
+    assert all(
+        flat.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
+        for v in values
+        if v.numel()
+    )
+    run = _Run(optim.LBFGS(), params, lambda p: p["p0"].sum())
+    views = run.unflat(flat)
+    assert list(views) == list(params)
+    for key, v in params.items():
+        assert views[key].shape == v.shape
+        torch.testing.assert_close(views[key], v, rtol=0, atol=0)
+        if v.numel():
+            assert (
+                views[key].untyped_storage().data_ptr()
+                == flat.untyped_storage().data_ptr()
+            )
