@@ -201,7 +201,7 @@ def compute_dtype(params: ParamDict) -> torch.dtype | None:
     half precision or mixed dtypes the answer is `None` and scalars stay as they
     are, since rounding them to a half dtype would change the arithmetic.
     """
-    dtypes = {v.dtype for v in params.values()}
+    dtypes = {v.dtype for v in params._vals}  # pyright: ignore[reportPrivateUsage]
     if len(dtypes) == 1:
         (dtype,) = dtypes
         if dtype in (torch.float32, torch.float64):

@@ -191,7 +191,6 @@ def finished(new: ParamDict, old: P, dtype: torch.dtype | None, /) -> P:
     if dtype is not None and type(new) is type(old):
         return new  # pyright: ignore[reportReturnType]  # `type(new) is type(old)`
     values = [
-        v if v.dtype == o.dtype else v.to(o.dtype)
-        for v, o in zip(new.values(), old.values())
+        v if v.dtype == o.dtype else v.to(o.dtype) for v, o in zip(new._vals, old._vals)
     ]
     return old._derive(values)

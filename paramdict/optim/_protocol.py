@@ -57,7 +57,7 @@ from ._strategy import Choice, Path, choose, traced
 from ._vocabulary import Kernels
 from ._vocabulary_inplace import InPlaceKernels
 from ._vocabulary_recorded import RecordedKernels
-from ._writable import check_writable, write_back, written_state
+from ._writable import check_writable, twinned, write_back, written_state
 
 if TYPE_CHECKING:
     from ._fused import KernelRates
@@ -67,6 +67,13 @@ __all__ = ["Optimizer", "recall", "register_state", "remember"]
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
 T = TypeVar("T", bound=type[Any])
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _eagerly(fn: F) -> F:
+    """`fn`, run eagerly even inside `torch.compile` (`torch.compiler.disable`)."""
+    disable = cast("Callable[[F], F]", torch.compiler.disable)  # pyright: ignore[reportUnknownMemberType]  # untyped in torch
+    return disable(fn)
 
 
 class Optimizer(OptionalHooks[S], abc.ABC):
@@ -333,13 +340,14 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         """
         if self.differentiable:
             check_writable(True, params, ParamDict(), state)
-        if traced():  # one traced graph (or refused under a transform): no plan
-            aligned = self._checked(params, grads, state)
-            check_writable(False, params, aligned, state)
-            if not params:
-                return params, state
-            with torch.no_grad():
-                return params, self._step_in_place(params, aligned, state)
+        if traced():  # eager checks, then one traced graph (no plan)
+            aligned = self._checked_to_write(params, grads, state)
+            if params:
+                # Through twins (new containers of the same tensors): compiled,
+                # a ParamDict both read and returned is guarded again entry by
+                # entry, in Python, on every call.
+                self._write_traced(params._twin(), aligned, twinned(state))
+            return params, state
         # Check, then commit: everything that can fail runs before the first
         # write, so an error leaves every tensor and counter as it was. The
         # tensors of the last call come back: what they passed is not checked
@@ -356,6 +364,33 @@ class Optimizer(OptionalHooks[S], abc.ABC):
                 with torch.no_grad():
                     new_state = self._step_in_place(params, aligned, state)
         return params, new_state
+
+    @_eagerly
+    def _checked_to_write(
+        self, params: ParamDict, grads: Mapping[str, Tensor], state: S
+    ) -> ParamDict:
+        """Return the aligned gradients of a traced `step_`, after all its checks.
+
+        Eager even inside `torch.compile`: what `step_` may write is a question
+        about memory (addresses, inference tensors) that a trace cannot ask, and
+        traced piecemeal it broke the compiled step into a graph per check. So
+        the compiled step is one eager call here, kept cheap on a repeat by
+        `_repeat`'s record, then one graph of the update.
+        """
+        aligned = self._aligned(params, grads)
+        with repeating(self, params, state):
+            self._check_aligned(params, aligned, state)
+            check_writable(False, params, aligned, state)
+        return aligned
+
+    def _write_traced(self, params: ParamDict, grads: ParamDict, state: S) -> None:
+        """Write one step into the tensors of checked `params` and `state`.
+
+        Traced as one graph: the rule on the functional kernels, each result
+        written into its input's memory.
+        """
+        with torch.no_grad():
+            self._step_in_place(params, grads, state)
 
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into checked `params` and `state`; return `state`.

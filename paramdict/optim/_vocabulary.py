@@ -230,6 +230,17 @@ def _computed_once(value: Tensor) -> Tensor:
     return value.reshape(1).expand(2).amax()
 
 
+def _hoisted(value: Any) -> Any:
+    """`value`, computed once per step if it is a 0-dim tensor and traced.
+
+    For the tensor operands that reach a kernel other than through
+    `Kernels.scalar` (a `where` condition, an `alpha`, a `lerp` weight).
+    """
+    if isinstance(value, Tensor) and value.dim() == 0 and torch.compiler.is_compiling():
+        return _computed_once(value)
+    return value
+
+
 class Kernels(KernelVocabulary):
     """The functional kernels: every operation returns new ParamDicts.
 
@@ -278,7 +289,7 @@ class Kernels(KernelVocabulary):
             >>> ops.dtype, ops.device
             (torch.float32, device(type='cpu'))
         """
-        first = next(iter(params.values()), None)
+        first = params._vals[0] if params else None
         device = first.device if first is not None else torch.device("cpu")
         return cls(compute_dtype(params), device)
 
@@ -358,17 +369,17 @@ class Kernels(KernelVocabulary):
     def add_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
         if isinstance(rate, ParamDict):
             return x.add(y.mul(rate))
-        return x.add(y, alpha=rate)
+        return x.add(y, alpha=_hoisted(rate))
 
     @override
     def sub_scaled(self, x: P, y: ParamDict, rate: Rate, /) -> P:
         if isinstance(rate, ParamDict):
             return x.sub(y.mul(rate))
-        return x.sub(y, alpha=rate)
+        return x.sub(y, alpha=_hoisted(rate))
 
     @override
     def lerp(self, x: P, end: ParamDict, weight: float | Tensor, /) -> P:
-        return x.lerp(end, weight)
+        return x.lerp(end, _hoisted(weight))
 
     @override
     def addcmul(self, x: P, a: ParamDict, b: ParamDict, value: float = 1, /) -> P:
@@ -399,7 +410,7 @@ class Kernels(KernelVocabulary):
 
     @override
     def where(self, condition: Tensor, x: P, other: ParamDict, /) -> P:
-        return x.where(ParamDict.fromkeys(x, condition), other)
+        return x.where(ParamDict.fromkeys(x, _hoisted(condition)), other)
 
     @override
     def sub_scaled_by_key(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's overlap check has a private name only)
+from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar, cast
 
@@ -27,7 +28,7 @@ from .._paramdict import ParamDict
 from ._repeat import kept
 from ._strategy import transformed
 
-__all__ = ["check_writable", "write_back", "written_state"]
+__all__ = ["check_writable", "twinned", "write_back", "written_state"]
 
 S = TypeVar("S")
 
@@ -195,10 +196,33 @@ def _names(params: ParamDict, state: object, indices: list[int]) -> list[str]:
     return [named[i][0] for i in indices]
 
 
+def twinned(state: S) -> S:
+    """`state` in new containers holding its very tensors (`ParamDict._twin`).
+
+    NamedTuples, tuples and ParamDicts are rebuilt, anything else kept as it
+    is; a write into a twin's tensor is a write into `state`'s.
+    """
+    if isinstance(state, ParamDict):
+        return cast(S, state._twin())
+    given: object = state
+    if isinstance(given, tuple):
+        items = cast("tuple[object, ...]", given)
+        fields: list[object] = [twinned(field) for field in items]
+        rebuild = cast("Callable[..., S]", type(items))
+        if hasattr(items, "_fields"):  # a NamedTuple
+            return rebuild(*fields)
+        return rebuild(fields)
+    return state
+
+
 def write_back(params: ParamDict, new: ParamDict) -> None:
-    """Copy each value of `new` that is not `params`' own tensor into it."""
-    for key, old in params.items():
-        value = new[key]
+    """Copy each value of `new` that is not `params`' own tensor into it.
+
+    `new` has `params`' keys in their order (a rule's result); both are read
+    through their value lists, which under `torch.compile` keeps each tensor at
+    one source (a dict lookup beside the list would add a guard per entry).
+    """
+    for old, value in zip(params._vals, params._aligned(new, what="`write_back`")):
         if value is not old:
             old.copy_(value)
 

@@ -148,3 +148,48 @@ def test_inductor_step_in_place_equals_eager_adam() -> None:
     expected = _in_place_run(opt, opt.step_)
     actual = _in_place_run(opt, torch.compile(opt.step_))
     torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("opt", configured())
+def test_compiled_step_in_place_is_one_graph(opt: optim.Optimizer[Any]) -> None:
+    """`torch.compile(opt.step_)` is one eager check, then one graph, compiled once.
+
+    The checks of what `step_` may write (memory addresses, inference tensors)
+    run eagerly; traced, each of them broke the step into graphs of its own.
+    Three steps compile one graph (the frame before the checks holds none) and
+    never recompile: the step counter is a tensor.
+    """
+    counter = torch._dynamo.testing.CompileCounter()
+    step = torch.compile(opt.step_, backend=counter)
+    _in_place_run(opt, step, steps=3)
+    assert counter.frame_count == 1
+
+
+def test_compiled_step_in_place_checks_every_call() -> None:
+    """Compiled, `step_` still refuses shared memory on any call, writing nothing."""
+    opt = optim.RMSprop(lr=0.1, momentum=0.9)
+    step = torch.compile(opt.step_, backend="aot_eager")
+    params = ParamDict(w=torch.ones(4), b=torch.ones(2))
+    state = opt.init(params)
+    grads = ParamDict(w=torch.full((4,), 0.5), b=torch.full((2,), 0.5))
+    params, state = step(params, grads, state)  # compiles
+    before = [t.clone() for t in torch.utils._pytree.tree_leaves((params, state))]
+
+    # A gradient that is a parameter's own memory, then a buffer shared by two keys.
+    aliased = ParamDict(w=params["w"], b=grads["b"])
+    with pytest.raises(ValueError, match=r"grads\['w'\]"):
+        step(params, aliased, state)
+    shared = state._replace(square_avg=ParamDict(w=params["w"], b=torch.zeros(2)))
+    with pytest.raises(ValueError, match=r"state.square_avg\['w'\]"):
+        step(params, grads, shared)
+    after = torch.utils._pytree.tree_leaves((params, state))
+    assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))
+
+    # And the next valid call steps as eager does.
+    params, state = step(params, grads, state)
+    eager_params = ParamDict(w=before[0], b=before[1])
+    eager_state = torch.utils._pytree.tree_unflatten(
+        [t.clone() for t in before[2:]], torch.utils._pytree.tree_structure(state)
+    )
+    expected, _ = opt.step(eager_params, grads, eager_state)
+    torch.testing.assert_close(dict(params), dict(expected))
