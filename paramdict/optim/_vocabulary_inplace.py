@@ -8,6 +8,7 @@ from __future__ import annotations
 # pyright: reportPrivateImportUsage=false, reportPrivateUsage=false
 # (torch's in-place foreach kernels have private names only; `_aligned` is
 # ParamDict's own package-internal alignment)
+import weakref
 from collections.abc import Callable, Mapping
 from typing import NoReturn, TypeGuard, cast
 
@@ -47,6 +48,12 @@ def _alike(x: ParamDict, y: ParamDict) -> bool:
     return x.keys() == y.keys() and all(
         v.shape == y[k].shape and v.dtype == y[k].dtype for k, v in x.items()
     )
+
+
+def _listed(table: dict[int, weakref.ref[ParamDict]], x: ParamDict) -> bool:
+    """Whether `table` lists `x` itself (not a dead object that had its id)."""
+    ref = table.get(id(x))
+    return ref is not None and ref() is x
 
 
 def _refuse_spent() -> NoReturn:
@@ -92,10 +99,13 @@ class InPlaceKernels(Kernels):
 
     def __init__(self, dtype: torch.dtype | None, device: torch.device) -> None:
         super().__init__(dtype, device)
-        # id -> object, so an id is never reused while this step runs.
-        self._owned: dict[int, ParamDict] = {}
+        # id -> weak reference: a ParamDict counts while it is alive and is that
+        # object (an id can be reused once it is gone), and no temporary of the
+        # step is kept alive by being listed (its memory is freed when the rule
+        # drops it, as torch frees its temporaries).
+        self._owned: dict[int, weakref.ref[ParamDict]] = {}
         # The ParamDicts an operation wrote into: their old values are gone.
-        self._spent: dict[int, ParamDict] = {}
+        self._spent: dict[int, weakref.ref[ParamDict]] = {}
 
     def own(self, *values: object) -> None:
         """Allow writing into the tensors of each ParamDict among `values`.
@@ -114,24 +124,23 @@ class InPlaceKernels(Kernels):
         """
         for value in values:
             if isinstance(value, ParamDict):
-                self._owned[id(value)] = value
+                self._owned[id(value)] = weakref.ref(value)
 
     def _mine(self, x: ParamDict) -> bool:
-        if id(x) in self._spent:
+        if _listed(self._spent, x):
             _refuse_spent()
         # An empty operand (Adafactor's factored buffers when no entry is a
         # matrix) takes the functional path: torch's foreach kernels refuse
         # empty lists.
-        return bool(x) and id(x) in self._owned
+        return bool(x) and _listed(self._owned, x)
 
     def _spend(self, x: P) -> P:
         """Return `x`'s tensors, just written, as a new owned ParamDict; spend `x`."""
-        del self._owned[id(x)]
-        self._spent[id(x)] = x
+        self._spent[id(x)] = self._owned.pop(id(x))
         return self._made(x._twin())
 
     def _made(self, x: P) -> P:
-        self._owned[id(x)] = x
+        self._owned[id(x)] = weakref.ref(x)
         return x
 
     def _into(
@@ -145,24 +154,26 @@ class InPlaceKernels(Kernels):
         Owned, `x` is spent: `kernel` writes into its tensors, or without one
         the functional result is copied into them. Else the result is new.
         """
-        # `_mine` and `_spend` inline: this runs for every operation of a step,
+        # `_mine` and `_made` inline: this runs for every operation of a step,
         # and at small sizes its calls are a step's overhead.
         key = id(x)
         owned = self._owned
-        if key in self._spent:
+        spent = self._spent.get(key)
+        if spent is not None and spent() is x:
             _refuse_spent()
-        if not x or key not in owned:
+        mine = owned.get(key)
+        if not x or mine is None or mine() is not x:
             made = functional()
-            owned[id(made)] = made
+            owned[id(made)] = weakref.ref(made)
             return made
         if kernel is None:
             copy_(x._vals, functional()._vals)
         else:
             kernel(x._vals)
         del owned[key]
-        self._spent[key] = x
+        self._spent[key] = mine
         twin = x._twin()
-        owned[id(twin)] = twin
+        owned[id(twin)] = weakref.ref(twin)
         return twin
 
     @override

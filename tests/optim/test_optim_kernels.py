@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -163,3 +165,35 @@ def test_new_kernels_in_place_equal_functional_bitwise(call: Any) -> None:
     assert [t.data_ptr() for t in got.values()] == pointers
     torch.testing.assert_close(dict(got), dict(expected), rtol=0, atol=0)
     torch.testing.assert_close(dict(recorded), dict(expected), rtol=0, atol=0)
+
+
+def test_in_place_kernels_keep_no_temporary_alive() -> None:
+    """A temporary of the step is freed when the rule drops it, as torch's are.
+
+    The kernels list what they own and what they wrote into by weak reference:
+    a listed temporary kept alive to the end of the step held Adafactor's
+    squared gradients beside its update (1.49x torch's peak memory of a 20-step
+    loop at 50 x 400,000; now 1.00x). A dead object's id, reused, is not owned.
+    """
+    params = ParamDict(w=torch.ones(3), b=torch.ones(2))
+    ops = optim.InPlaceKernels(torch.float32, torch.device("cpu"))
+    ops.own(params)
+    squared = ops.mul(ops.borrowed(params), params)  # made by the step: owned
+    memory = weakref.ref(squared["w"])
+    params = ops.lerp(params, squared, 0.5)  # reads it, writes into `params`
+    del squared
+    gc.collect()
+    assert memory() is None
+
+    # Owned and spent are about the object itself: a dead one listed under the
+    # id another object now has (CPython reuses ids) does not make it owned.
+    dead = ParamDict(w=torch.zeros(3), b=torch.zeros(2))
+    dead_ref = weakref.ref(dead)
+    del dead
+    gc.collect()
+    stranger = ParamDict(w=torch.zeros(3), b=torch.zeros(2))
+    ops._owned[id(stranger)] = dead_ref
+    ops._spent[id(stranger)] = dead_ref
+    kept = stranger["w"].clone()
+    ops.mul(stranger, 3.0)  # neither refused as spent nor written as owned
+    torch.testing.assert_close(stranger["w"], kept)
