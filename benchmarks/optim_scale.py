@@ -72,7 +72,9 @@ rows and compiled candidates: 10 for Adam, AdamW, SGD with momentum and Adagrad
 step, its Newton-Schulz iterations in bfloat16 on 124M parameters) and LBFGS take
 half. The nine others now add about a minute of peak memory and one of compiling
 each (`--optimizers RAdam --rounds 3`, compile and peak memory included, took 4
-minutes on the loaded machine): an estimated 60 to 75 minutes in all, not yet timed.
+minutes on the loaded machine). The thirteen optimizers of the table, compile and
+peak memory included, took 25 minutes on 4 December 2026; Muon, LBFGS and the two
+schedule rows add about 20 more, estimated.
 `--optimizers` picks some:
 `python -m benchmarks --only optim-scale --optimizers Muon,LBFGS`.
 """
