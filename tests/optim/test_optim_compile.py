@@ -7,12 +7,15 @@ Adam. Inductor is left out to keep the suite fast; it lowers the same graph.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from optim_cases import batches, configured, make_model
 from torch import Tensor
 
@@ -193,3 +196,37 @@ def test_compiled_step_in_place_checks_every_call() -> None:
     )
     expected, _ = opt.step(eager_params, grads, eager_state)
     torch.testing.assert_close(dict(params), dict(expected))
+
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    value=st.floats(allow_nan=True, allow_infinity=True),
+    dtype=st.sampled_from(sorted(_DTYPES)),
+    flag=st.booleans(),
+)
+def test_a_hoisted_operand_is_its_value(value: float, dtype: str, flag: bool) -> None:
+    """Traced, an operand computed once per step is the value itself, bit for bit.
+
+    The kernels hand a 0-dim operand derived from the step (a `where` condition,
+    an `alpha`, a `lerp` weight) to inductor as a reduction over two copies of
+    it, so that it is computed once rather than in every vectorized iteration;
+    that maximum is the value, signed zeros and infinities included, and NaN
+    stays NaN.
+    """
+    from paramdict.optim._vocabulary import _hoisted
+
+    compiled = torch.compile(lambda t, b: (_hoisted(t), _hoisted(b)))
+    tensor = torch.tensor(value, dtype=_DTYPES[dtype])
+    hoisted, condition = compiled(tensor, torch.tensor(flag))
+    assert hoisted.dtype == tensor.dtype
+    assert hoisted.shape == ()
+    assert condition.dtype == torch.bool
+    assert bool(condition) is flag
+    if math.isnan(value):
+        assert torch.isnan(hoisted)
+    else:
+        assert torch.equal(hoisted, tensor)
+        assert math.copysign(1.0, hoisted.item()) == math.copysign(1.0, value)
