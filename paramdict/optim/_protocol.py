@@ -342,12 +342,15 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             check_writable(True, params, ParamDict(), state)
         if traced():  # eager checks, then one traced graph (no plan)
             aligned = self._checked_to_write(params, grads, state)
-            if params:
-                # Through twins (new containers of the same tensors): compiled,
-                # a ParamDict both read and returned is guarded again entry by
-                # entry, in Python, on every call.
-                self._write_traced(params._twin(), aligned, twinned(state))
-            return params, state
+            if not params:
+                return params, state
+            # Through twins (new containers of the same tensors): compiled, a
+            # ParamDict both read and returned is guarded again entry by entry,
+            # in Python, on every call.
+            twin = twinned(state)
+            written = self._write_traced(params._twin(), aligned, twin)
+            # A state of another structure cannot be written back: it is new.
+            return params, state if written is twin else written
         # Check, then commit: everything that can fail runs before the first
         # write, so an error leaves every tensor and counter as it was. The
         # tensors of the last call come back: what they passed is not checked
@@ -383,14 +386,15 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             check_writable(False, params, aligned, state)
         return aligned
 
-    def _write_traced(self, params: ParamDict, grads: ParamDict, state: S) -> None:
+    def _write_traced(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into the tensors of checked `params` and `state`.
 
         Traced as one graph: the rule on the functional kernels, each result
-        written into its input's memory.
+        written into its input's memory. Returns `state`, or a new state where
+        the rule's is of another structure (`written_state`).
         """
         with torch.no_grad():
-            self._step_in_place(params, grads, state)
+            return self._step_in_place(params, grads, state)
 
     def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into checked `params` and `state`; return `state`.
