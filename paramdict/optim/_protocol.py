@@ -70,10 +70,17 @@ T = TypeVar("T", bound=type[Any])
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+_EAGER_CHECKS = (
+    "`step_` checks what it may write (shared memory, inference tensors) eagerly, "
+    "then compiles the update as one graph: compile it without `fullgraph=True`, "
+    "or compile `step`, which is one graph"
+)
+
+
 def _eagerly(fn: F) -> F:
     """`fn`, run eagerly even inside `torch.compile` (`torch.compiler.disable`)."""
-    disable = cast("Callable[[F], F]", torch.compiler.disable)  # pyright: ignore[reportUnknownMemberType]  # untyped in torch
-    return disable(fn)
+    disable = cast("Callable[..., F]", torch.compiler.disable)  # pyright: ignore[reportUnknownMemberType]  # untyped in torch
+    return disable(fn, reason=_EAGER_CHECKS)
 
 
 class Optimizer(OptionalHooks[S], abc.ABC):
@@ -358,8 +365,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         # after a mapping of gradients ran its own code).
         aligned = self._aligned(params, grads)
         with repeating(self, params, state):
-            self._check_aligned(params, aligned, state)
-            check_writable(False, params, aligned, state)
+            self._check_step_(params, aligned, state)
             if not params:
                 return params, state
             with planned():
@@ -382,9 +388,13 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         """
         aligned = self._aligned(params, grads)
         with repeating(self, params, state):
-            self._check_aligned(params, aligned, state)
-            check_writable(False, params, aligned, state)
+            self._check_step_(params, aligned, state)
         return aligned
+
+    def _check_step_(self, params: ParamDict, grads: ParamDict, state: S) -> None:
+        """Raise, before `step_` writes, on anything it refuses (inside `repeating`)."""
+        self._check_aligned(params, grads, state)
+        check_writable(False, params, grads, state)
 
     def _write_traced(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into the tensors of checked `params` and `state`.

@@ -230,3 +230,14 @@ def test_a_hoisted_operand_is_its_value(value: float, dtype: str, flag: bool) ->
     else:
         assert torch.equal(hoisted, tensor)
         assert math.copysign(1.0, hoisted.item()) == math.copysign(1.0, value)
+
+
+def test_compiled_step_in_place_with_fullgraph_says_what_to_do() -> None:
+    """`fullgraph=True` cannot hold the eager checks; the error says what can."""
+    opt = optim.RMSprop(lr=0.1)
+    params = ParamDict(w=torch.ones(3))
+    state = opt.init(params)
+    strict = torch.compile(opt.step_, fullgraph=True, backend="eager")
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="without `fullgraph=True`"):
+        strict(params, params.ones_like(), state)
+    torch.testing.assert_close(params["w"], torch.ones(3))  # nothing written
