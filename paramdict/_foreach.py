@@ -20,6 +20,15 @@ function per entry instead (same values, same gradients):
   in-place kernels have rules, and are what `torch.optim` runs, so the rounding is
   theirs); `maximum` and `minimum` with a number run per entry. `call` learns this
   from the kernel's refusal, so plain tensors pay nothing for it.
+
+One more form is chosen for speed alone: on an accelerator, a 0-dim tensor that
+`operand` repeated per entry (`[t] * n`, the form autograd and vmap need) goes to
+the `.Tensor` overload of `add`, `mul` and `div` as the one tensor it is, where
+nothing records or batches (`_shared_scalar`). The list overloads' fast route wants
+operands of the entries' sizes, so with 0-dim ones they launch a kernel per entry;
+the `.Tensor` overloads launch one and read the scalar on the device (a CPU one
+of the entries' dtype goes to `add` and `mul` as its number). Each computes
+`entry op scalar` as the per-entry kernel does: the same values.
 """
 
 # The foreach arguments are lists of tensors or numbers, typed `Any`; narrowing them
@@ -193,6 +202,63 @@ def _records_needlessly(
     return records and first.is_cpu and (not kwargs or list(kwargs) == ["alpha"])
 
 
+_PLAIN = (Tensor, torch.nn.Parameter)
+_TENSOR_OVERLOADS = frozenset(
+    {torch._foreach_add, torch._foreach_mul, torch._foreach_div}
+)
+
+
+def _shared_scalar(op: ForeachOp, args: tuple[Any, ...]) -> Tensor | float | None:
+    """The one 0-dim tensor `args[1]` repeats for every entry, as `op` may take it once.
+
+    The tensor itself where it is on the entries' accelerator (for the `.Tensor`
+    overload); its number where it is a CPU scalar of the entries' float dtype
+    for `add` or `mul` (read on the host, free). None unless `op` has a
+    `.Tensor` overload, the entries are plain tensors on an accelerator, and
+    nothing records the scalar: not compiling, no dispatch mode, no `torch.func`
+    transform, grad mode off or no operand requiring grad (the `.Tensor`
+    overloads have neither a derivative for the scalar nor a vmap batching rule).
+    """
+    if op not in _TENSOR_OVERLOADS or len(args) != 2:
+        return None
+    values, other = args
+    if type(other) is not list or not other or type(values) is not list:
+        return None
+    # Typed as tensors for what follows; the first test checks that they are.
+    scalar = cast(Tensor, other[0])
+    first = cast(Tensor, values[0])
+    if (
+        type(first) not in _PLAIN
+        or type(scalar) not in _PLAIN
+        or first.is_cpu
+        or scalar.dim() != 0
+        or not (scalar.is_cpu or scalar.device == first.device)
+        or len(other) != len(values)
+        or torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack()
+        or torch._C._functorch.is_functorch_wrapped_tensor(first)
+        or torch._C._functorch.is_functorch_wrapped_tensor(scalar)
+    ):
+        return None
+    if torch.is_grad_enabled() and (
+        scalar.requires_grad or any(v.requires_grad for v in cast(list[Tensor], values))
+    ):
+        return None
+    if not all(o is scalar for o in other):
+        return None
+    if not scalar.is_cpu:
+        return scalar
+    # A CPU scalar as a number only where that is the value the kernels would
+    # use: of the entries' own float dtype (else they round it to the entries'
+    # dtype first), and not for `div` (which multiplies by a CPU scalar's
+    # reciprocal).
+    if op is torch._foreach_div or scalar.dtype != first.dtype:
+        return None
+    if scalar.dtype not in (torch.float32, torch.float64):
+        return None
+    return scalar.item()
+
+
 def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
     """Run the foreach kernel `op`, or the same operation per entry (see above).
 
@@ -218,6 +284,13 @@ def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
         if kwargs:
             return [fn(v, other, **kwargs) for v in values]
         return [fn(v, other) for v in values]
+    scalar = _shared_scalar(op, args)
+    if scalar is not None:
+        # `alpha` picks `add`'s `.Tensor` overload: without it a device tensor
+        # would be read on the host as a number, waiting for the device.
+        tensor = isinstance(scalar, Tensor) and op is torch._foreach_add
+        extra = {"alpha": 1, **kwargs} if tensor else kwargs
+        return list(op(args[0], scalar, **extra))
     try:
         return list(op(*args, **kwargs))
     except RuntimeError:

@@ -7,11 +7,14 @@
 # 1. tests/optim/test_optim_cuda.py: every optimizer of the table on the device
 #    against torch.optim there; torch's fused CUDA kernels bit for bit, with a
 #    number and a tensor `lr`; strided entries.
-# 2. The optimizer sections of the benchmarks on the device (`--device cuda`):
+# 2. scripts/profile_steps.py: where the time of one step goes on the device
+#    (host time, kernel launches, synchronizations) for a few optimizers.
+# 3. The optimizer sections of the benchmarks on the device (`--device cuda`):
 #    `optim` (160 x 64 and the other small sizes) and `optim-scale` (50 x 400,000,
 #    GPT-2 small, the scheduled AdamW and the nanoGPT recipe, peak memory from the
 #    CUDA allocator), without the compiled steps (`--no-compile`: each compiles
-#    for minutes on a GPU), in four groups of optimizers.
+#    for minutes on a GPU), in four groups of optimizers (ONLY="fused small"
+#    picks some).
 #
 # The working tree's `paramdict` runs from PYTHONPATH with the machine's own torch
 # (no install). Each step has its own time limit, so one that overruns leaves the
@@ -35,16 +38,21 @@ EOF
 timeout "${TESTS_LIMIT:-100}" "$python" -m pytest -q -p no:cacheprovider -W default \
     tests/optim/test_optim_cuda.py 2>&1 | tee "$out/tests.log" | tail -n 25
 
+timeout "${PROFILE_LIMIT:-60}" "$python" scripts/profile_steps.py --device "${DEVICE:-cuda}" \
+    --names "${PROFILED:-NAdam,RMSprop,Lion,Adam}" 2>&1 | grep -v "^USDT" >"$out/profile.log"
+echo "profile: exit ${PIPESTATUS[0]}"
+
 # name | sections | optimizers | seconds allowed: a group that overruns or fails
 # leaves the others' results
 groups=(
+    "fused|optim-scale|Adam,AdamW,SGD momentum,Adagrad,AdamW warm-up + cosine,nanoGPT recipe|150"
     "small|optim|SGD momentum,Adam,AdamW,RMSprop,Adagrad,Adafactor,NAdam,RAdam,Adamax,Adadelta,Rprop,ASGD,Lion|100"
-    "fused|optim-scale|Adam,AdamW,SGD momentum,Adagrad,AdamW warm-up + cosine,nanoGPT recipe|120"
-    "others|optim-scale|RMSprop,Adafactor,NAdam,RAdam,Adamax,Adadelta,Rprop,ASGD,Lion|130"
-    "matrices|optim,optim-scale|Muon,LBFGS|80"
+    "matrices|optim,optim-scale|Muon,LBFGS|120"
+    "others|optim-scale|RMSprop,Adafactor,NAdam,RAdam,Adamax,Adadelta,Rprop,ASGD,Lion|100"
 )
 for group in "${groups[@]}"; do
     IFS="|" read -r name sections picked limit <<<"$group"
+    [[ " ${ONLY:-fused small matrices others} " == *" $name "* ]] || continue
     timeout "$limit" "$python" -m benchmarks --only "$sections" --device "${DEVICE:-cuda}" \
         --no-compile --rounds "${ROUNDS:-15}" --optimizers "$picked" \
         --out "$out/$name" >"$out/$name.log" 2>&1

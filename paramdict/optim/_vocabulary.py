@@ -300,6 +300,11 @@ class Kernels(KernelVocabulary):
         if isinstance(value, Tensor):
             value = value.to(self.dtype)
             return _computed_once(value) if torch.compiler.is_compiling() else value
+        if self.device.type != "cpu" and not torch.compiler.is_compiling():
+            # On an accelerator a number is an argument of the kernel (rounded to
+            # the entries' dtype there, as a 0-dim tensor of it would be): a
+            # tensor would cost a launch to fill and, in `add`, a host read.
+            return value
         return torch.full((), value, dtype=self.dtype, device=self.device)
 
     @override

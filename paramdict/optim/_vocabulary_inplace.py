@@ -29,6 +29,18 @@ def _values(x: ParamDict) -> list[Tensor]:
     return x._vals
 
 
+def _on_device_of(scalar: Tensor, values: list[Tensor]) -> bool:
+    """Whether the 0-dim `scalar` is on the accelerator of plain `values`, eagerly."""
+    return (
+        bool(values)
+        and not scalar.is_cpu
+        and scalar.dim() == 0
+        and scalar.device == values[0].device
+        and not torch.compiler.is_compiling()
+        and not holds_dtensors(values)
+    )
+
+
 def _on_cpu(value: Rate, x: ParamDict) -> TypeGuard[Tensor]:
     """Whether `value` is a 0-dim tensor and `x`'s entries are plain CPU tensors.
 
@@ -243,7 +255,14 @@ class InPlaceKernels(Kernels):
     @override
     def add(self, x: P, value: float | Tensor, /) -> P:
         def kernel(values: list[Tensor]) -> None:
-            torch._foreach_add_(values, self.scalar(value))
+            scalar = self.scalar(value)
+            if isinstance(scalar, Tensor) and _on_device_of(scalar, values):
+                # `alpha` picks the `.Tensor` overload, which reads the scalar on
+                # the device; without it torch reads it on the host as a number,
+                # waiting for the device.
+                torch._foreach_add_(values, scalar, alpha=1)
+            else:
+                torch._foreach_add_(values, scalar)
 
         return self._into(x, lambda: Kernels.add(self, x, value), kernel)
 

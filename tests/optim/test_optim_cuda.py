@@ -154,3 +154,96 @@ def test_transposed_and_strided_entries_on_cuda(fused: bool | None) -> None:
         torch_opt.step()
     _close(params, {k: t.detach() for k, t in zip(reference, tensors, strict=True)})
     assert params["t"].data_ptr() == views["t"].data_ptr()  # written in place
+
+
+# Where a step waits for the device (`torch.cuda.set_sync_debug_mode`), by
+# optimizer id: each wait is a host read that torch.optim makes too.
+WAITS: dict[str, str] = {}
+
+
+def _entries(dtype: torch.dtype = torch.float32) -> ParamDict:
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"w": (5, 3), "b": (3,), "c": (2, 2, 2)}
+    return ParamDict(
+        {k: torch.randn(s, generator=gen).to(CUDA, dtype) for k, s in shapes.items()}
+    )
+
+
+@IN_PLACE
+@pytest.mark.parametrize(("ours", "theirs", "kwargs"), trajectory_params())
+def test_a_step_does_not_wait_for_the_device(
+    ours: Callable[..., optim.Optimizer[Any]],
+    theirs: Callable[..., torch.optim.Optimizer],
+    kwargs: dict[str, Any],
+    in_place: bool,
+    request: pytest.FixtureRequest,
+) -> None:
+    """An eager step on CUDA reads nothing back from the device, as torch's.
+
+    A host read of a device tensor (`item`, a 0-dim tensor taken as a number)
+    waits for every kernel queued before it; torch.optim's steps make none.
+    """
+    known = [
+        WAITS[part] for part in request.node.callspec.id.split("-") if part in WAITS
+    ]
+    params = _entries()
+    grads = params.map(lambda v: torch.randn_like(v) * 0.1)
+    opt = ours(**kwargs, **unfused(ours))
+    state = opt.init(params)
+    step = opt.step_ if in_place else opt.step
+    for _ in range(2):
+        params, state = step(params, grads, state)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        if known:
+            pytest.skip(known[0])
+        step(params, grads, state)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("where", ["cuda", "cpu"])
+@pytest.mark.parametrize("scalar_dtype", ["same", "float64"])
+def test_a_shared_scalar_is_the_per_entry_operation(
+    dtype: torch.dtype, where: str, scalar_dtype: str
+) -> None:
+    """`p * t`, `p / t`, `p + t`, `p - t` with one 0-dim `t`: torch's bytes per entry.
+
+    On CUDA the scalar goes to the `.Tensor` overloads once (a CPU one of the
+    entries' dtype as its number); the values must be the per-entry kernels'.
+    """
+    params = _entries(dtype)
+    sdtype = dtype if scalar_dtype == "same" else torch.float64
+    t = torch.tensor(0.3, dtype=sdtype, device=where)
+    cases: dict[str, tuple[ParamDict, Callable[..., torch.Tensor]]] = {
+        "mul": (params * t, torch.mul),
+        "div": (params / t, torch.div),
+        "add": (params + t, torch.add),
+        "sub": (params - t, torch.sub),
+        "mul method": (params.mul(t), torch.mul),
+    }
+    for what, (got, fn) in cases.items():
+        for key, value in params.items():
+            expected = fn(value, t)
+            assert got[key].dtype == expected.dtype, what
+            assert torch.equal(got[key], expected), (what, key)
+
+
+def test_a_shared_device_scalar_is_read_on_the_device() -> None:
+    """Scaling by a 0-dim device tensor neither waits for the device nor loses grads."""
+    params = _entries()
+    t = torch.tensor(0.3, device=CUDA)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        _ = (params * t, params / t, params + t)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    # Recorded by autograd, the scalar keeps its gradient (the per-entry form).
+    lr = torch.tensor(0.3, device=CUDA, requires_grad=True)
+    loss = torch.stack([(v * lr).sum() for v in (params * lr).values()]).sum()
+    (grad,) = torch.autograd.grad(loss, lr)
+    expected = torch.stack([2 * 0.3 * (v * v).sum() for v in params.values()]).sum()
+    torch.testing.assert_close(grad, expected)
