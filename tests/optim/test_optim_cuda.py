@@ -156,14 +156,19 @@ def test_transposed_and_strided_entries_on_cuda(fused: bool | None) -> None:
     assert params["t"].data_ptr() == views["t"].data_ptr()  # written in place
 
 
-# Where a step waits for the device (`torch.cuda.set_sync_debug_mode`), by
-# optimizer id: each wait is a host read that torch.optim makes too.
-WAITS: dict[str, str] = {}
+# The steps that wait for the device (`torch.cuda.set_sync_debug_mode`), by
+# optimizer id: each wait is a host read that torch.optim's step makes too.
+WAITS: dict[str, str] = {
+    "adafactor": "reads each entry's step size on the host, as torch.optim.Adafactor "
+    "reads each entry's norms (`.item()`)",
+    "asgd": "reads `eta` and `mu` as numbers, as torch.optim.ASGD (it also copies "
+    "two rates per entry to the device on every step)",
+}
 
 
 def _entries(dtype: torch.dtype = torch.float32) -> ParamDict:
     gen = torch.Generator().manual_seed(0)
-    shapes = {"w": (5, 3), "b": (3,), "c": (2, 2, 2)}
+    shapes = {"fc.weight": (5, 3), "fc.bias": (3,), "out.weight": (2, 5)}
     return ParamDict(
         {k: torch.randn(s, generator=gen).to(CUDA, dtype) for k, s in shapes.items()}
     )
@@ -245,5 +250,6 @@ def test_a_shared_device_scalar_is_read_on_the_device() -> None:
     lr = torch.tensor(0.3, device=CUDA, requires_grad=True)
     loss = torch.stack([(v * lr).sum() for v in (params * lr).values()]).sum()
     (grad,) = torch.autograd.grad(loss, lr)
-    expected = torch.stack([2 * 0.3 * (v * v).sum() for v in params.values()]).sum()
+    # d/dlr of sum(v * lr * lr) over every entry: 2 * lr * sum(v)
+    expected = torch.stack([2 * 0.3 * v.sum() for v in params.values()]).sum()
     torch.testing.assert_close(grad, expected)
