@@ -13,8 +13,8 @@
 #    `optim` (160 x 64 and the other small sizes) and `optim-scale` (50 x 400,000,
 #    GPT-2 small, the scheduled AdamW and the nanoGPT recipe, peak memory from the
 #    CUDA allocator), without the compiled steps (`--no-compile`: each compiles
-#    for minutes on a GPU), in four groups of optimizers (ONLY="fused small"
-#    picks some).
+#    for minutes on a GPU), in five groups of optimizers (ONLY="fused small"
+#    picks some; Muon, the slowest, runs last).
 #
 # The working tree's `paramdict` runs from PYTHONPATH with the machine's own torch
 # (no install). Each step has its own time limit, so one that overruns leaves the
@@ -39,7 +39,7 @@ timeout "${TESTS_LIMIT:-100}" "$python" -m pytest -q -p no:cacheprovider -W defa
     tests/optim/test_optim_cuda.py 2>&1 | tee "$out/tests.log" | tail -n 25
 
 timeout "${PROFILE_LIMIT:-60}" "$python" scripts/profile_steps.py --device "${DEVICE:-cuda}" \
-    --names "${PROFILED:-NAdam,RMSprop,Lion,Adam}" 2>&1 | grep -v "^USDT" >"$out/profile.log"
+    --names "${PROFILED:-NAdam,RMSprop,Lion,Adam,AdamW warm-up + cosine}" 2>&1 | grep -v "^USDT" >"$out/profile.log"
 echo "profile: exit ${PIPESTATUS[0]}"
 
 # name | sections | optimizers | seconds allowed: a group that overruns or fails
@@ -47,12 +47,13 @@ echo "profile: exit ${PIPESTATUS[0]}"
 groups=(
     "fused|optim-scale|Adam,AdamW,SGD momentum,Adagrad,AdamW warm-up + cosine,nanoGPT recipe|150"
     "small|optim|SGD momentum,Adam,AdamW,RMSprop,Adagrad,Adafactor,NAdam,RAdam,Adamax,Adadelta,Rprop,ASGD,Lion|100"
-    "matrices|optim,optim-scale|Muon,LBFGS|120"
+    "lbfgs|optim,optim-scale|LBFGS|150"
     "others|optim-scale|RMSprop,Adafactor,NAdam,RAdam,Adamax,Adadelta,Rprop,ASGD,Lion|100"
+    "muon|optim,optim-scale|Muon|180"
 )
 for group in "${groups[@]}"; do
     IFS="|" read -r name sections picked limit <<<"$group"
-    [[ " ${ONLY:-fused small matrices others} " == *" $name "* ]] || continue
+    [[ " ${ONLY:-fused small lbfgs others muon} " == *" $name "* ]] || continue
     timeout "$limit" "$python" -m benchmarks --only "$sections" --device "${DEVICE:-cuda}" \
         --no-compile --rounds "${ROUNDS:-15}" --optimizers "$picked" \
         --out "$out/$name" >"$out/$name.log" 2>&1
