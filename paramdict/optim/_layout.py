@@ -26,6 +26,7 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false
 # (ParamDict's package-internal alignment)
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import torch
@@ -33,7 +34,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._repeat import known_entries
+from ._repeat import kept_alike, known_entries
 
 __all__ = ["dense", "fused_copies", "in_place_grads", "not_writable_by_kernel"]
 
@@ -122,11 +123,20 @@ def in_place_grads(
     values = params._vals
     given = params._aligned(grads, what="The gradients")
     if strides is None:
-        entries = known_entries(params)
-        strides = list(map(_stride, values)) if entries is None else entries.strides
-    if list(map(_stride, given)) == strides:
+        check = partial(_strided_as, params, given)
+        alike = kept_alike(params, given, "strides", check)
+    else:
+        alike = list(map(_stride, given)) == strides
+    if alike:
         return grads
     return params._derive([_like(g, p) for g, p in zip(given, values)])
+
+
+def _strided_as(params: ParamDict, given: list[Tensor]) -> bool:
+    """Whether each of `given` has the strides of its parameter."""
+    entries = known_entries(params)
+    strides = list(map(_stride, params._vals)) if entries is None else entries.strides
+    return list(map(_stride, given)) == strides
 
 
 def fused_copies(params: P, grads: ParamDict, state: S) -> tuple[P, ParamDict, S]:

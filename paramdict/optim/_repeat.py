@@ -15,15 +15,22 @@ step's own writes leave as they are:
 - whether inference mode is on.
 
 So `repeating(opt, params, state)`, entered by `step_` before its checks, reads
-those facts in one pass (a few `map`s over the tensors: about 0.5 us a tensor,
-against about 1.3 us for the checks they spare, Adam at 160 x 64) and compares
-them with the record `opt` kept from its last `step_`. Where all are the same, the
-verdicts the record holds are reused (`kept`); anything else (another tensor,
-one resized, re-pointed by `.data =` or `set_`, restrided, converted; another
-key or field; inference mode toggled) starts a new record, in which every check
-runs in full, and refuses as it always does. A tensor that autograd records (it
-gained a `grad_fn` in place) is checked in full on every call. Tensors are held
-by weak references, never by `id` alone: a tensor alive is the tensor it was.
+those facts and compares them with the record `opt` kept from its last `step_`:
+the tensors by `id` (the record holds each by a weak reference whose callback
+marks the record stale when one is freed, so an `id` it holds is still that
+tensor's), their data addresses by a `map`, and their sizes, strides, dtypes,
+devices, dispatch keys (inference tensors, subclasses, conjugate views) and
+`requires_grad` flags in one call of torch's own tensor check, the one
+`torch.compile`'s guards use (where torch lacks it, `map`s of the same facts).
+About 0.2 us a tensor, against about 1.3 us for the checks they spare (Adam at
+160 x 64). Where all are the same, the verdicts the record holds are reused
+(`kept`); anything else (another tensor, one resized, re-pointed by `.data =`
+or `set_`, restrided, converted; another key or field; inference mode toggled)
+starts a new record, in which every check runs in full, and refuses as it
+always does. A tensor that autograd records (a `grad_fn`) is checked in full
+on every call: one that gained it in place either requires grad now and did
+not before (the facts differ) or belongs to a record holding a tensor that
+requires grad, which reads every tensor's `is_leaf` on every call.
 
 What changes from step to step is read on every call by its own check: the
 gradients, the step counter's value, the schedule slot, the rates. Traced code
@@ -38,8 +45,8 @@ import contextlib
 import contextvars
 import operator
 import weakref
-from collections.abc import Callable, Generator, Hashable
-from typing import Any, NamedTuple, TypeVar, cast
+from collections.abc import Callable, Generator, Hashable, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -48,7 +55,7 @@ from torch.utils import _pytree as pytree
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 
-__all__ = ["EntryFacts", "kept", "known_entries", "repeating"]
+__all__ = ["EntryFacts", "kept", "kept_alike", "known_entries", "repeating"]
 
 T = TypeVar("T")
 
@@ -58,11 +65,17 @@ _stride = Tensor.stride
 _dtype = cast("Callable[[Tensor], torch.dtype]", operator.attrgetter("dtype"))
 _device = cast("Callable[[Tensor], torch.device]", operator.attrgetter("device"))
 _is_leaf = cast("Callable[[Tensor], bool]", operator.attrgetter("is_leaf"))
-# typeshed leaves the referent of the unbound `ref.__call__` unknown:
-_deref = cast(
-    "Callable[[weakref.ref[Tensor]], Tensor | None]",
-    weakref.ref.__call__,  # pyright: ignore[reportUnknownMemberType]
-)
+_requires_grad = cast("Callable[[Tensor], bool]", operator.attrgetter("requires_grad"))
+
+
+def _torch_check() -> Callable[..., _Layouts] | None:
+    """Return torch's C++ check of tensors' facts (as `torch.compile`'s guards)."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+    except ImportError:  # pragma: no cover - a torch without it: `_Listed`
+        return None
+    # Typed by torch as taking no tensors: they are positional.
+    return cast("Callable[..., _Layouts]", TensorGuards)
 
 
 class EntryFacts(NamedTuple):
@@ -74,41 +87,116 @@ class EntryFacts(NamedTuple):
     devices: list[torch.device]
 
 
-class _Facts(NamedTuple):
-    """What the verdicts depend on, read afresh on every call."""
+class _Layouts(Protocol):
+    """The layout facts of some tensors, checked against tensors given later."""
 
-    keys: list[tuple[str, ...]]  # of the parameters, then of each ParamDict field
-    shape: list[object]  # the state's structure: node types, lengths, treespecs
-    addresses: list[int]
-    sizes: list[torch.Size]
-    strides: list[tuple[int, ...]]
-    dtypes: list[torch.dtype]
-    devices: list[torch.device]
-    inference_mode: bool
+    def check(self, *tensors: Tensor) -> bool:
+        """Whether `tensors` have the facts, in order (False for another count)."""
+        ...
+
+
+class _Listed:
+    """Layout facts as lists, read by `map`s (where torch's check is missing)."""
+
+    __slots__ = ("facts",)
+
+    def __init__(self, tensors: Sequence[Tensor]) -> None:
+        self.facts = _listed(tensors)
+
+    def check(self, *tensors: Tensor) -> bool:
+        return _listed(tensors) == self.facts
+
+
+def _listed(tensors: Sequence[Tensor]) -> tuple[list[Any], ...]:
+    return (
+        list(map(type, tensors)),
+        list(map(_size, tensors)),
+        list(map(_stride, tensors)),
+        list(map(_dtype, tensors)),
+        list(map(_device, tensors)),
+        list(map(_requires_grad, tensors)),
+        list(map(Tensor.is_inference, tensors)),
+    )
+
+
+def _layouts(tensors: Sequence[Tensor]) -> _Layouts:
+    """The layout facts of `tensors`: torch's own check where it has one."""
+    if _TORCH_CHECK is not None:
+        try:
+            return _TORCH_CHECK(
+                *tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None
+            )
+        except (TypeError, RuntimeError):  # a tensor it cannot describe
+            pass
+    return _Listed(tensors)
+
+
+_TORCH_CHECK = _torch_check()
 
 
 class _Record:
     """The tensors a `step_` saw, their facts, and the verdicts reached on them."""
 
-    __slots__ = ("entries", "facts", "refs", "verdicts")
+    __slots__ = (
+        "addresses",
+        "alive",
+        "entries",
+        "ids",
+        "inference_mode",
+        "keys",
+        "layouts",
+        "recordable",
+        "refs",
+        "shape",
+        "verdicts",
+    )
 
-    def __init__(self, tensors: list[Tensor], facts: _Facts, count: int) -> None:
-        self.refs = list(map(weakref.ref, tensors))
-        self.facts = facts
+    def __init__(
+        self,
+        tensors: list[Tensor],
+        keys: list[tuple[str, ...]],
+        shape: list[object],
+        addresses: list[int],
+        count: int,
+    ) -> None:
+        alive = self.alive = [True]
+
+        def freed(_: object) -> None:  # holds `alive` only: no cycle
+            alive[0] = False
+
+        self.refs = [weakref.ref(t, freed) for t in tensors]
+        self.ids = list(map(id, tensors))
+        self.keys = keys
+        self.shape = shape
+        self.addresses = addresses
+        self.inference_mode = torch.is_inference_mode_enabled()
+        self.layouts = _layouts(tensors)
+        self.recordable = any(map(_requires_grad, tensors))
+        params = tensors[:count]
         self.entries = EntryFacts(
-            facts.sizes[:count],
-            facts.strides[:count],
-            facts.dtypes[:count],
-            facts.devices[:count],
+            list(map(_size, params)),
+            list(map(_stride, params)),
+            list(map(_dtype, params)),
+            list(map(_device, params)),
         )
         self.verdicts: dict[Hashable, object] = {}
 
-    def holds(self, tensors: list[Tensor], facts: _Facts) -> bool:
+    def holds(
+        self,
+        tensors: list[Tensor],
+        keys: list[tuple[str, ...]],
+        shape: list[object],
+        addresses: list[int],
+    ) -> bool:
         """Whether these are the record's tensors, with the record's facts."""
         return (
-            facts == self.facts
-            and len(tensors) == len(self.refs)
-            and all(map(operator.is_, map(_deref, self.refs), tensors))
+            self.alive[0]  # every tensor alive: equal `id`s are the same tensors
+            and list(map(id, tensors)) == self.ids
+            and addresses == self.addresses
+            and keys == self.keys
+            and shape == self.shape
+            and torch.is_inference_mode_enabled() == self.inference_mode
+            and self.layouts.check(*tensors)  # the same count: `ids` are equal
         )
 
 
@@ -170,27 +258,18 @@ def _confirmed(opt: object, params: ParamDict, state: object) -> _Current | None
     if holds_dtensors(tensors):
         return None
     try:
-        facts = _Facts(
-            keys,
-            shape,
-            list(map(_address, tensors)),
-            list(map(_size, tensors)),
-            list(map(_stride, tensors)),
-            list(map(_dtype, tensors)),
-            list(map(_device, tensors)),
-            torch.is_inference_mode_enabled(),
-        )
+        addresses = list(map(_address, tensors))
     except (RuntimeError, NotImplementedError):  # sparse, or no storage of its own
         return None
     try:
         record = _KEPT.get(opt)
-        if record is None or not record.holds(tensors, facts):
-            record = _Record(tensors, facts, len(params._vals))
+        if record is None or not record.holds(tensors, keys, shape, addresses):
+            record = _Record(tensors, keys, shape, addresses, len(params._vals))
             _KEPT[opt] = record
     except TypeError:  # an optimizer of `__slots__` without `__weakref__`
         return None
-    if not all(map(_is_leaf, tensors)):  # a `grad_fn` appeared: refused in full
-        return None
+    if record.recordable and not all(map(_is_leaf, tensors)):
+        return None  # a `grad_fn` (appeared): refused in full
     return _Current(params, parts, record)
 
 
@@ -263,6 +342,42 @@ def kept(params: ParamDict, state: object, what: Hashable, check: Callable[[], T
     if found is _MISSING:
         found = verdicts[what] = check()
     return cast(T, found)
+
+
+def kept_alike(
+    params: ParamDict, values: list[Tensor], what: str, check: Callable[[], bool]
+) -> bool:
+    """Return `check()`, a test of `values` against `params`' entries, or its last True.
+
+    For tests of other tensors than the record's (the gradients: their shapes,
+    dtypes, devices, strides against the parameters'), that depend only on
+    their facts and the record's: inside `repeating` for these `params`, a
+    True is kept with the facts of the `values` it was found for, and returned
+    while `values` have those facts (torch's check, about 0.05 us a tensor);
+    anything else runs `check`.
+
+    Args:
+        params: The parameters the test compares with.
+        values: The tensors tested, one per entry.
+        what: The test's name.
+        check: The test.
+
+    Returns:
+        Whether `values` pass.
+    """
+    if torch.compiler.is_compiling():
+        return check()
+    current = _CURRENT.get()
+    if current is None or current.params is not params:
+        return check()
+    verdicts = current.record.verdicts
+    found = cast("_Layouts | None", verdicts.get(what))
+    if found is not None and len(values) == len(params._vals) and found.check(*values):
+        return True
+    passed = check()
+    if passed:
+        verdicts[what] = _layouts(values)
+    return passed
 
 
 def known_entries(params: ParamDict) -> EntryFacts | None:

@@ -215,6 +215,22 @@ def _grad_transposed(p: ParamDict, g: ParamDict, s: Any) -> World:
     return p, ParamDict({**g, "sq": g["sq"].t().contiguous().t()}), s
 
 
+def _sparse_grad(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, ParamDict({**g, "b": g["b"].to_sparse()}), s
+
+
+def _grad_requiring_grad(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, ParamDict({**g, "b": g["b"].clone().requires_grad_()}), s
+
+
+class _Subclass(Tensor):
+    """A tensor subclass that adds nothing."""
+
+
+def _subclass_grad(p: ParamDict, g: ParamDict, s: Any) -> World:
+    return p, ParamDict({**g, "sq": g["sq"].clone().as_subclass(_Subclass)}), s
+
+
 def _grad_fn_appears(p: ParamDict, g: ParamDict, s: Any) -> World:
     p["b"].mul_(torch.ones((), requires_grad=True))  # recorded by autograd now
     return p, g, s
@@ -266,6 +282,9 @@ CHANGES = [
     Change("grad of other dtype", _grad_of_other_dtype, "must match"),
     Change("grad on meta", _grad_on_meta, "must match"),
     Change("grad transposed", _grad_transposed, None),
+    Change("grad sparse", _sparse_grad, "dense layout"),
+    Change("grad requiring grad", _grad_requiring_grad, None),
+    Change("grad of a tensor subclass", _subclass_grad, None),
     Change("param grad_fn appears", _grad_fn_appears, "grad_fn"),
     Change("buffer grad_fn appears", _buffer_grad_fn_appears, "grad_fn"),
     Change("inference mode on", _unchanged, None, inference=True),
@@ -290,10 +309,18 @@ def _tensors(world: World) -> list[Tensor]:
     return [*params.values(), *(t for t in leaves if isinstance(t, Tensor))]
 
 
+@pytest.fixture(params=["torch's check", "listed facts"])
+def facts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Kept facts checked by torch's C++ tensor check, or by `_repeat`'s own lists."""
+    if request.param == "listed facts":
+        monkeypatch.setattr(_repeat, "_TORCH_CHECK", None)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("factory", list(FACTORIES), ids=str)
 @pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.name)
 def test_a_change_between_calls_is_met_as_a_first_call_meets_it(
-    change: Change, factory: str
+    change: Change, factory: str, facts: str
 ) -> None:
     """The call with a kept record refuses or steps exactly as one checked in full."""
     make = FACTORIES[factory]
@@ -475,3 +502,37 @@ def test_facts_are_read_after_the_gradients_mapping_ran_its_code() -> None:
     with pytest.raises(ValueError, match="share memory"):
         opt.step_(params, _Meddling(grads, params), state)
     assert equal(before, snapshot(state))
+
+
+@pytest.mark.parametrize("field", ["params", "state"])
+def test_a_grad_fn_on_a_tensor_that_required_grad_is_refused(
+    field: str, facts: str
+) -> None:
+    """A kept record with a tensor that requires grad reads `is_leaf` every call.
+
+    Its facts (`requires_grad` included) stay as they were when the flag is
+    turned off and an in-place operation records the tensor again.
+    """
+    opt = optim.Adam(lr=0.1)
+    params, grads, state = _world(opt)
+    tensor = params["b"] if field == "params" else _buffer(state, "b")["b"]
+    tensor.requires_grad_()
+    params, state = opt.step_(params, grads, state)  # a record with it
+    params, state = opt.step_(params, grads, state)  # kept
+    tensor.requires_grad_(False)
+    tensor.mul_(torch.ones((), requires_grad=True))  # a grad_fn, requires_grad again
+    assert tensor.grad_fn is not None
+    before = snapshot((params, grads, state))
+    with pytest.raises(ValueError, match="grad_fn"):
+        opt.step_(params, grads, state)
+    assert equal(before, snapshot((params, grads, state)))
+
+
+def test_a_freed_tensor_ends_the_record() -> None:
+    """A record of a freed tensor is not reused for a new one at its `id`."""
+    opt = optim.SGD(lr=0.1, momentum=0.9)
+    params, _, state = _world(opt)
+    record = _repeat._KEPT[opt]  # pyright: ignore[reportPrivateUsage]
+    assert record.alive[0]
+    del params, state
+    assert not record.alive[0]
