@@ -310,7 +310,8 @@ class MultiSteps(Optimizer[MultiStepsState]):
         """
         if one_graph(self) is not None:  # `update`, one graph
             return super().step(params, grads, state)
-        aligned = self._checked(params, grads, state)
+        with self._facts_kept(params, state):
+            aligned = self._checked(params, grads, state)
         calls = self._calls(state)
         if not params or calls is None:
             return super().step(params, grads, state)

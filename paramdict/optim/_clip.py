@@ -149,7 +149,8 @@ class ClipGradNorm(Optimizer[S]):
         """
         if one_graph(self) is not None:  # `update`, one graph
             return super().step(params, grads, state)
-        aligned = self._checked(params, grads, state)
+        with self._facts_kept(params, state):
+            aligned = self._checked(params, grads, state)
         if not params:
             return params, state
         with torch.no_grad():

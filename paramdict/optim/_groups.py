@@ -489,7 +489,8 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         """
         if one_graph(self) is not None:  # `update`, one graph
             return super().step(params, grads, state)
-        aligned = self._checked(params, grads, state)
+        with self._facts_kept(params, state):
+            aligned = self._checked(params, grads, state)
         if not params:
             return params, state
         routes = self._routes_for(params)

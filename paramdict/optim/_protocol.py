@@ -39,6 +39,7 @@ from __future__ import annotations
 # pyright: reportPrivateUsage=false
 # (ParamDict's and torch's package-internal helpers)
 import abc
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
@@ -53,7 +54,7 @@ from ._keyed import aligned_grads, check_grads, finished, requires_grad_like
 from ._layout import fused_copies, in_place_grads
 from ._registry import register_state
 from ._repeat import repeating
-from ._strategy import Choice, Path, choose, traced
+from ._strategy import Choice, Path, choose, traced, transformed
 from ._vocabulary import Kernels
 from ._vocabulary_inplace import InPlaceKernels
 from ._vocabulary_recorded import RecordedKernels
@@ -210,6 +211,17 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             raise TypeError(msg)
         return aligned_grads(params, grads)
 
+    def _facts_kept(
+        self, params: ParamDict, state: S
+    ) -> contextlib.AbstractContextManager[None]:
+        """`step`'s checks keep what they found on tensors of these facts (`_repeat`).
+
+        Not on a `torch.func` transform's wrapped tensors.
+        """
+        if transformed():
+            return contextlib.nullcontext()
+        return repeating(self, params, state, addressed=False)
+
     def _check_aligned(self, params: ParamDict, grads: ParamDict, state: S) -> None:
         """Raise unless `grads` (aligned) and `state` fit `params`."""
         check_grads(params, grads)
@@ -265,10 +277,11 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             >>> params["w"]  # unchanged
             tensor([1.], requires_grad=True)
         """
-        aligned = self._checked(params, grads, state)
-        if not params:  # nothing to update: torch's foreach calls refuse empty lists
-            return params, state
-        path, rates = choose(self, params, state, in_place=False)
+        with self._facts_kept(params, state):
+            aligned = self._checked(params, grads, state)
+            if not params:  # nothing to update: torch's foreach calls refuse []
+                return params, state
+            path, rates = choose(self, params, state, in_place=False)
         if path is Path.RECORDED:
             ops: Kernels = RecordedKernels.for_params(params)
             new_params, new_state = self.update(params, aligned, state, ops)

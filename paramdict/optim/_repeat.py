@@ -140,6 +140,7 @@ class _Record:
     __slots__ = (
         "addresses",
         "alive",
+        "count",
         "entries",
         "ids",
         "inference_mode",
@@ -156,7 +157,7 @@ class _Record:
         tensors: list[Tensor],
         keys: list[tuple[str, ...]],
         shape: list[object],
-        addresses: list[int],
+        addresses: list[int] | None,
         count: int,
     ) -> None:
         alive = self.alive = [True]
@@ -164,8 +165,11 @@ class _Record:
         def freed(_: object) -> None:  # holds `alive` only: no cycle
             alive[0] = False
 
-        self.refs = [weakref.ref(t, freed) for t in tensors]
-        self.ids = list(map(id, tensors))
+        # A record without addresses (`step`'s) vouches for the facts alone.
+        addressed = addresses is not None
+        self.refs = [weakref.ref(t, freed) for t in tensors] if addressed else []
+        self.ids = list(map(id, tensors)) if addressed else None
+        self.count = len(tensors)
         self.keys = keys
         self.shape = shape
         self.addresses = addresses
@@ -186,17 +190,18 @@ class _Record:
         tensors: list[Tensor],
         keys: list[tuple[str, ...]],
         shape: list[object],
-        addresses: list[int],
+        addresses: list[int] | None,
     ) -> bool:
-        """Whether these are the record's tensors, with the record's facts."""
+        """Whether these are the record's tensors (or have their facts, `step`'s)."""
         return (
             self.alive[0]  # every tensor alive: equal `id`s are the same tensors
-            and list(map(id, tensors)) == self.ids
+            and len(tensors) == self.count
+            and (addresses is None or list(map(id, tensors)) == self.ids)
             and addresses == self.addresses
             and keys == self.keys
             and shape == self.shape
             and torch.is_inference_mode_enabled() == self.inference_mode
-            and self.layouts.check(*tensors)  # the same count: `ids` are equal
+            and self.layouts.check(*tensors)
         )
 
 
@@ -209,6 +214,7 @@ class _Current(NamedTuple):
 
 
 _KEPT: weakref.WeakKeyDictionary[object, _Record] = weakref.WeakKeyDictionary()
+_KEPT_FACTS: weakref.WeakKeyDictionary[object, _Record] = weakref.WeakKeyDictionary()
 _CURRENT: contextvars.ContextVar[_Current | None] = contextvars.ContextVar(
     "paramdict_optim_repeat", default=None
 )
@@ -224,6 +230,7 @@ def _walk(
 ) -> None:
     """Add the tensors, ParamDict keys, structure and tuples of a state's `node`."""
     if isinstance(node, Tensor):
+        shape.append(Tensor)
         tensors.append(node)
     elif isinstance(node, ParamDict):
         shape.append(type(node))
@@ -241,12 +248,16 @@ def _walk(
         tensors.extend(t for t in leaves if isinstance(t, Tensor))
 
 
-def _confirmed(opt: object, params: ParamDict, state: object) -> _Current | None:
+def _confirmed(
+    opt: object, params: ParamDict, state: object, addressed: bool
+) -> _Current | None:
     """The record of `opt` for these tensors as they are now, kept or new.
 
     None where nothing is kept (DTensors, tensors without data of their own,
     an optimizer that cannot be weakly referenced; `params` not a ParamDict,
-    refused next) or where a tensor is recorded by autograd (checked in full).
+    refused next) or, `addressed`, where a tensor is recorded by autograd
+    (checked in full). Not `addressed` (`step`'s), the record is of the
+    facts alone.
     """
     if not isinstance(cast(object, params), ParamDict):
         return None
@@ -257,30 +268,38 @@ def _confirmed(opt: object, params: ParamDict, state: object) -> _Current | None
     _walk(state, tensors, keys, shape, parts)
     if holds_dtensors(tensors):
         return None
+    records = _KEPT if addressed else _KEPT_FACTS
+    addresses: list[int] | None = None
+    if addressed:
+        try:
+            addresses = list(map(_address, tensors))
+        except (RuntimeError, NotImplementedError):  # sparse, or no own storage
+            return None
     try:
-        addresses = list(map(_address, tensors))
-    except (RuntimeError, NotImplementedError):  # sparse, or no storage of its own
-        return None
-    try:
-        record = _KEPT.get(opt)
+        record = records.get(opt)
         if record is None or not record.holds(tensors, keys, shape, addresses):
             record = _Record(tensors, keys, shape, addresses, len(params._vals))
-            _KEPT[opt] = record
+            records[opt] = record
     except TypeError:  # an optimizer of `__slots__` without `__weakref__`
         return None
-    if record.recordable and not all(map(_is_leaf, tensors)):
+    if addressed and record.recordable and not all(map(_is_leaf, tensors)):
         return None  # a `grad_fn` (appeared): refused in full
     return _Current(params, parts, record)
 
 
 @contextlib.contextmanager
 def repeating(
-    opt: object, params: ParamDict, state: object
+    opt: object, params: ParamDict, state: object, *, addressed: bool = True
 ) -> Generator[None, None, None]:
     """Let the checks of the block reuse what `opt`'s last `step_` found.
 
     `step_` enters it where no `torch.compile` or `torch.func` transform runs
-    (`_strategy.traced`); compiled, it keeps nothing.
+    (`_strategy.traced`); compiled, it keeps nothing. `step` enters it, where
+    no `torch.func` transform runs (`_strategy.transformed`), with
+    `addressed=False`: a record of the facts alone (keys, structure, each
+    tensor's layout facts), kept apart from `step_`'s, whose verdicts are
+    those that depend on nothing else; `kept(..., by_address=True)` checks in
+    full under it.
 
     Example:
         >>> from paramdict import optim
@@ -300,14 +319,21 @@ def repeating(
     if torch.compiler.is_compiling():  # traced: nothing is kept (see above)
         yield
         return
-    token = _CURRENT.set(_confirmed(opt, params, state))
+    token = _CURRENT.set(_confirmed(opt, params, state, addressed))
     try:
         yield
     finally:
         _CURRENT.reset(token)
 
 
-def kept(params: ParamDict, state: object, what: Hashable, check: Callable[[], T]) -> T:
+def kept(
+    params: ParamDict,
+    state: object,
+    what: Hashable,
+    check: Callable[[], T],
+    *,
+    by_address: bool = False,
+) -> T:
     """Return `check()`, or what it returned on an earlier call with the same facts.
 
     Inside `repeating(opt, params, state)` for these very `params`, a verdict
@@ -323,6 +349,9 @@ def kept(params: ParamDict, state: object, what: Hashable, check: Callable[[], T
         what: The verdict's name; with the optimizer's weak reference where
             the verdict depends on the optimizer's options.
         check: Computes the verdict.
+        by_address: Whether the verdict depends on the tensors' identities
+            and addresses too (what `step_` may write): then it is kept by
+            `step_`'s records only.
 
     Returns:
         The verdict.
@@ -331,6 +360,8 @@ def kept(params: ParamDict, state: object, what: Hashable, check: Callable[[], T
         return check()
     current = _CURRENT.get()
     if current is None or current.params is not params:
+        return check()
+    if by_address and current.record.addresses is None:  # `step`'s: facts only
         return check()
     if state is not None:
         place = current.parts.get(id(state))

@@ -81,7 +81,8 @@ def check_writable(
         raise ValueError(_DIFFERENTIABLE)
     if transformed():
         raise ValueError(_TRANSFORMED)
-    owners = kept(params, state, "writable", partial(_check_tensors, params, state))
+    check = partial(_check_tensors, params, state)
+    owners = kept(params, state, "writable", check, by_address=True)
     if grads:
         _check_grads(params, state, grads, owners)
 

@@ -536,3 +536,51 @@ def test_a_freed_tensor_ends_the_record() -> None:
     assert record.alive[0]
     del params, state
     assert not record.alive[0]
+
+
+def _step_world(opt: Opt) -> World:
+    """Parameters, gradients and state after one `step` of `opt` (a facts record)."""
+    params, grads = _values(0), _values(1)
+    params, state = opt.step(params, grads, opt.init(params))
+    return params, _values(2), state
+
+
+def _step(opt: Opt, world: World, inference: bool) -> tuple[Exception | None, World]:
+    """`step` on `world`: its error (or None), and what it returned."""
+    params, grads, state = world
+    mode = torch.inference_mode() if inference else contextlib.nullcontext()
+    try:
+        with mode:
+            params, state = opt.step(params, grads, state)
+    except (TypeError, ValueError, RuntimeError) as error:
+        return error, world
+    return None, (params, grads, state)
+
+
+@pytest.mark.parametrize("factory", list(FACTORIES), ids=str)
+@pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.name)
+def test_step_after_a_change_acts_as_a_first_call(
+    change: Change, factory: str, facts: str
+) -> None:
+    """`step` keeps what it found on tensors of the same facts, and nothing else.
+
+    The second call, after the change, refuses with the same error or returns
+    the same bytes as a fresh optimizer's call, which checks in full.
+    """
+    make = FACTORIES[factory]
+    fresh_error, fresh_after = _step(
+        make(), change.apply(*_step_world(make())), change.inference
+    )
+    opt = make()
+    changed = change.apply(*_step_world(opt))
+    assert _repeat._KEPT_FACTS.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
+    before = snapshot(changed)
+    error, after = _step(opt, changed, change.inference)
+    assert type(error) is type(fresh_error)
+    assert str(error) == str(fresh_error)
+    assert equal(before, snapshot(changed)), "`step` changed its inputs"
+    if error is not None:  # (a resized tensor's new elements are not the same)
+        return
+    for mine, theirs in zip(_tensors(after), _tensors(fresh_after), strict=True):
+        assert mine.dtype == theirs.dtype
+        assert torch.equal(mine, theirs)

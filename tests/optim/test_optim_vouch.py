@@ -33,11 +33,11 @@ def _count_full_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize(("mode", "full_checks"), [("step", 4), ("step_", 1)])
+@pytest.mark.parametrize(("mode", "full_checks"), [("step", 1), ("step_", 1)])
 def test_a_state_checked_in_step_in_place_is_not_compared_again(
     monkeypatch: pytest.MonkeyPatch, mode: str, full_checks: int
 ) -> None:
-    """`step_` gets the same objects back: checked once; `step` makes new ones."""
+    """`step_` gets the same objects back, `step` new ones of the same facts: once."""
     params, grads, opt, state = _setup()
     calls = _count_full_checks(monkeypatch)
     step = opt.step if mode == "step" else opt.step_
