@@ -175,14 +175,30 @@ def _compared(params: ParamDict, values: list[Tensor]) -> bool:
     )
 
 
-def check_grads(params: ParamDict, grads: ParamDict, /) -> None:
+def check_grads(params: ParamDict, grads: ParamDict, /) -> ParamDict:
     """Raise unless each gradient has its parameter's shape, dtype and device.
 
     The parameters themselves must be real floating-point tensors (`check_real`):
     an integer parameter is refused by key, not by a kernel's message.
+
+    Returns:
+        `grads`, or where one has the negative bit set (a view of negated
+        memory, as the imaginary part of a conjugated complex tensor) a copy
+        of it with the bit resolved: torch's foreach kernels that write
+        (the fused ones, `step_`'s) refuse such an operand.
     """
     kept(params, None, "real", partial(check_real, params))
     check_keyed(params, grads, what="The gradients")
+    values = grads._vals
+    if torch.compiler.is_compiling() or kept_alike(
+        params, values, "not negated", partial(_not_negated, values)
+    ):
+        return grads
+    return grads._derive([g.resolve_neg() for g in values])
+
+
+def _not_negated(values: list[Tensor]) -> bool:
+    return not any(map(Tensor.is_neg, values))
 
 
 def finished(new: ParamDict, old: P, dtype: torch.dtype | None, /) -> P:

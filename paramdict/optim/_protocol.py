@@ -190,8 +190,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         self, params: ParamDict, grads: Mapping[str, Tensor], state: S
     ) -> ParamDict:
         aligned = self._aligned(params, grads)
-        self._check_aligned(params, aligned, state)
-        return aligned
+        return self._check_aligned(params, aligned, state)
 
     def _aligned(self, params: ParamDict, grads: Mapping[str, Tensor]) -> ParamDict:
         """Return `grads` in `params`' key order, after checking what both are."""
@@ -214,18 +213,18 @@ class Optimizer(OptionalHooks[S], abc.ABC):
     def _facts_kept(
         self, params: ParamDict, state: S
     ) -> contextlib.AbstractContextManager[None]:
-        """`step`'s checks keep what they found on tensors of these facts (`_repeat`).
-
-        Not on a `torch.func` transform's wrapped tensors.
-        """
+        """`step`'s checks keep their verdicts on tensors of these facts (`_repeat`)."""
         if transformed():
             return contextlib.nullcontext()
         return repeating(self, params, state, addressed=False)
 
-    def _check_aligned(self, params: ParamDict, grads: ParamDict, state: S) -> None:
-        """Raise unless `grads` (aligned) and `state` fit `params`."""
-        check_grads(params, grads)
+    def _check_aligned(
+        self, params: ParamDict, grads: ParamDict, state: S
+    ) -> ParamDict:
+        """Raise unless `grads` (aligned) and `state` fit `params`; the grads to use."""
+        grads = check_grads(params, grads)
         self.check_state(params, state)
+        return grads
 
     def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
         """Return the parameters after one update, and the next state.
@@ -378,7 +377,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         # after a mapping of gradients ran its own code).
         aligned = self._aligned(params, grads)
         with repeating(self, params, state):
-            self._check_step_(params, aligned, state)
+            aligned = self._check_step_(params, aligned, state)
             if not params:
                 return params, state
             with planned():
@@ -401,13 +400,13 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         """
         aligned = self._aligned(params, grads)
         with repeating(self, params, state):
-            self._check_step_(params, aligned, state)
-        return aligned
+            return self._check_step_(params, aligned, state)
 
-    def _check_step_(self, params: ParamDict, grads: ParamDict, state: S) -> None:
-        """Raise, before `step_` writes, on anything it refuses (inside `repeating`)."""
-        self._check_aligned(params, grads, state)
+    def _check_step_(self, params: ParamDict, grads: ParamDict, state: S) -> ParamDict:
+        """Raise, before `step_` writes, on anything it refuses; the grads to use."""
+        grads = self._check_aligned(params, grads, state)
         check_writable(False, params, grads, state)
+        return grads
 
     def _write_traced(self, params: ParamDict, grads: ParamDict, state: S) -> S:
         """Write one step into the tensors of checked `params` and `state`.

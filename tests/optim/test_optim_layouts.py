@@ -3,9 +3,11 @@
 torch's fused kernels walk memory in order; gradients here come from anywhere
 (`einsum`, transposes, slices, channels-last convolutions). Each example lays out
 the parameters, the gradients and the state at random (contiguous, transposed,
-channels-last, a stepped slice of a larger tensor, an offset view, an expanded
-gradient), runs three steps in one mode, and compares with torch.optim on tensors
-of the same layouts with `.grad` set to the same gradients (float64, rtol 1e-12).
+channels-last, a stepped slice of a larger tensor, an offset view; for a
+gradient also expanded, or a view with the negative bit set, as the imaginary
+part of a conjugated complex tensor is), runs three steps in one mode, and
+compares with torch.optim on tensors of the same layouts with `.grad` set to the
+same gradients (float64, rtol 1e-12).
 Around each view a guard region of its base tensor must keep every byte.
 """
 
@@ -26,7 +28,7 @@ from paramdict import ParamDict, optim
 F64 = torch.float64
 STEPS = 3
 LAYOUTS = ("contiguous", "transposed", "channels_last", "stepped", "offset")
-GRAD_LAYOUTS = (*LAYOUTS, "expanded")
+GRAD_LAYOUTS = (*LAYOUTS, "expanded", "negated")
 # (shape) per key; Muon's row takes matrices only, named like the MLP's weights.
 SHAPES: dict[str, tuple[int, ...]] = {
     "lin.weight": (3, 4),
@@ -60,6 +62,11 @@ class Placed:
         elif layout == "expanded" and len(shape) >= 1 and shape[0] > 1:
             base = values[:1].clone()
             self.base, self.tensor = base, base.expand(shape)
+            self._mask = torch.ones_like(base, dtype=torch.bool)
+            return
+        elif layout == "negated":  # the negative bit set: a view reading `-base`
+            base = values.neg()
+            self.base, self.tensor = base, base._neg_view()
             self._mask = torch.ones_like(base, dtype=torch.bool)
             return
         else:
