@@ -398,7 +398,7 @@ STEPPING = [c for c in CHANGES if c.refused is None]
 
 
 @settings(
-    max_examples=8,
+    max_examples=16,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
@@ -407,18 +407,23 @@ STEPPING = [c for c in CHANGES if c.refused is None]
 def test_a_loop_of_changes_equals_one_checked_in_full_every_call(
     data: st.DataObject,
 ) -> None:
-    """Steps between allowed changes: the kept loop writes the fresh loop's bytes."""
+    """Steps between allowed changes: the kept loop writes the fresh loop's bytes.
+
+    In place (`step_`, a record of the tensors) or not (`step`, of their facts).
+    """
     factory = data.draw(st.sampled_from(sorted(FACTORIES)), label="optimizer")
     changes = data.draw(
         st.lists(st.sampled_from(STEPPING), min_size=1, max_size=5), label="changes"
     )
+    in_place = data.draw(st.booleans(), label="step_")
+    start, call = (_world, _call) if in_place else (_step_world, _step)
     make = FACTORIES[factory]
     opt = make()
-    kept_world, fresh_world = _world(opt), _world(make())
+    kept_world, fresh_world = start(opt), start(make())
     for change in changes:
         for world, stepper in ((kept_world, opt), (fresh_world, make())):
             params, grads, state = change.apply(*world)
-            error, after = _call(stepper, (params, grads, state), change.inference)
+            error, after = call(stepper, (params, grads, state), change.inference)
             assert error is None, (change.name, error)
             if stepper is opt:
                 kept_world = after
