@@ -56,10 +56,11 @@ def _values(seed: int) -> ParamDict:
     return ParamDict({k: torch.randn(s, generator=gen) for k, s in SHAPES.items()})
 
 
-def _world(opt: Opt) -> World:
-    """Parameters, gradients and state after one `step_` of `opt`."""
+def _world(opt: Opt, in_place: bool = True) -> World:
+    """Parameters, gradients and state after one `step_` (or `step`) of `opt`."""
     params, grads = _values(0), _values(1)
-    params, state = opt.step_(params, grads, opt.init(params))
+    step = opt.step_ if in_place else opt.step
+    params, state = step(params, grads, opt.init(params))
     return params, _values(2), state
 
 
@@ -291,13 +292,16 @@ CHANGES = [
 ]
 
 
-def _call(opt: Opt, world: World, inference: bool) -> tuple[Exception | None, World]:
-    """`step_` on `world`: its error (or None), and the operands it returned."""
+def _call(
+    opt: Opt, world: World, inference: bool, in_place: bool = True
+) -> tuple[Exception | None, World]:
+    """`step_` (or `step`) on `world`: its error (or None), and what it returned."""
     params, grads, state = world
     mode = torch.inference_mode() if inference else contextlib.nullcontext()
+    step = opt.step_ if in_place else opt.step
     try:
         with mode:
-            params, state = opt.step_(params, grads, state)
+            params, state = step(params, grads, state)
     except (TypeError, ValueError) as error:
         return error, world
     return None, (params, grads, state)
@@ -416,14 +420,13 @@ def test_a_loop_of_changes_equals_one_checked_in_full_every_call(
         st.lists(st.sampled_from(STEPPING), min_size=1, max_size=5), label="changes"
     )
     in_place = data.draw(st.booleans(), label="step_")
-    start, call = (_world, _call) if in_place else (_step_world, _step)
     make = FACTORIES[factory]
     opt = make()
-    kept_world, fresh_world = start(opt), start(make())
+    kept_world, fresh_world = _world(opt, in_place), _world(make(), in_place)
     for change in changes:
         for world, stepper in ((kept_world, opt), (fresh_world, make())):
-            params, grads, state = change.apply(*world)
-            error, after = call(stepper, (params, grads, state), change.inference)
+            changed = change.apply(*world)
+            error, after = _call(stepper, changed, change.inference, in_place)
             assert error is None, (change.name, error)
             if stepper is opt:
                 kept_world = after
@@ -543,25 +546,6 @@ def test_a_freed_tensor_ends_the_record() -> None:
     assert not record.alive[0]
 
 
-def _step_world(opt: Opt) -> World:
-    """Parameters, gradients and state after one `step` of `opt` (a facts record)."""
-    params, grads = _values(0), _values(1)
-    params, state = opt.step(params, grads, opt.init(params))
-    return params, _values(2), state
-
-
-def _step(opt: Opt, world: World, inference: bool) -> tuple[Exception | None, World]:
-    """`step` on `world`: its error (or None), and what it returned."""
-    params, grads, state = world
-    mode = torch.inference_mode() if inference else contextlib.nullcontext()
-    try:
-        with mode:
-            params, state = opt.step(params, grads, state)
-    except (TypeError, ValueError, RuntimeError) as error:
-        return error, world
-    return None, (params, grads, state)
-
-
 @pytest.mark.parametrize("factory", list(FACTORIES), ids=str)
 @pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.name)
 def test_step_after_a_change_acts_as_a_first_call(
@@ -573,14 +557,14 @@ def test_step_after_a_change_acts_as_a_first_call(
     the same bytes as a fresh optimizer's call, which checks in full.
     """
     make = FACTORIES[factory]
-    fresh_error, fresh_after = _step(
-        make(), change.apply(*_step_world(make())), change.inference
+    fresh_error, fresh_after = _call(
+        make(), change.apply(*_world(make(), False)), change.inference, False
     )
     opt = make()
-    changed = change.apply(*_step_world(opt))
+    changed = change.apply(*_world(opt, False))
     assert _repeat._KEPT_FACTS.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
     before = snapshot(changed)
-    error, after = _step(opt, changed, change.inference)
+    error, after = _call(opt, changed, change.inference, False)
     assert type(error) is type(fresh_error)
     assert str(error) == str(fresh_error)
     assert equal(before, snapshot(changed)), "`step` changed its inputs"
