@@ -66,6 +66,7 @@ _dtype = cast("Callable[[Tensor], torch.dtype]", operator.attrgetter("dtype"))
 _device = cast("Callable[[Tensor], torch.device]", operator.attrgetter("device"))
 _is_leaf = cast("Callable[[Tensor], bool]", operator.attrgetter("is_leaf"))
 _requires_grad = cast("Callable[[Tensor], bool]", operator.attrgetter("requires_grad"))
+_PLAIN = {Tensor, torch.nn.Parameter}
 
 
 def _torch_check() -> Callable[..., _Layouts] | None:
@@ -119,9 +120,24 @@ def _listed(tensors: Sequence[Tensor]) -> tuple[list[Any], ...]:
     )
 
 
+def _readable(tensors: Sequence[Tensor]) -> bool:
+    """Whether torch's check can read `tensors`: plain, dense, not nested.
+
+    It reads sizes and strides in C++, where a tensor without them (sparse,
+    nested, a subclass of its own sizes) ends the process instead of raising.
+    """
+    if not set(map(type, tensors)) <= _PLAIN:
+        return False
+    try:  # sparse, nested and opaque tensors raise here, in Python
+        list(map(_stride, tensors))
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
 def _layouts(tensors: Sequence[Tensor]) -> _Layouts:
-    """The layout facts of `tensors`: torch's own check where it has one."""
-    if _TORCH_CHECK is not None:
+    """The layout facts of `tensors`: torch's own check where it can read them."""
+    if _TORCH_CHECK is not None and _readable(tensors):
         try:
             return _TORCH_CHECK(
                 *tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None
@@ -201,8 +217,16 @@ class _Record:
             and keys == self.keys
             and shape == self.shape
             and torch.is_inference_mode_enabled() == self.inference_mode
+            # The same tensors are of the same kinds (`.data =` and `set_` keep
+            # it); new ones (`step`'s) are read by torch's check if it can.
+            and (self.ids is not None or _safe(self.layouts, tensors))
             and self.layouts.check(*tensors)
         )
+
+
+def _safe(layouts: _Layouts, tensors: Sequence[Tensor]) -> bool:
+    """Whether `layouts.check` may be handed `tensors` (see `_readable`)."""
+    return isinstance(layouts, _Listed) or _readable(tensors)
 
 
 class _Current(NamedTuple):
@@ -211,6 +235,7 @@ class _Current(NamedTuple):
     params: ParamDict
     parts: dict[int, int]  # `id` of the state and of each tuple in it: its place
     record: _Record
+    same: dict[int, bool]  # `id` of a list of other tensors: facts as kept?
 
 
 _KEPT: weakref.WeakKeyDictionary[object, _Record] = weakref.WeakKeyDictionary()
@@ -282,9 +307,11 @@ def _confirmed(
             records[opt] = record
     except TypeError:  # an optimizer of `__slots__` without `__weakref__`
         return None
+    except (RuntimeError, NotImplementedError):  # a tensor without sizes or strides
+        return None
     if addressed and record.recordable and not all(map(_is_leaf, tensors)):
         return None  # a `grad_fn` (appeared): refused in full
-    return _Current(params, parts, record)
+    return _Current(params, parts, record, {})
 
 
 @contextlib.contextmanager
@@ -402,13 +429,35 @@ def kept_alike(
     if current is None or current.params is not params:
         return check()
     verdicts = current.record.verdicts
-    found = cast("_Layouts | None", verdicts.get(what))
-    if found is not None and len(values) == len(params._vals) and found.check(*values):
+    nothing: tuple[_Layouts | None, set[str]] = (None, set())
+    kept_facts, passed = cast(
+        "tuple[_Layouts | None, set[str]]", verdicts.get(_OTHERS, nothing)
+    )
+    same = current.same.get(id(values))
+    if same is None:  # once a call: the tests share one record of `values`' facts
+        same = False
+        with contextlib.suppress(RuntimeError, NotImplementedError):  # no strides
+            same = (
+                kept_facts is not None
+                and len(values) == len(params._vals)
+                and _safe(kept_facts, values)
+                and kept_facts.check(*values)
+            )
+        current.same[id(values)] = same
+    if same and what in passed:
         return True
-    passed = check()
-    if passed:
-        verdicts[what] = _layouts(values)
-    return passed
+    result = check()
+    if result and same:
+        passed.add(what)
+    elif result:  # other facts: a new record of them, with this test passed
+        with contextlib.suppress(RuntimeError, NotImplementedError):
+            verdicts[_OTHERS] = (_layouts(values), {what})
+            current.same[id(values)] = True
+    return result
+
+
+_OTHERS = ("facts of other tensors",)
+"""The verdicts' key of `kept_alike`'s record: their facts, the tests passed."""
 
 
 def known_entries(params: ParamDict) -> EntryFacts | None:
