@@ -235,7 +235,9 @@ class _Current(NamedTuple):
     params: ParamDict
     parts: dict[int, int]  # `id` of the state and of each tuple in it: its place
     record: _Record
-    same: dict[int, bool]  # `id` of a list of other tensors: facts as kept?
+    # `id` of a list of other tensors: the list (held, so that no other list
+    # takes its `id` during the call) and whether its facts are the kept ones.
+    same: dict[int, tuple[list[Tensor], bool]]
 
 
 _KEPT: weakref.WeakKeyDictionary[object, _Record] = weakref.WeakKeyDictionary()
@@ -433,8 +435,10 @@ def kept_alike(
     kept_facts, passed = cast(
         "tuple[_Layouts | None, set[str]]", verdicts.get(_OTHERS, nothing)
     )
-    same = current.same.get(id(values))
-    if same is None:  # once a call: the tests share one record of `values`' facts
+    memo = current.same.get(id(values))
+    if memo is not None:  # once a call: the tests share one record of `values`' facts
+        same = memo[1]
+    else:
         same = False
         with contextlib.suppress(RuntimeError, NotImplementedError):  # no strides
             same = (
@@ -443,7 +447,7 @@ def kept_alike(
                 and _safe(kept_facts, values)
                 and kept_facts.check(*values)
             )
-        current.same[id(values)] = same
+        current.same[id(values)] = (values, same)
     if same and what in passed:
         return True
     result = check()
@@ -452,7 +456,9 @@ def kept_alike(
     elif result:  # other facts: a new record of them, with this test passed
         with contextlib.suppress(RuntimeError, NotImplementedError):
             verdicts[_OTHERS] = (_layouts(values), {what})
-            current.same[id(values)] = True
+            # What the call found for other lists was against the old facts.
+            current.same.clear()
+            current.same[id(values)] = (values, True)
     return result
 
 

@@ -547,6 +547,49 @@ def test_a_freed_tensor_ends_the_record() -> None:
     assert not record.alive[0]
 
 
+def _alike_world() -> tuple[Opt, ParamDict, Any]:
+    opt = optim.Adam(lr=0.1)
+    params = ParamDict(w=torch.zeros(2, 3), b=torch.zeros(3))
+    return opt, params, opt.init(params)
+
+
+def _test(result: bool, ran: list[bool]) -> Callable[[], bool]:
+    def check() -> bool:
+        ran.append(True)
+        return result
+
+    return check
+
+
+def test_a_kept_test_of_other_tensors_follows_their_latest_facts() -> None:
+    """A list found alike before the kept facts changed meets the new ones afresh."""
+    opt, params, state = _alike_world()
+    first = [torch.zeros(2, 3), torch.zeros(3)]
+    other = [torch.zeros(3, 2).t(), torch.zeros(3)]  # other strides
+    ran: list[bool] = []
+    with _repeat.repeating(opt, params, state):
+        assert _repeat.kept_alike(params, first, "a", _test(True, ran))
+        assert _repeat.kept_alike(params, other, "a", _test(True, ran))
+        assert _repeat.kept_alike(params, other, "b", _test(True, ran))
+        # "b" passed for `other`'s facts only: `first` is tested itself.
+        assert not _repeat.kept_alike(params, first, "b", _test(False, ran))
+    assert len(ran) == 4
+
+
+def test_a_kept_test_of_a_freed_list_is_not_reused_at_its_id() -> None:
+    """A list made, tested and dropped within a call lends nothing to the next one."""
+    opt, params, state = _alike_world()
+    ran: list[bool] = []
+    with _repeat.repeating(opt, params, state):
+        for _ in range(20):  # CPython reuses a freed list's memory at once
+            good = [torch.zeros(2, 3), torch.zeros(3)]
+            assert _repeat.kept_alike(params, good, "a", _test(True, ran))
+            del good
+            bad = [torch.zeros(3, 2).t(), torch.zeros(3)]
+            assert not _repeat.kept_alike(params, bad, "a", _test(False, ran))
+            del bad
+
+
 @pytest.mark.parametrize("factory", list(FACTORIES), ids=str)
 @pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.name)
 def test_step_after_a_change_acts_as_a_first_call(
