@@ -45,7 +45,7 @@ import torch
 import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 
-__all__ = ["call", "copy_", "holds_dtensors"]
+__all__ = ["call", "call_", "copy_", "holds_dtensors"]
 
 ForeachOp = Callable[..., Sequence[Tensor]]
 
@@ -319,3 +319,68 @@ def copy_(targets: list[Tensor], sources: list[Tensor]) -> None:
             raise
         for target, source in zip(targets, sources):
             target.copy_(source)
+
+
+def _per_entry_(
+    op: Callable[..., object], args: Sequence[Any], kwargs: dict[str, Any]
+) -> None:
+    """Run the in-place foreach kernel `op` per entry: computed, then copied in.
+
+    Out of place, then `copy_`: both have vmap batching rules (the in-place
+    functions mostly do not) and DTensor sharding rules.
+    """
+    name = op.__name__.removeprefix("_foreach_").removesuffix("_")
+    fn = _ENTRYWISE.get(name) or getattr(torch, name, None)
+    n = len(args[0])
+
+    def pick(arg: Any, i: int) -> Any:
+        return arg[i] if isinstance(arg, (list, tuple)) else arg
+
+    for i in range(n):
+        target, *rest = (pick(a, i) for a in args)
+        entry_kwargs = {k: pick(v, i) for k, v in kwargs.items()}
+        if name == "copy":
+            target.copy_(rest[0])
+        elif name == "zero":
+            target.copy_(torch.zeros_like(target))
+        else:
+            assert fn is not None  # every in-place foreach kernel has its function
+            target.copy_(fn(target, *rest, **entry_kwargs))
+
+
+_LEAF = "a leaf Variable that requires grad"
+
+
+def call_(
+    keys: Sequence[str], op: Callable[..., object], *args: Any, **kwargs: Any
+) -> None:
+    """Run the in-place foreach kernel `op`, or the same in-place call per entry.
+
+    The in-place counterpart of `call`, for the `_`-suffixed methods of ParamDict:
+    per entry under `torch.func.vmap` (no batching rule for the in-place foreach
+    kernels) and on DTensors where the kernel has no sharding rule. A refusal
+    to write into a leaf that requires grad is raised as a `ValueError` naming
+    the entries (`keys`, in the order of `args[0]`).
+
+    Raises:
+        ValueError: If autograd refuses the write (leaves that require grad).
+        RuntimeError: Whatever else the kernel raised.
+    """
+    try:
+        op(*args, **kwargs)
+        return
+    except RuntimeError as err:
+        if _LEAF in str(err):
+            values = cast("list[Tensor]", args[0])
+            leaves = sorted(
+                k for k, v in zip(keys, values) if v.is_leaf and v.requires_grad
+            )
+            msg = (
+                f"Cannot write in place into {leaves!r}: they are leaves that "
+                "require grad, which autograd does not let an operation change. "
+                "Write inside `torch.no_grad()`, or into a copy (`p.clone()`)."
+            )
+            raise ValueError(msg) from None
+        if not (_holds_dtensors(args) or _is_batched([*args, *kwargs.values()])):
+            raise
+    _per_entry_(op, args, kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._autograd import _Autograd
+from ._inplace import _InPlace
 from ._module import _ModuleIO
 from ._operators import _Operators
 from ._pytree import register
@@ -16,7 +17,9 @@ from ._tensors import _Tensors
 __all__ = ["ParamDict"]
 
 
-class ParamDict(_Operators, _Reduce, _Select, _Tensors, _Stack, _Autograd, _ModuleIO):
+class ParamDict(
+    _Operators, _InPlace, _Reduce, _Select, _Tensors, _Stack, _Autograd, _ModuleIO
+):
     """An immutable mapping from names to tensors that keeps parameters keyed.
 
     A `dict[str, Tensor]` that cannot be changed in place and that supports what

@@ -1,0 +1,535 @@
+"""In-place arithmetic: the `_`-suffixed twins of ParamDict's operations.
+
+A ParamDict is an immutable mapping: its keys and the tensor objects it holds never
+change. The tensors themselves are torch's, and these methods write into them, as
+`Tensor.add_` writes into a tensor: `m.lerp_(g, 0.1)` is one
+`torch._foreach_lerp_` over every entry, and returns `m` itself so that calls chain
+(`v.mul_(beta2).addcmul_(g, g, value=1 - beta2)`). Operands take the forms of the
+out-of-place methods (a number, a 0-dim tensor, or a mapping with the same keys);
+the result keeps each entry's dtype, as torch's in-place operations do.
+
+They are the vocabulary of optimizer rules (`paramdict.optim`): a rule writes into
+the parameters and the state it is handed, and the optimizer decides whose tensors
+those are (the caller's for `step_`, fresh copies for `step`, recorded copies with
+`differentiable=True`), so every mode runs the same kernels on the same values.
+Each method is one foreach kernel (two where torch has none that fits, noted on
+the method). Under `torch.func.vmap`, where torch has no batching rule for the
+in-place foreach kernels, the same operation runs entry by entry.
+"""
+
+# pyright: reportUnknownVariableType=false, reportUnknownArgumentType=false
+# (operands are `Any` once `operand` has turned them into foreach arguments)
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
+from torch import Tensor
+from typing_extensions import Self
+
+from ._checks import is_number
+from ._container import _Container
+from ._foreach import call, call_
+from ._kernels import explain, holds_tensors, operand_or_raise
+from ._pointwise import Operand
+
+__all__ = ["Rate"]
+
+Rate = float | Tensor | Mapping[str, Tensor] | Mapping[str, float]
+"""A multiplier: a number, a 0-dim tensor, or per-key values (a mapping)."""
+
+
+def _entry_dtypes(values: list[Tensor], scalar: Tensor) -> list[Tensor]:
+    """`scalar` (0-dim) in each entry's dtype, as type promotion reads it."""
+    cast: dict[torch.dtype, Tensor] = {scalar.dtype: scalar}
+    out: list[Tensor] = []
+    for value in values:
+        dtype = value.dtype
+        if dtype not in cast:
+            cast[dtype] = scalar.to(dtype)
+        out.append(cast[dtype])
+    return out
+
+
+def _as_number(value: Tensor, values: list[Tensor]) -> bool:
+    """Whether a 0-dim `value` may go to a kernel as the number it holds.
+
+    Where reading it is free and nothing records it: a CPU tensor beside CPU
+    entries, eagerly, with autograd not recording it or the entries.
+    """
+    return (
+        value.dim() == 0
+        and value.is_cpu
+        and bool(values)
+        and values[0].is_cpu
+        and not torch.compiler.is_compiling()
+        and not torch._C._functorch.is_functorch_wrapped_tensor(value)
+        and not (
+            torch.is_grad_enabled()
+            and (value.requires_grad or any(v.requires_grad for v in values))
+        )
+    )
+
+
+class _InPlace(_Container):
+    """The in-place operations (see `ParamDict`)."""
+
+    __slots__ = ()
+
+    def _write(self, op: Any, /, *args: Any, **kwargs: Any) -> Self:
+        """Run one in-place foreach kernel on the entries; return `self`."""
+        if self._vals:
+            try:
+                call_(self._keys, op, self._vals, *args, **kwargs)
+            except RuntimeError as err:
+                explained = explain(self._keys, err, (self._vals, *args))
+                if explained is err:
+                    raise
+                raise explained from err
+        return self
+
+    # ------------------------------------------------------------ linear
+
+    def add_(self, other: Operand, /, *, alpha: Rate = 1) -> Self:
+        """Add `alpha * other` into every entry (`Tensor.add_`); return `self`.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+            alpha: The multiplier of `other`: a number (one kernel, as
+                `torch._foreach_add_(values, others, alpha=...)`), a 0-dim tensor
+                (rounded as that number would be), or per-key values.
+
+        Returns:
+            `self`, its tensors updated.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If an operand is of the wrong kind.
+
+        Example:
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> w = p["w"]
+            >>> p.add_(ParamDict(w=torch.ones(2)), alpha=-0.5)["w"] is w, w
+            (True, tensor([0.5000, 1.5000]))
+        """
+        arg = operand_or_raise(self, other, "`add_`")
+        if is_number(alpha):
+            if holds_tensors(arg):
+                return self._write(torch._foreach_add_, arg, alpha=alpha)
+            if alpha != 1:
+                arg = [alpha * a for a in arg] if isinstance(arg, list) else alpha * arg
+            return self._write(torch._foreach_add_, arg)
+        if isinstance(alpha, Tensor):
+            if alpha.dim() != 0:
+                msg = (
+                    "`add_`: `alpha` must be a number, a 0-dim tensor or per-key "
+                    f"values, got a tensor of shape {tuple(alpha.shape)}."
+                )
+                raise TypeError(msg)
+            if holds_tensors(arg):
+                # `x + y * alpha` in one kernel per entry: rounded as a number
+                # `alpha` would be.
+                scales = _entry_dtypes(self._vals, alpha)
+                return self._write(torch._foreach_addcmul_, arg, scales)
+            n = len(self._keys)
+            scaled = (
+                [alpha * a for a in arg] if isinstance(arg, list) else [alpha * arg] * n
+            )
+            return self._write(torch._foreach_add_, scaled)
+        if isinstance(alpha, Mapping):
+            scales = operand_or_raise(self, alpha, "`add_`")
+            if not holds_tensors(arg):  # a number, or per-key numbers
+                n = len(self._keys)
+                numbers = arg if isinstance(arg, list) else [arg] * n
+                scales = (
+                    [torch.as_tensor(s) for s in scales]
+                    if not holds_tensors(scales)
+                    else scales
+                )
+                return self._write(
+                    torch._foreach_add_, [s * a for s, a in zip(scales, numbers)]
+                )
+            return self._write(
+                torch._foreach_add_, call(torch._foreach_mul, arg, scales)
+            )
+        msg = (
+            "`add_`: `alpha` must be a number, a 0-dim tensor or per-key values, "
+            f"got {type(alpha).__name__}."
+        )
+        raise TypeError(msg)
+
+    def sub_(self, other: Operand, /, *, alpha: Rate = 1) -> Self:
+        """Subtract `alpha * other` from every entry (`Tensor.sub_`); return `self`.
+
+        `p.sub_(g, alpha=lr)` is the SGD step, one kernel for a number `lr`.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+            alpha: The multiplier of `other`, in any form `add_` takes.
+
+        Returns:
+            `self`, its tensors updated.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If an operand is of the wrong kind.
+
+        Example:
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> p.sub_(ParamDict(w=torch.ones(2)), alpha=0.5)["w"]
+            tensor([0.5000, 1.5000])
+        """
+        if is_number(alpha):
+            return self.add_(other, alpha=-alpha)
+        if isinstance(alpha, (Tensor, Mapping)):
+            negated: Any = (
+                -alpha
+                if isinstance(alpha, Tensor)
+                else {k: -v for k, v in alpha.items()}
+            )
+            return self.add_(other, alpha=negated)
+        return self.add_(other, alpha=alpha)
+
+    def mul_(self, other: Operand, /) -> Self:
+        """Multiply every entry by `other` (`Tensor.mul_`); return `self`.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            `self`, its tensors updated.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is of the wrong kind.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 2.0])).mul_(3.0)["w"]
+            tensor([3., 6.])
+        """
+        return self._write(torch._foreach_mul_, operand_or_raise(self, other, "`mul_`"))
+
+    def div_(self, other: Operand, /) -> Self:
+        """Divide every entry by `other` (`Tensor.div_`); return `self`.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            `self`, its tensors updated.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `other` is of the wrong kind.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 2.0])).div_(2.0)["w"]
+            tensor([0.5000, 1.0000])
+        """
+        return self._write(torch._foreach_div_, operand_or_raise(self, other, "`div_`"))
+
+    def pow_(self, exponent: Operand, /) -> Self:
+        """Raise every entry to `exponent` (`Tensor.pow_`); return `self`.
+
+        Args:
+            exponent: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            `self`, its tensors updated.
+
+        Raises:
+            ValueError: If a mapping's keys differ or an entry does not broadcast.
+            TypeError: If `exponent` is of the wrong kind.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([2.0, 3.0])).pow_(2)["w"]
+            tensor([4., 9.])
+        """
+        arg = operand_or_raise(self, exponent, "`pow_`")
+        return self._write(torch._foreach_pow_, arg)
+
+    def lerp_(self, end: Mapping[str, Tensor], /, weight: Operand) -> Self:
+        """Move every entry towards `end` by `weight` (`Tensor.lerp_`); return `self`.
+
+        `m.lerp_(g, 1 - beta1)` is the running average of torch's Adam.
+
+        Args:
+            end: A mapping with the same keys.
+            weight: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            `self`, its tensors updated.
+
+        Raises:
+            ValueError: If the keys differ or an entry does not broadcast.
+            TypeError: If `weight` is of the wrong kind.
+
+        Example:
+            >>> ParamDict(w=torch.zeros(2)).lerp_({"w": torch.ones(2)}, 0.25)["w"]
+            tensor([0.2500, 0.2500])
+        """
+        ends = self._aligned(end, what="`lerp_`")
+        w = operand_or_raise(self, weight, "`lerp_`")
+        if isinstance(w, list) and not holds_tensors(w):
+            w = [
+                torch.as_tensor(x, dtype=v.dtype, device=v.device)
+                for x, v in zip(w, self._vals)
+            ]
+        return self._write(torch._foreach_lerp_, ends, w)
+
+    def _addc_(
+        self,
+        op: Any,
+        combine: Any,
+        t1: Mapping[str, Tensor],
+        t2: Mapping[str, Tensor],
+        value: Rate,
+        what: str,
+    ) -> Self:
+        a = self._aligned(t1, what=what)
+        b = self._aligned(t2, what=what)
+        if isinstance(value, Tensor) and _as_number(value, self._vals):
+            # Read as the number it holds (the kernel's `.Tensor` overload reads
+            # it on the host): one kernel, rounded as that number, as torch.optim
+            # reads a tensor rate outside autograd.
+            return self._write(op, a, b, value.detach().reshape(1).repeat(len(a)))
+        v = operand_or_raise(self, value, what)
+        if not holds_tensors(v):
+            return self._write(op, a, b, v)
+        # A tensor `value` multiplies the product (or quotient) first, as
+        # torch.optim does with a tensor rate.
+        scaled = call(torch._foreach_mul, call(combine, a, b), v)
+        return self._write(torch._foreach_add_, scaled)
+
+    def addcmul_(
+        self,
+        tensor1: Mapping[str, Tensor],
+        tensor2: Mapping[str, Tensor],
+        /,
+        *,
+        value: Rate = 1,
+    ) -> Self:
+        """Add `value * tensor1 * tensor2` into every entry; return `self`.
+
+        Args:
+            tensor1: A mapping with the same keys.
+            tensor2: A mapping with the same keys.
+            value: A number (one `torch._foreach_addcmul_`), a 0-dim tensor or
+                per-key values (the product, scaled, then added).
+
+        Returns:
+            `self`, its tensors updated.
+
+        Raises:
+            ValueError: If the keys differ or an entry does not broadcast.
+
+        Example:
+            >>> g = ParamDict(w=torch.tensor([2.0]))
+            >>> ParamDict(w=torch.tensor([1.0])).addcmul_(g, g, value=0.5)["w"]
+            tensor([3.])
+        """
+        return self._addc_(
+            torch._foreach_addcmul_,
+            torch._foreach_mul,
+            tensor1,
+            tensor2,
+            value,
+            "`addcmul_`",
+        )
+
+    def addcdiv_(
+        self,
+        tensor1: Mapping[str, Tensor],
+        tensor2: Mapping[str, Tensor],
+        /,
+        *,
+        value: Rate = 1,
+    ) -> Self:
+        """Add `value * tensor1 / tensor2` into every entry; return `self`.
+
+        Args:
+            tensor1: A mapping with the same keys.
+            tensor2: A mapping with the same keys.
+            value: A number (one `torch._foreach_addcdiv_`), a 0-dim tensor or
+                per-key values (the quotient, scaled, then added).
+
+        Returns:
+            `self`, its tensors updated.
+
+        Raises:
+            ValueError: If the keys differ or an entry does not broadcast.
+
+        Example:
+            >>> a, b = ParamDict(w=torch.ones(1)), ParamDict(w=torch.tensor([4.0]))
+            >>> ParamDict(w=torch.tensor([1.0])).addcdiv_(a, b, value=-0.2)["w"]
+            tensor([0.9500])
+        """
+        return self._addc_(
+            torch._foreach_addcdiv_,
+            torch._foreach_div,
+            tensor1,
+            tensor2,
+            value,
+            "`addcdiv_`",
+        )
+
+    # ------------------------------------------------------------ elementwise
+
+    def maximum_(self, other: Operand, /) -> Self:
+        """Replace every entry by its elementwise maximum with `other`; return `self`.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            `self`, its tensors updated.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 5.0])).maximum_(2.0)["w"]
+            tensor([2., 5.])
+        """
+        arg = operand_or_raise(self, other, "`maximum_`")
+        return self._write(torch._foreach_maximum_, arg)
+
+    def minimum_(self, other: Operand, /) -> Self:
+        """Replace every entry by its elementwise minimum with `other`; return `self`.
+
+        Args:
+            other: A number, a 0-dim tensor, or a mapping with the same keys.
+
+        Returns:
+            `self`, its tensors updated.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 5.0])).minimum_(2.0)["w"]
+            tensor([1., 2.])
+        """
+        arg = operand_or_raise(self, other, "`minimum_`")
+        return self._write(torch._foreach_minimum_, arg)
+
+    def clamp_(
+        self,
+        min: Operand | None = None,  # torch.clamp_'s argument name
+        max: Operand | None = None,  # torch.clamp_'s argument name
+    ) -> Self:
+        """Clamp every entry to `[min, max]` (`Tensor.clamp_`); return `self`.
+
+        Args:
+            min: Lower bound: a number, a 0-dim tensor or per-key values; or `None`.
+            max: Upper bound, in the same forms; or `None`.
+
+        Returns:
+            `self`, its tensors updated.
+
+        Raises:
+            ValueError: If neither bound is given.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([-2.0, 0.5, 3.0])).clamp_(-1, 1)["w"]
+            tensor([-1.0000,  0.5000,  1.0000])
+        """
+        if min is None and max is None:
+            msg = "`clamp_` needs at least one of `min` and `max`."
+            raise ValueError(msg)
+        if min is not None:
+            arg = operand_or_raise(self, min, "`clamp_`")
+            self._write(torch._foreach_clamp_min_, arg)
+        if max is not None:
+            arg = operand_or_raise(self, max, "`clamp_`")
+            self._write(torch._foreach_clamp_max_, arg)
+        return self
+
+    def sqrt_(self) -> Self:
+        """Replace every entry by its square root; return `self`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([4.0, 9.0])).sqrt_()["w"]
+            tensor([2., 3.])
+        """
+        return self._write(torch._foreach_sqrt_)
+
+    def neg_(self) -> Self:
+        """Negate every entry; return `self`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, -2.0])).neg_()["w"]
+            tensor([-1.,  2.])
+        """
+        return self._write(torch._foreach_neg_)
+
+    def abs_(self) -> Self:
+        """Replace every entry by its absolute value; return `self`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, -2.0])).abs_()["w"]
+            tensor([1., 2.])
+        """
+        return self._write(torch._foreach_abs_)
+
+    def sign_(self) -> Self:
+        """Replace every entry by its sign; return `self`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([3.0, -2.0, 0.0])).sign_()["w"]
+            tensor([ 1., -1.,  0.])
+        """
+        return self._write(torch._foreach_sign_)
+
+    def reciprocal_(self) -> Self:
+        """Replace every entry by its reciprocal; return `self`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([4.0])).reciprocal_()["w"]
+            tensor([0.2500])
+        """
+        return self._write(torch._foreach_reciprocal_)
+
+    def exp_(self) -> Self:
+        """Replace every entry by its exponential; return `self`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([0.0])).exp_()["w"]
+            tensor([1.])
+        """
+        return self._write(torch._foreach_exp_)
+
+    def log_(self) -> Self:
+        """Replace every entry by its natural logarithm; return `self`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0])).log_()["w"]
+            tensor([0.])
+        """
+        return self._write(torch._foreach_log_)
+
+    def zero_(self) -> Self:
+        """Fill every entry with zeros; return `self`.
+
+        Example:
+            >>> ParamDict(w=torch.tensor([1.0, 2.0])).zero_()["w"]
+            tensor([0., 0.])
+        """
+        return self._write(torch._foreach_zero_)
+
+    def copy_(self, source: Mapping[str, Tensor], /) -> Self:
+        """Copy `source`'s values into the entries (`Tensor.copy_`); return `self`.
+
+        Args:
+            source: A mapping with the same keys; each value broadcasts to its
+                entry (and is converted to its dtype).
+
+        Returns:
+            `self`, its tensors holding `source`'s values.
+
+        Raises:
+            ValueError: If the keys differ or an entry does not broadcast.
+
+        Example:
+            >>> p = ParamDict(w=torch.zeros(2))
+            >>> p.copy_({"w": torch.tensor([1.0, 2.0])})["w"]
+            tensor([1., 2.])
+        """
+        return self._write(torch._foreach_copy_, self._aligned(source, what="`copy_`"))
