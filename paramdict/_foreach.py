@@ -381,6 +381,12 @@ def call_(
                 "Write inside `torch.no_grad()`, or into a copy (`p.clone()`)."
             )
             raise ValueError(msg) from None
-        if not (_holds_dtensors(args) or _is_batched([*args, *kwargs.values()])):
+        # No vmap batching rule, no DTensor sharding rule, or no derivative
+        # (`_foreach_copy_`): the same operation per entry has them.
+        if not (
+            _holds_dtensors(args)
+            or _is_batched([*args, *kwargs.values()])
+            or "derivative for" in str(err)
+        ):
             raise
     _per_entry_(op, args, kwargs)

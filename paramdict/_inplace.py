@@ -33,12 +33,12 @@ from typing_extensions import Self
 from ._checks import is_number
 from ._container import _Container
 from ._foreach import call, call_
-from ._kernels import explain, holds_tensors, operand_or_raise
+from ._kernels import explain, hoisted, holds_tensors, operand_or_raise
 from ._pointwise import Operand
 
 __all__ = ["Rate"]
 
-Rate = float | Tensor | Mapping[str, Tensor] | Mapping[str, float]
+Rate = float | Tensor | Mapping[str, float | Tensor]
 """A multiplier: a number, a 0-dim tensor, or per-key values (a mapping)."""
 
 
@@ -72,6 +72,15 @@ def _as_number(value: Tensor, values: list[Tensor]) -> bool:
             and (value.requires_grad or any(v.requires_grad for v in values))
         )
     )
+
+
+def _numbers(scales: list[Any], values: list[Tensor]) -> list[float] | None:
+    """`scales` as numbers where each is one or may be read as one, else None."""
+    if not holds_tensors(scales):
+        return scales
+    if all(_as_number(s, values) for s in scales):
+        return [s.item() for s in scales]
+    return None
 
 
 class _InPlace(_Container):
@@ -115,7 +124,7 @@ class _InPlace(_Container):
             >>> p.add_(ParamDict(w=torch.ones(2)), alpha=-0.5)["w"] is w, w
             (True, tensor([0.5000, 1.5000]))
         """
-        arg = operand_or_raise(self, other, "`add_`")
+        arg: Any = operand_or_raise(self, other, "`add_`")
         if is_number(alpha):
             if holds_tensors(arg):
                 return self._write(torch._foreach_add_, arg, alpha=alpha)
@@ -129,6 +138,7 @@ class _InPlace(_Container):
                     f"values, got a tensor of shape {tuple(alpha.shape)}."
                 )
                 raise TypeError(msg)
+            alpha = hoisted(alpha)
             if holds_tensors(arg):
                 # `x + y * alpha` in one kernel per entry: rounded as a number
                 # `alpha` would be.
@@ -143,15 +153,18 @@ class _InPlace(_Container):
             scales = operand_or_raise(self, alpha, "`add_`")
             if not holds_tensors(arg):  # a number, or per-key numbers
                 n = len(self._keys)
-                numbers = arg if isinstance(arg, list) else [arg] * n
-                scales = (
-                    [torch.as_tensor(s) for s in scales]
-                    if not holds_tensors(scales)
-                    else scales
-                )
+                plain: list[Any] = arg if isinstance(arg, list) else [arg] * n
                 return self._write(
-                    torch._foreach_add_, [s * a for s, a in zip(scales, numbers)]
+                    torch._foreach_add_, [s * a for s, a in zip(scales, plain)]
                 )
+            read = _numbers(scales, self._vals)
+            if read is not None:
+                # Per-key numbers (or 0-dim tensors read as theirs): each
+                # entry's `add_(other, alpha=number)`, one kernel per entry,
+                # rounded as torch.optim's per-parameter steps.
+                for value, term, scale in zip(self._vals, arg, read):
+                    value.add_(term, alpha=scale)
+                return self
             return self._write(
                 torch._foreach_add_, call(torch._foreach_mul, arg, scales)
             )
@@ -283,7 +296,6 @@ class _InPlace(_Container):
     def _addc_(
         self,
         op: Any,
-        combine: Any,
         t1: Mapping[str, Tensor],
         t2: Mapping[str, Tensor],
         value: Rate,
@@ -292,17 +304,17 @@ class _InPlace(_Container):
         a = self._aligned(t1, what=what)
         b = self._aligned(t2, what=what)
         if isinstance(value, Tensor) and _as_number(value, self._vals):
-            # Read as the number it holds (the kernel's `.Tensor` overload reads
-            # it on the host): one kernel, rounded as that number, as torch.optim
-            # reads a tensor rate outside autograd.
-            return self._write(op, a, b, value.detach().reshape(1).repeat(len(a)))
+            # Read as the number it holds (free on the host): one kernel,
+            # rounded as that number, as torch.optim reads a tensor rate outside
+            # autograd.
+            return self._write(op, a, b, value.item())
         v = operand_or_raise(self, value, what)
-        if not holds_tensors(v):
-            return self._write(op, a, b, v)
-        # A tensor `value` multiplies the product (or quotient) first, as
-        # torch.optim does with a tensor rate.
-        scaled = call(torch._foreach_mul, call(combine, a, b), v)
-        return self._write(torch._foreach_add_, scaled)
+        numbers = _numbers(v, self._vals) if isinstance(v, list) else None
+        if not holds_tensors(v) or numbers is not None:
+            return self._write(op, a, b, v if numbers is None else numbers)
+        # A tensor `value` multiplies `tensor1` first, as torch.optim does with a
+        # tensor rate (and autograd can differentiate it).
+        return self._write(op, call(torch._foreach_mul, a, v), b)
 
     def addcmul_(
         self,
@@ -318,7 +330,7 @@ class _InPlace(_Container):
             tensor1: A mapping with the same keys.
             tensor2: A mapping with the same keys.
             value: A number (one `torch._foreach_addcmul_`), a 0-dim tensor or
-                per-key values (the product, scaled, then added).
+                per-key values (which multiply `tensor1` first).
 
         Returns:
             `self`, its tensors updated.
@@ -333,7 +345,6 @@ class _InPlace(_Container):
         """
         return self._addc_(
             torch._foreach_addcmul_,
-            torch._foreach_mul,
             tensor1,
             tensor2,
             value,
@@ -354,7 +365,7 @@ class _InPlace(_Container):
             tensor1: A mapping with the same keys.
             tensor2: A mapping with the same keys.
             value: A number (one `torch._foreach_addcdiv_`), a 0-dim tensor or
-                per-key values (the quotient, scaled, then added).
+                per-key values (which multiply `tensor1` first).
 
         Returns:
             `self`, its tensors updated.
@@ -369,7 +380,6 @@ class _InPlace(_Container):
         """
         return self._addc_(
             torch._foreach_addcdiv_,
-            torch._foreach_div,
             tensor1,
             tensor2,
             value,
@@ -445,6 +455,9 @@ class _InPlace(_Container):
     def sqrt_(self) -> Self:
         """Replace every entry by its square root; return `self`.
 
+        Returns:
+            `self`, its tensors updated.
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0, 9.0])).sqrt_()["w"]
             tensor([2., 3.])
@@ -453,6 +466,9 @@ class _InPlace(_Container):
 
     def neg_(self) -> Self:
         """Negate every entry; return `self`.
+
+        Returns:
+            `self`, its tensors updated.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, -2.0])).neg_()["w"]
@@ -463,6 +479,9 @@ class _InPlace(_Container):
     def abs_(self) -> Self:
         """Replace every entry by its absolute value; return `self`.
 
+        Returns:
+            `self`, its tensors updated.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0, -2.0])).abs_()["w"]
             tensor([1., 2.])
@@ -471,6 +490,9 @@ class _InPlace(_Container):
 
     def sign_(self) -> Self:
         """Replace every entry by its sign; return `self`.
+
+        Returns:
+            `self`, its tensors updated.
 
         Example:
             >>> ParamDict(w=torch.tensor([3.0, -2.0, 0.0])).sign_()["w"]
@@ -481,6 +503,9 @@ class _InPlace(_Container):
     def reciprocal_(self) -> Self:
         """Replace every entry by its reciprocal; return `self`.
 
+        Returns:
+            `self`, its tensors updated.
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).reciprocal_()["w"]
             tensor([0.2500])
@@ -489,6 +514,9 @@ class _InPlace(_Container):
 
     def exp_(self) -> Self:
         """Replace every entry by its exponential; return `self`.
+
+        Returns:
+            `self`, its tensors updated.
 
         Example:
             >>> ParamDict(w=torch.tensor([0.0])).exp_()["w"]
@@ -499,6 +527,9 @@ class _InPlace(_Container):
     def log_(self) -> Self:
         """Replace every entry by its natural logarithm; return `self`.
 
+        Returns:
+            `self`, its tensors updated.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0])).log_()["w"]
             tensor([0.])
@@ -507,6 +538,9 @@ class _InPlace(_Container):
 
     def zero_(self) -> Self:
         """Fill every entry with zeros; return `self`.
+
+        Returns:
+            `self`, its tensors updated.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 2.0])).zero_()["w"]
@@ -532,4 +566,12 @@ class _InPlace(_Container):
             >>> p.copy_({"w": torch.tensor([1.0, 2.0])})["w"]
             tensor([1., 2.])
         """
-        return self._write(torch._foreach_copy_, self._aligned(source, what="`copy_`"))
+        sources = self._aligned(source, what="`copy_`")
+        if torch.is_grad_enabled() and any(
+            t.requires_grad for t in (*self._vals, *sources)
+        ):
+            # Recorded: `_foreach_copy_` has no derivative, each `copy_` has.
+            for target, value in zip(self._vals, sources):
+                target.copy_(value)
+            return self
+        return self._write(torch._foreach_copy_, sources)

@@ -220,22 +220,19 @@ def _documented_elsewhere(name: str, obj: object, public: dict[str, object]) -> 
     """
     import inspect
 
-    from paramdict import optim
-
     owner_name, _, member = name.rpartition(".")
     owner = public.get(owner_name)
-    if isinstance(owner, type) and member:
-        if optim.KernelVocabulary in owner.__mro__:
-            table = inspect.getdoc(optim.KernelVocabulary) or ""
-            if f"`{member}`" in table or f"`{member}(" in table:
-                return True
-        if any(
+    if (
+        isinstance(owner, type)
+        and member
+        and any(
             member in vars(base)
             and base.__module__.startswith("paramdict")
             and not _sections_missing(vars(base)[member])
             for base in owner.__mro__[1:]
-        ):
-            return True
+        )
+    ):
+        return True
     if getattr(obj, "_is_protocol", False):
         return True  # a protocol is a table of methods: it takes no arguments
     doc = inspect.getdoc(obj) or "" if inspect.isclass(obj) else ""

@@ -35,10 +35,12 @@ def _rate(kind: str, p: ParamDict, value: float) -> Any:
 
 
 def _entry_rate(rate: Any, key: str) -> Any:
-    """The rate one entry sees: a number for numbers and 0-dim tensors."""
-    if isinstance(rate, dict):
-        return rate[key]
-    return float(rate) if isinstance(rate, torch.Tensor) else rate
+    """The rate one entry sees: the number it holds.
+
+    The methods read 0-dim CPU tensors that autograd does not record as numbers.
+    """
+    value = rate[key] if isinstance(rate, dict) else rate
+    return float(value) if isinstance(value, torch.Tensor) else value
 
 
 # name -> (the ParamDict call, torch's in-place call on one entry), each over
@@ -63,7 +65,7 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "addcmul_": (
         lambda p, o, q, r: p.addcmul_(o, q, value=r),
         lambda v, o, q, r: (
-            v.add_(o * q * r)
+            v.addcmul_(o * r, q)
             if isinstance(r, torch.Tensor)
             else v.addcmul_(o, q, value=r)
         ),
@@ -71,7 +73,7 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "addcdiv_": (
         lambda p, o, q, r: p.addcdiv_(o, q, value=r),
         lambda v, o, q, r: (
-            v.add_(o / q * r)
+            v.addcdiv_(o * r, q)
             if isinstance(r, torch.Tensor)
             else v.addcdiv_(o, q, value=r)
         ),
@@ -125,6 +127,8 @@ def test_in_place_writes_what_torch_writes_entry_by_entry(
     rate = _rate(kind if name in RATED else "number", p, value)
     if kind == "mapping" and name in RATED:
         rate = {k: v.to(dtype) for k, v in rate.items()}
+    if name == "lerp_" and kind == "tensor":  # a weight of the entries' dtype
+        rate = rate.to(dtype)
     expected = {
         k: reference(v.clone(), o[k], q[k], _entry_rate(rate, k)) for k, v in p.items()
     }

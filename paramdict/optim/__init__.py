@@ -39,27 +39,27 @@ Example:
 
 from __future__ import annotations
 
+from . import fields
 from ._accumulate import MultiSteps, MultiStepsState
-from ._base import TorchOptimizer
+from ._binding import Bound
 from ._clip import ClipGradNorm
 from ._groups import ParamGroups
 from ._hyper import Rate
-from ._protocol import Optimizer, register_state
+from ._optimizer import Optimizer
+from ._registry import register_state
 from ._schedules.base import LRSchedule, ScheduleState
 from ._schedules.chain import ChainedScheduler, SequentialLR
 from ._schedules.cyclic import CyclicLR, OneCycleLR
 from ._schedules.plateau import PlateauState, ReduceLROnPlateau
-from ._schedules.slot import LearningRate
+from ._schedules.slot import LearningRate, SlotState
 from ._schedules.swa import SWALR
 from ._schedules.torch_state import (
     load_torch_scheduler_state_dict,
     to_torch_scheduler_state_dict,
 )
 from ._torch_export import to_torch_state_dict
+from ._torch_optimizer import TorchOptimizer
 from ._torch_state import load_torch_state_dict
-from ._vocabulary import Kernels, KernelVocabulary
-from ._vocabulary_inplace import InPlaceKernels
-from ._vocabulary_recorded import RecordedKernels
 from .adadelta import Adadelta, AdadeltaState
 from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
@@ -106,6 +106,7 @@ __all__ = [
     "Adamax",
     "AdamaxState",
     "AveragedState",
+    "Bound",
     "ChainedScheduler",
     "ClipGradNorm",
     "ConstantLR",
@@ -113,9 +114,6 @@ __all__ = [
     "CosineAnnealingWarmRestarts",
     "CyclicLR",
     "ExponentialLR",
-    "InPlaceKernels",
-    "KernelVocabulary",
-    "Kernels",
     "LBFGSState",
     "LRSchedule",
     "LambdaLR",
@@ -141,16 +139,17 @@ __all__ = [
     "RMSprop",
     "RMSpropState",
     "Rate",
-    "RecordedKernels",
     "ReduceLROnPlateau",
     "Rprop",
     "RpropState",
     "SGDState",
     "ScheduleState",
     "SequentialLR",
+    "SlotState",
     "StepLR",
     "TorchOptimizer",
     "WeightAverage",
+    "fields",
     "load_torch_scheduler_state_dict",
     "load_torch_state_dict",
     "register_state",

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import partial
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 import attrs
@@ -14,13 +13,11 @@ from typing_extensions import override
 
 from .._container import key_mismatch_message
 from .._paramdict import ParamDict
-from ._clip import ClipGradNorm
-from ._hyper import check_count, check_counter, is_traced, new_counter
-from ._keyed import check_keyed, requires_grad_like
-from ._protocol import Optimizer, recall, register_state, remember
-from ._repeat import kept
-from ._strategy import one_graph, traced
-from ._vocabulary import Kernels
+from ._binding import Plan, copied
+from ._hyper import check_count, check_counter, host_numbers, new_counter
+from ._optimizer import Optimizer
+from ._registry import register_state
+from ._validate import check_keyed, transformed
 
 __all__ = ["MultiSteps", "MultiStepsState"]
 
@@ -100,7 +97,7 @@ def _check_sum(params: ParamDict, acc_grads: object) -> None:
             f"gradients are summed into it entry by entry in theirs. {fix}"
         )
         raise ValueError(msg)
-    check_keyed(params, acc_grads, what=what)
+    check_keyed(params, acc_grads._vals, what=what)
 
 
 @attrs.frozen(eq=False)
@@ -204,8 +201,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
             )
             raise TypeError(msg)
         check_counter(state.mini_step, params, "mini_step")
-        check = partial(_check_sum, params, state.acc_grads)
-        kept(params, given, "acc_grads", check)  # once while unchanged (`_repeat`)
+        _check_sum(params, state.acc_grads)
         self.optimizer.check_state(params, state.inner_state)
 
     @property
@@ -228,55 +224,6 @@ class MultiSteps(Optimizer[MultiStepsState]):
     def step_count(self, state: MultiStepsState, /) -> int:
         return self.optimizer.step_count(state.inner_state)
 
-    def _calls(self, state: MultiStepsState) -> int | None:
-        """Return the count of calls with this one, read on the host; None if traced."""
-        counter = state.mini_step
-        if is_traced(counter) or traced():
-            return None
-        return int(counter.item()) + 1
-
-    @override
-    def _prepare(
-        self, params: ParamDict, grads: ParamDict, state: MultiStepsState
-    ) -> None:
-        calls = self._calls(state)
-        remember(state, calls)
-        if calls is None or calls >= self.every_k:  # the wrapped optimizer steps
-            self.optimizer._prepare(params, grads, state.inner_state)
-
-    @override
-    def _step_in_place(
-        self, params: ParamDict, grads: ParamDict, state: MultiStepsState
-    ) -> MultiStepsState:
-        known, prepared = recall(state)
-        calls = cast("int | None", prepared) if known else self._calls(state)
-        if calls is None:  # traced: the `where` form of `update`, in place
-            return super()._step_in_place(params, grads, state)
-        acc = list(state.acc_grads.values())
-        if calls == 1:  # the first micro-batch: written, as backward writes `.grad`
-            torch._foreach_copy_(acc, list(grads.values()))
-        else:
-            torch._foreach_add_(acc, list(grads.values()))
-        if calls < self.every_k:  # accumulate only
-            state.mini_step.add_(1)
-            return state
-        divisor = self.every_k if self.reduction == "mean" else 1
-        inner_opt = self.optimizer
-        if isinstance(inner_opt, ClipGradNorm):
-            # The sum is this step's own scratch (written over next round): a
-            # clip in front of the wrapped optimizer scales it in place.
-            inner = inner_opt._step_in_place_clipping(
-                params, state.acc_grads, state.inner_state, divisor
-            )
-        else:
-            if divisor != 1:
-                torch._foreach_div_(acc, divisor)
-            inner = inner_opt._step_in_place(params, state.acc_grads, state.inner_state)
-        state.mini_step.zero_()
-        if inner is state.inner_state:
-            return state
-        return state._replace(inner_state=inner)
-
     @override
     def step(
         self, params: P, grads: Mapping[str, Tensor], state: MultiStepsState, /
@@ -285,10 +232,9 @@ class MultiSteps(Optimizer[MultiStepsState]):
 
         As `Optimizer.step`. Eager and not differentiable, a call that only
         accumulates returns the parameters' values as they are (new tensors
-        sharing their memory) and the new sum; the `every_k`-th hands the mean
-        to the wrapped optimizer's own `step`, so it steps on its best path
-        (torch's fused kernel on copies where it has one). Traced or
-        differentiable, `update` runs (see the class).
+        sharing their memory) and a state with the new sum, holding the wrapped
+        optimizer's state as it was (no copy of it is made); the `every_k`-th
+        steps the wrapped optimizer on the mean.
 
         Args:
             params: The parameters.
@@ -308,84 +254,98 @@ class MultiSteps(Optimizer[MultiStepsState]):
             >>> params["w"], state.mini_step
             (tensor([-2.]), tensor(0., dtype=torch.float64))
         """
-        if one_graph(self) is not None:  # `update`, one graph
+        if self.differentiable or torch.compiler.is_compiling() or transformed():
             return super().step(params, grads, state)
-        with self._facts_kept(params, state):
-            aligned = self._checked(params, grads, state)
-        calls = self._calls(state)
-        if not params or calls is None:
-            return super().step(params, grads, state)
+        bound = self._bound(params, state, in_place=False)
+        held = bound.state
+        counter = host_numbers(False, held.mini_step)
+        if counter is None or counter[0] + 1 >= self.every_k:
+            new_params, new_state = bound.step(grads)
+            return cast(P, new_params), new_state
+        aligned = bound.grads(grads)
         with torch.no_grad():
-            acc = aligned.clone() if calls == 1 else state.acc_grads.add(aligned)
-            if calls < self.every_k:  # accumulate only
-                kept = requires_grad_like(params.detach(), params)
-                return kept, state._replace(
-                    mini_step=state.mini_step + 1, acc_grads=acc
-                )
-            if self.reduction == "mean":  # `acc` is this call's own: divided in place
-                torch._foreach_div_(list(acc.values()), self.every_k)
-            restart = torch.zeros_like(state.mini_step)
-        new_params, inner = self.optimizer.step(params, acc, state.inner_state)
-        # The next call writes over the accumulator. Behind a clip the wrapped
-        # step saw a clipped copy, so this call's sum is free to keep; else the
-        # wrapped state may hold the gradients it was given: keep the old one.
-        held = acc if isinstance(self.optimizer, ClipGradNorm) else state.acc_grads
-        return new_params, MultiStepsState(restart, held, inner)
+            # In the sum's own layout (the parameters'), whatever the gradients'.
+            first = counter[0] == 0  # written, as backward writes `.grad`
+            acc = (
+                held.acc_grads.empty_like().copy_(aligned)
+                if first
+                else held.acc_grads.clone().add_(aligned)
+            )
+            kept = bound.params.detach()
+        for new, old in zip(kept.values(), bound.params.values()):
+            if old.requires_grad:
+                new.requires_grad_()
+        new_state = held._replace(mini_step=held.mini_step + 1, acc_grads=acc)
+        bound.hold(kept, new_state)
+        return cast(P, kept), new_state
 
     @override
-    def update(
-        self,
-        params: ParamDict,
-        grads: ParamDict,
-        state: MultiStepsState,
-        ops: Kernels,
-        /,
-    ) -> tuple[ParamDict, MultiStepsState]:
-        calls = self._calls(state)
-        if calls is None:
-            return self._selected(params, grads, state, ops)
-        acc = grads.clone() if calls == 1 else state.acc_grads.add(grads)
-        if calls < self.every_k:  # accumulate only
-            kept = MultiStepsState(state.mini_step + 1, acc, state.inner_state)
-            return params.clone(), kept
-        update = acc.div(self.every_k) if self.reduction == "mean" else acc
-        stepped, inner = self.optimizer.update(params, update, state.inner_state, ops)
-        restart = torch.zeros_like(state.mini_step)
-        # The next call writes over the accumulator: the sum stays (as in the
-        # `where` form), with no pass to clear it.
-        return stepped, MultiStepsState(restart, acc, inner)
+    def _plan(
+        self, params: ParamDict, state: MultiStepsState, *, in_place: bool
+    ) -> Plan[MultiStepsState]:
+        self.check_state(params, state)
+        inner = self.optimizer._plan(params, state.inner_state, in_place=in_place)
+        every_k, mean = self.every_k, self.reduction == "mean"
 
-    def _selected(
-        self,
-        params: ParamDict,
-        grads: ParamDict,
-        state: MultiStepsState,
-        ops: Kernels,
-    ) -> tuple[ParamDict, MultiStepsState]:
-        """The traced form: both outcomes computed, one chosen by `torch.where`."""
-        first = ParamDict.fromkeys(grads, state.mini_step == 0)
-        acc = grads.where(first, state.acc_grads.add(grads))
-        mini_step = state.mini_step + 1
-        # At least, not equal: a state saved with a larger `every_k` steps on its
-        # next call instead of never.
-        apply = mini_step >= self.every_k
-        update = acc.div(self.every_k) if self.reduction == "mean" else acc
-        # Borrowed: the inner rule must not write into the parameters, which are
-        # kept as they are on the calls that only accumulate.
-        stepped, inner = self.optimizer.update(
-            ops.borrowed(params), update, state.inner_state, ops
-        )
-        new_params = ops.where(apply, stepped, params)
+        def prepare(
+            params: ParamDict, state: MultiStepsState
+        ) -> Callable[[ParamDict], MultiStepsState]:
+            counter = state.mini_step
+            host = host_numbers(False, counter)  # eager on the host: read, it decides
+            if host is None:  # traced: both outcomes, one chosen by `where`
+                return lambda grads: _selected(
+                    inner, every_k, mean, params, grads, state
+                )
+            calls = int(host[0]) + 1
+            acc = state.acc_grads
+            # At least, not equal: a state saved with a larger `every_k` steps on
+            # its next call instead of never.
+            stepping = calls >= every_k
+            inner_commit = inner(params, state.inner_state) if stepping else None
 
-        def chosen(new: object, old: object) -> object:
-            if isinstance(new, Tensor):
-                return torch.where(apply, new, cast(Tensor, old))
-            return new
+            def commit(grads: ParamDict) -> MultiStepsState:
+                if calls == 1:  # written, as backward writes `.grad`
+                    acc.copy_(grads)
+                else:
+                    acc.add_(grads)
+                if inner_commit is None:
+                    counter.add_(1)
+                    return state
+                if mean:
+                    acc.div_(every_k)
+                inner_commit(acc)
+                counter.zero_()
+                return state
 
-        new_inner = pytree.tree_map(
-            chosen,
-            inner,
-            state.inner_state,
-        )
-        mini_step = torch.where(apply, torch.zeros_like(mini_step), mini_step)
-        return new_params, MultiStepsState(mini_step, acc, new_inner)
+            return commit
+
+        return prepare
+
+
+def _selected(
+    inner: Plan[Any],
+    every_k: int,
+    mean: bool,
+    params: ParamDict,
+    grads: ParamDict,
+    state: MultiStepsState,
+) -> MultiStepsState:
+    """The traced form: the inner step computed always, kept where it is due."""
+    first = ParamDict.fromkeys(grads, state.mini_step == 0)
+    acc = state.acc_grads
+    total = grads.where(first, acc.add(grads))
+    apply = state.mini_step + 1 >= every_k
+    update = total.div(every_k) if mean else total
+    # The sum, or on a step the mean it was divided into (as `step_` keeps it).
+    acc.copy_(update.where(ParamDict.fromkeys(update, apply), total))
+    stepped, inner_state = copied(params, state.inner_state, recorded=False)
+    inner(stepped, inner_state)(update)
+    params.copy_(stepped.where(ParamDict.fromkeys(params, apply), params))
+    for old, new in zip(
+        pytree.tree_leaves(state.inner_state), pytree.tree_leaves(inner_state)
+    ):
+        if isinstance(old, Tensor):
+            old.copy_(torch.where(apply, cast(Tensor, new), old))
+    counter = state.mini_step
+    counter.copy_(torch.where(apply, torch.zeros_like(counter), counter + 1))
+    return state

@@ -8,13 +8,12 @@ import attrs
 from torch import Tensor
 
 from .._paramdict import ParamDict
-from ._base import HasStep, TorchOptimizer
 from ._fields import betas, non_negative, shared_last
 from ._hyper import Rate
 from ._schedules.slot import LearningRate
-from ._vocabulary import Kernels
+from ._torch_optimizer import HasStep, TorchOptimizer
 
-__all__ = ["AdamOptions", "in_inherited_order", "moments"]
+__all__ = ["AdamOptions", "in_inherited_order", "moments_"]
 
 S = TypeVar("S", bound=HasStep)
 
@@ -69,16 +68,17 @@ class AdamOptions(TorchOptimizer[S]):
     weight_decay: Rate = 0.0
 
 
-def moments(
+def moments_(
     betas: tuple[float | Tensor, float],
     exp_avg: ParamDict,
     exp_avg_sq: ParamDict,
     grads: ParamDict,
-    ops: Kernels,
-) -> tuple[ParamDict, ParamDict]:
-    """Return the updated running averages of the gradient and its square."""
+) -> None:
+    """Update the running averages of the gradient and its square, in place.
+
+    torch.optim's order: `lerp_` of the first moment, then `mul_` and
+    `addcmul_` of the second.
+    """
     beta1, beta2 = betas
-    exp_avg = ops.lerp(exp_avg, grads, 1 - beta1)
-    exp_avg_sq = ops.mul(exp_avg_sq, beta2)
-    exp_avg_sq = ops.addcmul(exp_avg_sq, grads, grads, 1 - beta2)
-    return exp_avg, exp_avg_sq
+    exp_avg.lerp_(grads, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grads, grads, value=1 - beta2)

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 import attrs
-import torch
 from torch import Tensor
 from typing_extensions import override
 
-from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
-from .._reduce import _CLIP_EPS
+from ._binding import Composed, Plan
 from ._hyper import check_non_negative, check_number
-from ._protocol import Optimizer
-from ._strategy import one_graph
-from ._vocabulary import Kernels
+from ._optimizer import Optimizer
 
 __all__ = ["ClipGradNorm"]
 
@@ -120,77 +114,11 @@ class ClipGradNorm(Optimizer[S]):
         return self.optimizer.init(params)
 
     @override
-    def _prepare(self, params: ParamDict, grads: ParamDict, state: S) -> None:
-        self.optimizer._prepare(params, grads, state)
+    def _plan(self, params: ParamDict, state: S, *, in_place: bool) -> Plan[S]:
+        inner = self.optimizer._plan(params, state, in_place=in_place)
+        max_norm, norm_type = self.max_norm, self.norm_type
 
-    @override
-    def _step_in_place(self, params: ParamDict, grads: ParamDict, state: S) -> S:
-        clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
-        return self.optimizer._step_in_place(params, clipped, state)
+        def clipped(grads: ParamDict) -> ParamDict:
+            return grads.clip_norm(max_norm, p=norm_type)
 
-    @override
-    def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
-        """Return the parameters after one update, and the next state.
-
-        As `Optimizer.step`. Eager and not differentiable, the clipped gradients
-        go to the wrapped optimizer's own `step`, so it steps on its best path
-        (torch's fused kernel on copies where it has one); otherwise (traced, or
-        differentiable) its rule runs on them.
-
-        Arguments and result as `Optimizer.step`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> opt = optim.ClipGradNorm(optim.SGD(lr=1.0), max_norm=10.0)
-            >>> params = ParamDict(w=torch.zeros(2))
-            >>> grads = {"w": torch.tensor([3.0, 4.0])}  # norm 5: not clipped
-            >>> opt.step(params, grads, opt.init(params))[0]["w"]
-            tensor([-3., -4.])
-        """
-        if one_graph(self) is not None:  # `update`, one graph
-            return super().step(params, grads, state)
-        with self._facts_kept(params, state):
-            aligned = self._checked(params, grads, state)
-        if not params:
-            return params, state
-        with torch.no_grad():
-            clipped = aligned.clip_norm(self.max_norm, p=self.norm_type)
-        return self.optimizer.step(params, clipped, state)
-
-    def _step_in_place_clipping(
-        self, params: ParamDict, grads: ParamDict, state: S, divisor: int = 1
-    ) -> S:
-        """`_step_in_place` on `grads / divisor`, clipping `grads` in place.
-
-        For a wrapper whose gradients are its own scratch (`MultiSteps`' sum of
-        `divisor` micro-batches): the same numbers as dividing, then
-        `clip_norm`'s copy, without the copy. Where `divisor` is a power of two
-        and the norm is the 2-norm or the largest value, the division is folded
-        into the clipping factor (both scale by a power of two, exactly, for
-        values in the normal range), which saves a pass over the gradients.
-        """
-        values = list(grads.values())
-        folded = divisor == 1 or (
-            divisor & (divisor - 1) == 0 and self.norm_type in (2.0, math.inf)
-        )
-        if not values or holds_dtensors(values) or not folded:
-            if divisor != 1:
-                torch._foreach_div_(values, divisor)
-            if not values or holds_dtensors(values):
-                return self._step_in_place(params, grads, state)
-            divisor = 1
-        total = grads.norm(self.norm_type)
-        if divisor != 1:
-            total = total / divisor  # the norm of `grads / divisor`, exactly
-        coef = torch.clamp(self.max_norm / (total + _CLIP_EPS), max=1.0)
-        if divisor != 1:
-            coef = coef / divisor
-        torch._foreach_mul_(values, [coef] * len(values))  # as `clip_norm`'s
-        return self.optimizer._step_in_place(params, grads, state)
-
-    @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: S, ops: Kernels, /
-    ) -> tuple[ParamDict, S]:
-        clipped = grads.clip_norm(self.max_norm, p=self.norm_type)
-        return self.optimizer.update(params, clipped, state, ops)
+        return Composed(inner, clipped)

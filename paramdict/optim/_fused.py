@@ -1,71 +1,109 @@
-"""torch's fused optimizer kernels, called on ParamDicts by `step_` and `step`.
+"""torch's fused optimizer kernels as a step's plan, for any memory layout.
 
 `torch._fused_adam_`, `_fused_adamw_`, `_fused_sgd_` and `_fused_adagrad_` update
 every parameter and buffer of a step in one pass over memory, writing into them.
-`Adam`, `AdamW`, `SGD` and `Adagrad` call them here when their `fused` flag and
-the step allow it (`fused_rates`, `refusal`): every entry of one dtype (float32 or
-float64) on one device that has the kernel, `weight_decay` a number, and `lr` a
-number, a 0-dim tensor, or a schedule's current value on the CPU (read as the
-float torch's scheduler writes; a schedule that cycles the momentum is not
-fused). `step_` runs them on the caller's tensors, the default `step` on fresh
-copies. Any other step runs the rule.
+`Adam`, `AdamW`, `SGD` and `Adagrad` plan them when they are bound, where their
+`fused` flag and the bound facts allow (`fused_refusal`): every entry of one dtype
+(float32 or float64) on one device that has the kernel, `weight_decay` a number,
+and `lr` a number, a 0-dim tensor, or a schedule on the CPU that does not cycle
+the momentum. The same plan serves `step_` (the caller's tensors) and `step`
+(copies), so both give torch.optim's `fused=True` bytes.
+
+The kernels walk each parameter, gradient and buffer as one flat run of memory:
+they read no strides. That is right when an entry's tensors are dense and share
+one layout, as autograd and `zeros_like` make them. Any other entry (a sliced
+view, a transposed buffer) is staged: copied into contiguous scratch, stepped
+there, copied back. The kernel's arithmetic is elementwise, so staging never
+changes a bit; which entries need it is decided at bind time, and the gradients'
+layout once per change of their facts (`grad_strides`, read by `Bound`).
 
 A tensor `lr` is what `torch.optim` passes to the kernels' `.tensor_lr`
-overloads with `fused=True`. Each of those overloads reads a rate on the CPU as
-`lr.item<double>()` and calls its number overload, whatever the entries'
-device, so a CPU rate is read here as the same double (free on the CPU, and the
-same bytes: checked for float16 to float64 rates). A rate on an accelerator is
-handed to the overload as the tensor, as torch does, so nothing waits for the
-device: the CUDA and XPU kernels read it as float32 from the entries' device, so
-it must be a float32 tensor there (`refusal`).
-
-The arguments are those `torch.optim` passes with `fused=True`: per-parameter step
-tensors in single precision, already incremented (here one counter shared by every
-entry), and no gradient scaling (`grad_scale` and `found_inf` are `None`). The
-fused kernels round differently from the foreach path (they keep intermediates in
-registers); their results are bitwise those of `torch.optim` with `fused=True`.
+overloads. Each of those reads a rate on the CPU as `lr.item<double>()`, so a CPU
+rate is read here as that double (free on the CPU, the same bytes); a rate on
+an accelerator is handed to the kernel as the float32 tensor it must be, so
+nothing waits for the device.
 """
 
 from __future__ import annotations
 
 # pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
 # (torch's fused kernels and its list of devices that have them are private)
-from functools import partial
-from typing import Any, NamedTuple, Protocol, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import torch
 import torch.optim.optimizer as _optimizer
 from torch import Tensor
+from torch.utils import _pytree as pytree
 
 from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
-from ._repeat import kept
-from ._schedules.slot import is_schedule
+from ._schedules.slot import is_schedule, write_on_host
 
-__all__ = ["KernelRates", "adagrad_", "adam_", "fused_rates", "refusal", "sgd_"]
+if TYPE_CHECKING:
+    from ._torch_optimizer import TorchOptimizer
 
-_DEVICES = frozenset(
-    _optimizer._get_fused_kernels_supported_devices()  # type: ignore[attr-defined]  # private, not re-exported
-)
+__all__ = [
+    "FusedPlan",
+    "Kernel",
+    "adagrad_kernel",
+    "adam_kernel",
+    "assign",
+    "dense",
+    "fused_plan",
+    "fused_refusal",
+    "sgd_kernel",
+    "write_slot",
+]
+
+S = TypeVar("S")
+Strides = tuple[int, ...]
+Kernel = Callable[..., None]
+"""Runs a fused kernel: `(params, grads, buffers, steps, lr)` as lists."""
 
 
-class KernelRates(NamedTuple):
-    """The rates of a fused step, as torch's kernels take them."""
-
-    lr: float | Tensor
-    """A number, or a float32 0-dim tensor on the entries' accelerator."""
-    weight_decay: float
+def _devices() -> frozenset[str]:
+    return frozenset(_optimizer._get_fused_kernels_supported_devices())  # type: ignore[attr-defined]  # private, not re-exported
 
 
-def refusal(
-    params: ParamDict, lr: Rate, weight_decay: Rate, *, cpu_only: bool = False
+def dense(t: Tensor, /) -> bool:
+    """Whether `t`'s elements fill one block of its memory, each once (any order).
+
+    A contiguous tensor is; so is a transposed or channels-last one. A slice with
+    a step (`base[:, ::2]`) has gaps, an `expand`ed tensor overlaps: neither is.
+
+    Example:
+        >>> base = torch.zeros(3, 4)
+        >>> dense(base.t()), dense(base[:, ::2]), dense(base[:1].expand(3, 4))
+        (True, False, False)
+    """
+    if t.is_contiguous() or t.numel() == 0:
+        return True
+    expected = 1
+    for size, stride in sorted(
+        ((s, st) for s, st in zip(t.shape, t.stride()) if s != 1), key=lambda d: d[1]
+    ):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def fused_refusal(
+    params: ParamDict, lr: object, weight_decay: Rate, *, cpu_only: bool = False
 ) -> str | None:
-    """Return why no fused kernel can take this step, or None when one can.
+    """Return why no fused kernel can take these steps, or None when one can.
 
-    Every entry must share float32 or float64 and one device that has fused
-    kernels (only the CPU with `cpu_only`), `weight_decay` must be a number, and
-    `lr` a number or a 0-dim tensor, on the CPU or (float32) on the entries' device.
+    A function of the configuration and the bound facts alone: every entry must
+    share float32 or float64 and one device that has fused kernels (only the
+    CPU with `cpu_only`), not be DTensors, `weight_decay` must be a number, and
+    `lr` a number, a 0-dim tensor (on the CPU, or float32 on the entries'
+    device), or a schedule on the CPU that does not cycle the momentum.
     """
     if isinstance(lr, ParamDict):
         return "`lr` is a per-key ParamDict (fused kernels take one rate)"
@@ -74,106 +112,281 @@ def refusal(
             "`weight_decay` is a tensor or a per-key ParamDict (fused kernels take "
             "it as a number)"
         )
-    # The entries' part: once while `step_` gets the same tensors back.
-    why = kept(
-        params, None, ("entries", cpu_only), partial(_entries_refusal, params, cpu_only)
-    )
-    if why is None and isinstance(lr, Tensor) and lr.device.type != "cpu":
-        return _accelerator_lr_refusal(lr, params._vals[0].device)
-    return why
-
-
-def _entries_refusal(params: ParamDict, cpu_only: bool) -> str | None:
-    """Why the entries themselves (dtypes, devices, kinds) keep a kernel off."""
     if compute_dtype(params) is None:
         return "the entries do not all share float32 or float64"
     values = params._vals
     if holds_dtensors(values):
-        # Fused SGD and Adagrad have no DTensor sharding rules in torch 2.13: the
-        # generic path (foreach kernels that have rules) takes the step.
         return "the entries are DTensors"
     device = values[0].device
     if any(v.device != device for v in values):
         return "the entries are on more than one device"
-    if device.type not in _DEVICES or (cpu_only and device.type != "cpu"):
+    if device.type not in _devices() or (cpu_only and device.type != "cpu"):
         return f"torch has no fused kernel for this optimizer on {device.type!r}"
+    if is_schedule(lr):
+        if lr.cycles_momentum:
+            return (
+                "the schedule cycles the momentum, which the kernel takes as a "
+                "number fixed at construction"
+            )
+        if device.type != "cpu":
+            return (
+                "the rate is scheduled and the entries are not on the CPU (reading "
+                "the rate would wait for the device)"
+            )
+    if isinstance(lr, Tensor) and lr.device.type != "cpu":
+        if lr.device != device:
+            return (
+                f"`lr` is a tensor on {str(lr.device)!r} and the entries are on "
+                f"{str(device)!r} (the kernel takes a rate on the CPU or on the "
+                "entries' device; move `lr` there)"
+            )
+        if lr.dtype != torch.float32:
+            return (
+                f"`lr` is a {lr.dtype} tensor on {str(device)!r} (torch's fused "
+                "kernels read a rate on an accelerator as float32; pass "
+                "`lr.float()` or a rate on the CPU)"
+            )
     return None
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _contiguous_strides(shape: Sequence[int]) -> Strides:
+    strides: list[int] = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
-def _accelerator_lr_refusal(lr: Tensor, device: torch.device) -> str | None:
-    """Why a tensor `lr` off the CPU cannot go to the kernel as it is, or None."""
-    if lr.device != device:
-        return (
-            f"`lr` is a tensor on {str(lr.device)!r} and the entries are on "
-            f"{str(device)!r} (the kernel takes a rate on the CPU or on the "
-            "entries' device; move `lr` there)"
+class FusedPlan(Generic[S]):
+    """A fused kernel as the plan of a step (see `Bound`).
+
+    Made when an optimizer is bound (`TorchOptimizer._fused_plan`): which
+    state fields the kernel updates, and which entries are staged. Called with
+    the step's tensors, it reads the rate of this step and the next schedule
+    (what can fail), and returns the commit that runs the kernel and then
+    advances the counter and the schedule.
+    """
+
+    __slots__ = ("_buffers", "_kernel", "_opt", "_staged", "grad_strides")
+
+    def __init__(
+        self,
+        opt: TorchOptimizer[Any],
+        params: ParamDict,
+        state: S,
+        buffers: tuple[str, ...],
+        kernel: Kernel,
+    ) -> None:
+        self._opt = opt
+        self._kernel = kernel
+        self._buffers = buffers
+        fields = [params._aligned(getattr(state, f), what="The state") for f in buffers]
+        staged: list[int] = []
+        for i, p in enumerate(params._vals):
+            if p.numel() and (
+                not dense(p) or any(b[i].stride() != p.stride() for b in fields)
+            ):
+                staged.append(i)
+        self._staged = tuple(staged)
+        self.grad_strides: list[Strides | None] = [
+            _contiguous_strides(p.shape) if i in staged else p.stride()
+            for i, p in enumerate(params._vals)
+        ]
+
+    def __call__(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:
+        opt = self._opt
+        step = opt.next_step(cast(Any, state))
+        lr = opt.rate("lr", step, state)
+        if isinstance(lr, Tensor):
+            # The `.tensor_lr` overloads read a CPU rate as this double; one on
+            # the entries' accelerator goes as it is. Detached: torch.optim's
+            # fused step runs without recording.
+            lr = lr.item() if lr.device.type == "cpu" else lr.detach()
+        slot: object = getattr(state, "schedule", ())
+        new_slot, floats = opt._next_slot(state)
+
+        def commit(grads: ParamDict) -> S:
+            self._run(params, grads, state, step, cast("float | Tensor", lr))
+            assign(cast(Any, state).step, step)
+            write_slot(slot, new_slot, floats=floats)
+            return state
+
+        return commit
+
+    def _run(
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        state: S,
+        step: Tensor,
+        lr: float | Tensor,
+    ) -> None:
+        values = list(params._vals)
+        fields = [
+            list(params._aligned(getattr(state, f), what="The state"))
+            for f in self._buffers
+        ]
+        # Staged entries: each tensor the kernel cannot walk, in contiguous scratch.
+        targets: list[Tensor] = []
+        scratch: list[Tensor] = []
+        for i in self._staged:
+            for tensors in (values, *fields):
+                original = tensors[i]
+                if not original.is_contiguous():
+                    tensors[i] = original.contiguous()
+                    targets.append(original)
+                    scratch.append(tensors[i])
+        steps = [step.to(device=values[0].device, dtype=torch.float32)] * len(values)
+        self._kernel(values, list(grads._vals), fields, steps, lr)
+        if targets:
+            torch._foreach_copy_(targets, scratch)
+
+
+def assign(target: Tensor, value: Tensor) -> None:
+    """`target.copy_(value)` for a 0-dim counter, also while compiled.
+
+    Through a view: traced, a `copy_` into a 0-dim float64 input is dropped by
+    torch 2.13's functionalization.
+    """
+    if torch.compiler.is_compiling():
+        target.view(1).copy_(value.view(1))
+    else:
+        target.copy_(value)
+
+
+def write_slot(slot: object, new_slot: object, *, floats: bool = False) -> None:
+    """Copy an advanced schedule state into the tensors of the old one.
+
+    `floats`: `new_slot` holds Python floats (`slot.advanced_on_host`).
+    """
+    if new_slot is slot:
+        return
+    if floats:
+        write_on_host(slot, new_slot)
+        return
+    for old, value in zip(pytree.tree_leaves(slot), pytree.tree_leaves(new_slot)):
+        if isinstance(old, Tensor) and old is not value:
+            assign(old, value)
+
+
+# ---------------------------------------------------------------- the kernels
+
+
+def adam_kernel(opt: Any) -> Kernel:
+    """`torch._fused_adam_` (`_fused_adamw_` when decoupled) with `opt`'s options."""
+    kernel = torch._fused_adamw_ if opt._decoupled() else torch._fused_adam_
+    beta1, beta2 = opt.betas
+    amsgrad = opt.amsgrad
+
+    def run(
+        params: list[Tensor],
+        grads: list[Tensor],
+        buffers: list[list[Tensor]],
+        steps: list[Tensor],
+        lr: float | Tensor,
+    ) -> None:
+        kernel(
+            params,
+            grads,
+            buffers[0],
+            buffers[1],
+            buffers[2] if amsgrad else [],
+            steps,
+            amsgrad=amsgrad,
+            lr=lr,
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=float(opt.weight_decay),
+            eps=opt.eps,
+            maximize=opt.maximize,
+            grad_scale=None,
+            found_inf=None,
         )
-    if lr.dtype != torch.float32:
-        return (
-            f"`lr` is a {lr.dtype} tensor on {str(device)!r} (torch's fused "
-            "kernels read a rate on an accelerator as float32; pass "
-            "`lr.float()` or a rate on the CPU)"
+
+    return run
+
+
+def sgd_kernel(opt: Any) -> Kernel:
+    """`torch._fused_sgd_` with `opt`'s options, without dampening.
+
+    The momentum buffer starts at zero, so the first step's `0 * momentum + grad`
+    is the gradient itself, what torch's `is_first_step` copies in.
+    """
+
+    def run(
+        params: list[Tensor],
+        grads: list[Tensor],
+        buffers: list[list[Tensor]],
+        steps: list[Tensor],
+        lr: float | Tensor,
+    ) -> None:
+        del steps
+        torch._fused_sgd_(
+            params,
+            grads,
+            buffers[0] if buffers else [],
+            weight_decay=float(opt.weight_decay),
+            momentum=opt.momentum,
+            lr=lr,
+            dampening=0.0,
+            nesterov=opt.nesterov,
+            maximize=opt.maximize,
+            is_first_step=False,
+            grad_scale=None,
+            found_inf=None,
         )
-    return None
+
+    return run
 
 
-class _Fusable(Protocol):
-    """What `fused_rates` reads of an optimizer with a fused kernel."""
+def adagrad_kernel(opt: Any) -> Kernel:
+    """`torch._fused_adagrad_` with `opt`'s options (CPU only in torch)."""
 
-    @property
-    def fused(self) -> bool | None: ...
+    def run(
+        params: list[Tensor],
+        grads: list[Tensor],
+        buffers: list[list[Tensor]],
+        steps: list[Tensor],
+        lr: float | Tensor,
+    ) -> None:
+        torch._fused_adagrad_(
+            params,
+            grads,
+            buffers[0],
+            steps,
+            lr=lr,
+            lr_decay=opt.lr_decay,
+            weight_decay=float(opt.weight_decay),
+            eps=opt.eps,
+            maximize=opt.maximize,
+            grad_scale=None,
+            found_inf=None,
+        )
 
-    @property
-    def lr(self) -> object: ...
-
-    def next_step(self, state: Any, /) -> Tensor: ...
-
-    def rate(self, name: str, step: Tensor, state: object = None, /) -> Rate: ...
+    return run
 
 
-def fused_rates(
-    opt: _Fusable, params: ParamDict, state: object, *, cpu_only: bool = False
-) -> KernelRates | None:
-    """Return the rates of a fused step under the optimizer's `fused` flag.
-
-    `fused=False`: None (the rule runs). `None`: the rates of the step `state`
-    leads to, as the kernel takes them, when a fused kernel can take it: a tensor
-    `lr` on the CPU (a plain one, or a schedule's current value) as the float
-    the kernel's `.tensor_lr` overload would read from it, one on the entries'
-    accelerator as the tensor. `True`: the same, and a step that cannot be fused
-    is refused.
+def fused_plan(
+    opt: Any,
+    params: ParamDict,
+    state: S,
+    buffers: tuple[str, ...],
+    kernel: Kernel,
+    *,
+    cpu_only: bool = False,
+) -> FusedPlan[S] | None:
+    """Return the fused plan `opt`'s `fused` flag and the bound facts allow, or None.
 
     Raises:
-        ValueError: With `fused=True`, if a fused kernel cannot take the step;
-            the message says why and names the fix.
+        ValueError: With `fused=True`, if a fused kernel cannot take these
+            steps; the message says why and names the fix.
     """
-    if opt.fused is False:
+    if opt.fused is False or not params:
         return None
-    step = opt.next_step(state)
-    lr = opt.rate("lr", step, state)
-    weight_decay = opt.rate("weight_decay", step, state)
-    why = _scheduled_refusal(opt, params) or refusal(
-        params, lr, weight_decay, cpu_only=cpu_only
-    )
+    why = fused_refusal(params, opt.lr, opt.weight_decay, cpu_only=cpu_only)
     if why is None:
-        given = cast("float | Tensor", lr)  # refused above if a ParamDict
-        kernel_lr: float | Tensor = given
-        if not isinstance(given, Tensor):
-            kernel_lr = float(given)
-        elif given.device.type == "cpu":
-            # The `.tensor_lr` overloads call the number overload with
-            # `lr.item<double>()`: this float, a free host read (`item`, which
-            # reads a rate that requires grad without a warning).
-            kernel_lr = cast(float, given.item())
-        else:
-            # The kernel reads it on the device: nothing waits. Detached, as
-            # torch.optim's step runs without recording.
-            kernel_lr = given.detach()
-        return KernelRates(kernel_lr, float(cast(float, weight_decay)))
+        return FusedPlan(opt, params, state, buffers, kernel)
     if opt.fused:
         msg = (
             f"`{type(opt).__name__}(fused=True)` cannot take this step with torch's "
@@ -182,143 +395,3 @@ def fused_rates(
         )
         raise ValueError(msg)
     return None
-
-
-def _scheduled_refusal(opt: _Fusable, params: ParamDict) -> str | None:
-    """Why a scheduled `lr` keeps the step from the kernel, or None."""
-    lr = opt.lr
-    if not is_schedule(lr):
-        return None
-    if lr.cycles_momentum:
-        return (
-            "the schedule cycles the momentum, which the kernel takes as a number "
-            "fixed at construction"
-        )
-    if not kept(params, None, "on the CPU", partial(_on_the_cpu, params)):
-        return (
-            "the rate is scheduled and the entries are not on the CPU (reading "
-            "the rate would wait for the device)"
-        )
-    return None
-
-
-def _on_the_cpu(params: ParamDict) -> bool:
-    return all(v.device.type == "cpu" for v in params._vals)
-
-
-def _steps(step: Tensor, count: int) -> list[Tensor]:
-    """One single-precision step tensor per entry, as `torch.optim` keeps them."""
-    return [step.to(torch.float32)] * count
-
-
-def _buffer(params: ParamDict, buffer: ParamDict) -> list[Tensor]:
-    values: list[Tensor] = params._aligned(buffer, what="The state")
-    return values
-
-
-def adam_(
-    params: ParamDict,
-    grads: ParamDict,
-    exp_avg: ParamDict,
-    exp_avg_sq: ParamDict,
-    max_exp_avg_sq: ParamDict,
-    step: Tensor,
-    *,
-    amsgrad: bool,
-    lr: float | Tensor,
-    betas: tuple[float, float],
-    weight_decay: float,
-    eps: float,
-    maximize: bool,
-    decoupled: bool,
-) -> None:
-    """Run `torch._fused_adam_` (or `_fused_adamw_`) on the entries, in place.
-
-    A tensor `lr` (float32, on the entries' accelerator) takes the kernel's
-    `.tensor_lr` overload, as in `torch.optim`; a number the number overload.
-    """
-    kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
-    values = params._vals
-    kernel(
-        values,
-        _buffer(params, grads),
-        _buffer(params, exp_avg),
-        _buffer(params, exp_avg_sq),
-        _buffer(params, max_exp_avg_sq) if amsgrad else [],
-        _steps(step, len(values)),
-        amsgrad=amsgrad,
-        lr=lr,
-        beta1=betas[0],
-        beta2=betas[1],
-        weight_decay=weight_decay,
-        eps=eps,
-        maximize=maximize,
-        grad_scale=None,
-        found_inf=None,
-    )
-
-
-def sgd_(
-    params: ParamDict,
-    grads: ParamDict,
-    momentum_buffer: ParamDict,
-    *,
-    lr: float | Tensor,
-    momentum: float,
-    weight_decay: float,
-    nesterov: bool,
-    maximize: bool,
-) -> None:
-    """Run `torch._fused_sgd_` on the entries, in place, without dampening.
-
-    The momentum buffer starts at zero, so the first step's `0 * momentum + grad`
-    is the gradient itself, what torch's `is_first_step` copies in. A tensor `lr`
-    takes the `.tensor_lr` overload, as for `adam_`.
-    """
-    torch._fused_sgd_(
-        params._vals,
-        _buffer(params, grads),
-        _buffer(params, momentum_buffer) if momentum != 0 else [],
-        weight_decay=weight_decay,
-        momentum=momentum,
-        lr=lr,
-        dampening=0.0,
-        nesterov=nesterov,
-        maximize=maximize,
-        is_first_step=False,
-        grad_scale=None,
-        found_inf=None,
-    )
-
-
-def adagrad_(
-    params: ParamDict,
-    grads: ParamDict,
-    total: ParamDict,
-    step: Tensor,
-    *,
-    lr: float | Tensor,
-    lr_decay: float,
-    weight_decay: float,
-    eps: float,
-    maximize: bool,
-) -> None:
-    """Run `torch._fused_adagrad_` on the entries, in place (CPU only in torch).
-
-    A tensor `lr` takes the `.tensor_lr` overload, as for `adam_` (the kernel is
-    on the CPU only, where `fused_rates` hands it the rate as a number).
-    """
-    values = params._vals
-    torch._fused_adagrad_(
-        values,
-        _buffer(params, grads),
-        _buffer(params, total),
-        _steps(step, len(values)),
-        lr=lr,
-        lr_decay=lr_decay,
-        weight_decay=weight_decay,
-        eps=eps,
-        maximize=maximize,
-        grad_scale=None,
-        found_inf=None,
-    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeAlias, TypeVar, cast
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 import attrs
 import torch
@@ -16,11 +16,9 @@ from torch.utils import _pytree as pytree
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._keyed import subset
-from ._protocol import Optimizer, recall, remember
-from ._slot import slot_rules
-from ._strategy import one_graph
-from ._vocabulary import Kernels
+from ._binding import Bound, Plan, Strides
+from ._optimizer import Optimizer
+from ._schedules.slot import is_schedule
 
 P = TypeVar("P", bound=ParamDict)
 
@@ -63,9 +61,7 @@ def _keepers(members: Sequence[object]) -> tuple[int, ...]:
     """
     lrs: list[object] = [getattr(opt, "lr", None) for opt in members]
     return tuple(
-        next(j for j, other in enumerate(lrs) if other is lr)
-        if slot_rules().is_schedule(lr)
-        else i
+        next(j for j, other in enumerate(lrs) if other is lr) if is_schedule(lr) else i
         for i, lr in enumerate(lrs)
     )
 
@@ -176,9 +172,6 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     groups: tuple[tuple[_Patterns | Predicate, Optimizer[S]], ...]
     default: Optimizer[S] | None
     differentiable: bool
-    _routes: dict[tuple[str, ...], _Routes] = attrs.field(
-        init=False, factory=lambda: dict[tuple[str, ...], _Routes](), repr=False
-    )
     # For each member, the member whose state stores its schedule's state.
     _keepers: tuple[int, ...] = attrs.field(init=False, default=(), repr=False)
     # Each pattern's regular expression (`_globs`).
@@ -270,16 +263,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         return tuple(routes)
 
     def _routes_for(self, params: ParamDict) -> _Routes:
-        if torch.compiler.is_compiling():
-            # Routed afresh while tracing: a cache filled there would change
-            # what the compiled step's guards saw, and recompile it.
-            return self._route(params)
-        keys = tuple(params)
-        routes = self._routes.get(keys)
-        if routes is None:
-            routes = self._route(params)
-            self._routes[keys] = routes
-        return routes
+        return self._route(params)
 
     def init(self, params: ParamDict, /) -> tuple[S, ...]:
         """Return the tuple of each group's first state, then the default's.
@@ -334,6 +318,13 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         """Return the group whose step advances the schedule state `keeper` stores."""
         sharing = [i for i, k in enumerate(self._keepers) if k == keeper]
         return next((i for i in sharing if routes[i]), keeper)
+
+    def _stored_once(self, state: tuple[S, ...]) -> bool:
+        """Whether each shared schedule state of `state` is stored once already."""
+        return all(
+            keeper == i or i >= len(state) or _slot(state[i]) == ()
+            for i, keeper in enumerate(self._keepers)
+        )
 
     def _stored(
         self, states: tuple[S, ...], routes: _Routes | None = None
@@ -438,44 +429,13 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         return max(opt.step_count(sub) for opt, sub in zip(self._members(), state))
 
     @override
-    def _prepare(
-        self, params: ParamDict, grads: ParamDict, state: tuple[S, ...]
-    ) -> None:
-        routes = self._routes_for(params)
-        full = self._full(state, routes)
-        remember(state, full)  # the same group states for `_step_in_place`
-        for opt, keys, sub_state in zip(self._members(), routes, full):
-            if keys:  # every group prepared before any group writes
-                opt._prepare(subset(params, keys), subset(grads, keys), sub_state)
-
-    @override
-    def _step_in_place(
-        self, params: ParamDict, grads: ParamDict, state: tuple[S, ...]
-    ) -> tuple[S, ...]:
-        routes = self._routes_for(params)
-        known, prepared = recall(state)
-        full = cast("tuple[S, ...]", prepared) if known else self._full(state, routes)
-        states: list[S] = []
-        for opt, keys, sub_state in zip(self._members(), routes, full):
-            if keys:  # each group in place on its entries, fused where it can be
-                sub_state = opt._step_in_place(
-                    subset(params, keys), subset(grads, keys), sub_state
-                )
-            states.append(sub_state)
-        return self._stored(tuple(states), routes)
-
-    @override
     def step(
         self, params: P, grads: Mapping[str, Tensor], state: tuple[S, ...], /
     ) -> tuple[P, tuple[S, ...]]:
         """Return the parameters after one update, and the next state.
 
-        As `Optimizer.step`. Eager and not differentiable, each group takes its
-        own `step` on its entries, so each steps on its best path (torch's fused
-        kernel on copies where its optimizer has one); otherwise (traced, or
-        differentiable) the groups' rules run as one `update`.
-
-        Arguments and result as `Optimizer.step`.
+        As `Optimizer.step`; a group that chooses no key passes its state along
+        as it is (no copy is made).
 
         Example:
             >>> from paramdict import optim
@@ -487,41 +447,102 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             >>> new["w"], new["b"]
             (tensor([0.5000]), tensor([0.]))
         """
-        if one_graph(self) is not None:  # `update`, one graph
-            return super().step(params, grads, state)
-        with self._facts_kept(params, state):
-            aligned = self._checked(params, grads, state)
-        if not params:
-            return params, state
-        routes = self._routes_for(params)
-        merged: dict[str, Tensor] = {}
-        states: list[S] = []
-        for opt, keys, sub_state in zip(self._members(), routes, self._full(state)):
-            if keys:
-                new, sub_state = opt.step(
-                    subset(params, keys), subset(aligned, keys), sub_state
-                )
-                merged.update(new)
-            states.append(sub_state)
-        updated = params._derive([merged.get(k, v) for k, v in params.items()])
-        return updated, self._stored(tuple(states), routes)
+        new_params, new_state = super().step(params, grads, state)
+        if self.differentiable or torch.compiler.is_compiling() or not params:
+            return new_params, new_state
+        last: Bound[tuple[S, ...]] | None = getattr(self, "_last", None)
+        if not isinstance(last, Bound) or last.state is not new_state:
+            return new_params, new_state
+        plan = last._plan
+        if not isinstance(plan, _GroupsPlan):
+            return new_params, new_state
+        routes = plan._routes
+        # A group without keys whose state holds no schedule another one steps.
+        idle = {
+            i
+            for i, keys in enumerate(routes)
+            if not keys and all(k != i or j == i for j, k in enumerate(self._keepers))
+        }
+        kept = tuple(state[i] if i in idle else new for i, new in enumerate(new_state))
+        last.hold(new_params, kept)
+        return new_params, kept
 
     @override
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: tuple[S, ...], ops: Kernels, /
-    ) -> tuple[ParamDict, tuple[S, ...]]:
-        routes = self._routes_for(params)
-        merged: dict[str, Tensor] = {}
-        states: list[S] = []
-        for opt, keys, sub_state in zip(self._members(), routes, self._full(state)):
-            if not keys:  # a group whose patterns only match keys taken before
-                states.append(sub_state)
+    def _plan(
+        self, params: ParamDict, state: tuple[S, ...], *, in_place: bool
+    ) -> Plan[tuple[S, ...]]:
+        self.check_state(params, state)
+        routes = self._route(params)
+        return _GroupsPlan(self, params, state, routes, in_place=in_place)
+
+
+def subset(params: P, keys: Sequence[str], /) -> P:
+    """Return the entries of `params` under exactly `keys`, in that order.
+
+    Unlike `select`, keys are not patterns, so any character in them is literal.
+    """
+    return params._from_parts(tuple(keys), [params[k] for k in keys])
+
+
+class _GroupsPlan(Generic[S]):
+    """Each group's plan on its entries, prepared all before any writes."""
+
+    __slots__ = ("_groups", "_indices", "_plans", "_routes", "grad_strides")
+
+    def __init__(
+        self,
+        groups: ParamGroups[S],
+        params: ParamDict,
+        state: tuple[S, ...],
+        routes: _Routes,
+        *,
+        in_place: bool,
+    ) -> None:
+        self._groups = groups
+        self._routes = routes
+        place = {k: i for i, k in enumerate(params._keys)}
+        self._indices = [[place[k] for k in keys] for keys in routes]
+        full = groups._full(state, routes)
+        self._plans: list[Plan[S] | None] = [
+            opt._plan(subset(params, keys), sub_state, in_place=in_place)
+            if keys
+            else None
+            for opt, keys, sub_state in zip(groups._members(), routes, full)
+        ]
+        strides: list[Strides | None] = [None] * len(params._keys)
+        found = False
+        for plan, indices in zip(self._plans, self._indices):
+            own: list[Strides | None] | None = getattr(plan, "grad_strides", None)
+            if own is not None:
+                found = True
+                for i, target in zip(indices, own):
+                    strides[i] = target
+        self.grad_strides = strides if found else None
+
+    def __call__(
+        self, params: ParamDict, state: tuple[S, ...]
+    ) -> Callable[[ParamDict], tuple[S, ...]]:
+        full = self._groups._full(state, self._routes)
+        pvals = params._vals
+        commits: list[tuple[tuple[str, ...], list[int], Callable[[ParamDict], S]]] = []
+        for plan, keys, indices, sub_state in zip(
+            self._plans, self._routes, self._indices, full
+        ):
+            if plan is None:
                 continue
-            new, new_state = opt.update(
-                ops.subset(params, keys), ops.subset(grads, keys), sub_state, ops
-            )
-            merged.update(new)
-            states.append(new_state)
-        # Not `params | merged`: dynamo before torch 2.9 cannot trace that union.
-        updated = params._derive([merged.get(k, v) for k, v in params.items()])
-        return updated, self._stored(tuple(states), routes)
+            sub_params = params._from_parts(keys, [pvals[i] for i in indices])
+            commits.append((keys, indices, plan(sub_params, sub_state)))
+
+        groups, routes = self._groups, self._routes
+
+        def commit(grads: ParamDict) -> tuple[S, ...]:
+            gvals = grads._vals
+            for keys, indices, each in commits:
+                each(grads._from_parts(keys, [gvals[i] for i in indices]))
+            if groups._stored_once(state):
+                return state
+            # A state saved with a copy of a shared schedule state per group:
+            # the same tensors, each shared schedule state stored once.
+            return groups._stored(tuple(full), routes)
+
+        return commit

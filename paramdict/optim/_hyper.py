@@ -223,14 +223,15 @@ def scalar_dtype(device: torch.device) -> torch.dtype:
 
 
 def new_counter(params: ParamDict) -> Tensor:
-    """Return a 0-dim zero step counter on the device of the first entry.
+    """Return a 0-dim zero step counter on the host.
 
     A tensor rather than a Python int, so that `torch.compile` does not specialize
-    on it and `torch.func` transforms and accelerators need no host round trip.
+    on it, and on the host (as `torch.optim` keeps its `step` off the device
+    unless `capturable=True`), so that reading it costs no wait for a device and
+    the step sizes computed from it launch no kernels.
     """
-    first = next(iter(params.values()), None)
-    device = first.device if first is not None else torch.device("cpu")
-    return torch.zeros((), dtype=scalar_dtype(device), device=device)
+    del params
+    return torch.zeros((), dtype=torch.float64)
 
 
 def state_scalar_dtype(device: torch.device) -> torch.dtype:
@@ -301,10 +302,11 @@ def check_counter(
 ) -> None:
     """Raise unless `counter` is a state's count: 0-dim, its dtype, a whole number >= 0.
 
-    `dtype` is the counter's dtype (by default `scalar_dtype` of the parameters'
-    device); the counter must be on the device of the first parameter. The value is
-    read only on the CPU, where `torch.optim` reads its step counts anyway; elsewhere
-    (and under `torch.compile` or `torch.func`) only the kind is checked.
+    `dtype` is the counter's dtype: by default float64 on the CPU, where `init`
+    makes it (or `scalar_dtype` of the parameters' device for a counter kept
+    there). The value is read only on the CPU, where `torch.optim` reads its
+    step counts anyway; elsewhere (and under `torch.compile` or `torch.func`)
+    only the kind is checked.
 
     Raises:
         TypeError: If `counter` is not a 0-dim tensor of that dtype.
@@ -318,14 +320,16 @@ def check_counter(
     first = next(iter(params.values()), None)
     device = first.device if first is not None else counter.device
     expected = scalar_dtype(device) if dtype is None else dtype
+    if dtype is None and counter.device.type == "cpu":
+        expected = torch.float64
     if counter.dtype != expected:
         msg = f"{what} must be a {expected} tensor, got {counter.dtype}. {fix}"
         raise TypeError(msg)
-    if counter.device != device:
+    if counter.device.type != "cpu" and counter.device != device:
         msg = (
-            f"{what} is on {counter.device}, the parameters on {device}. Move the "
-            "state to the parameters' device (`state.to(...)`) or use a state from "
-            "this optimizer's `init`."
+            f"{what} is on {counter.device}, the parameters on {device}. Keep the "
+            "counter on the CPU (where `init` makes it) or move the state to the "
+            "parameters' device (`state.to(...)`)."
         )
         raise ValueError(msg)
     if counter.device.type != "cpu" or is_traced(counter):

@@ -1,16 +1,19 @@
-"""The buffers of a state against its parameters: keys, shapes, dtypes, presence.
+"""The buffers of a state against its parameters: kinds, keys, shapes, presence.
 
-`TorchOptimizer.check_state` checks the state's type, counter and schedule
-itself and hands the buffers here (unless `_repeat.py` kept that these very
-tensors passed before, unchanged). A buffer keyed like the parameters must match each
-entry; an empty one is refused where the optimizer's options keep that buffer
-(a state from `Adam(amsgrad=False)` given to `Adam(amsgrad=True)`), naming the
-option and the fix.
+`TorchOptimizer.check_state` checks the state's type, counter and schedule itself
+and hands the buffers here, once per binding. What each field must hold is read
+from the optimizer itself: its `init_state` on meta copies of the parameters
+(nothing is allocated) says which fields are buffers keyed like the parameters,
+which are 0-dim scalars (NAdam's `mu_product`), and which its options leave empty
+(`Adam(amsgrad=False)`'s `max_exp_avg_sq`). A buffer keyed like the parameters
+must match each entry; a field of another kind, or empty where the options keep
+it, is refused naming the field and the fix.
 """
 
 from __future__ import annotations
 
-import weakref
+# pyright: reportPrivateUsage=false
+# (ParamDict's package-internal storage)
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,70 +21,104 @@ from torch import Tensor
 
 from .._paramdict import ParamDict
 from ._hyper import check_rate_keys
-from ._keyed import check_keyed
+from ._validate import check_keyed
 
 if TYPE_CHECKING:
-    from ._base import TorchOptimizer
+    from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["check_buffers"]
-
-_NEEDED: weakref.WeakKeyDictionary[TorchOptimizer[Any], frozenset[str]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def check_buffers(opt: TorchOptimizer[Any], params: ParamDict, state: Any) -> None:
     """Raise unless each buffer field of `state` fits `params` and `opt`'s options.
 
     Raises:
-        TypeError: If a buffer field is not a ParamDict.
+        TypeError: If a field holds another kind of value than `init_state`
+            puts there (a 0-dim tensor for a buffer, say).
         ValueError: If a buffer's keys, shapes, dtypes or devices are not
             `params`', or a buffer `opt`'s options keep is empty.
     """
+    kinds = _kinds(opt, params)
     for field, buffer in zip(state._fields, state):
-        if field in ("step", "schedule"):
+        if field in ("step", "schedule") or field in opt.own_fields:
+            continue
+        kind = kinds.get(field)
+        what = f"The state's `{field}`"
+        if kind == "other":  # the optimizer's own kind of field: its own check
+            continue
+        if kind is None and isinstance(buffer, Tensor) and buffer.dim() == 0:
+            continue  # a scalar, where the first state could not be probed
+        if kind == "scalar":
+            if not (
+                isinstance(buffer, Tensor)
+                and buffer.dim() == 0
+                and buffer.is_floating_point()
+            ):
+                msg = (
+                    f"{what} must be a 0-dim floating-point tensor, got "
+                    f"{_describe(buffer)}. Use the state from this optimizer's "
+                    "`init` (or a checkpoint of it)."
+                )
+                raise TypeError(msg)
             continue
         if isinstance(buffer, ParamDict) and not buffer:
-            # Eager only: a cache filled while tracing would recompile.
-            if (
-                params
-                and not torch.compiler.is_compiling()
-                and field in _needed_buffers(opt, params)
-            ):
+            if params and kind == "buffer":
                 _refuse_missing(opt, field)
             continue
-        if isinstance(buffer, Tensor) and buffer.dim() == 0:
-            continue  # a scalar of the state, such as NAdam's `mu_product`
-        what = f"The state's `{field}`"
         if not isinstance(buffer, ParamDict):
-            msg = f"{what} must be a ParamDict, got {type(buffer).__name__}."
+            msg = (
+                f"{what} must be a ParamDict keyed like the parameters, got "
+                f"{_describe(buffer)}. Use the state from this optimizer's `init` "
+                "(or a checkpoint of it)."
+            )
             raise TypeError(msg)
         if buffer.keys() != params.keys():
             check_rate_keys(params, field, buffer)
-        check_keyed(params, buffer, what=what)
+        if buffer._keys != params._keys:
+            msg = (
+                f"{what} must match the parameters entry by entry, in their order; "
+                "it holds their keys in another order (a state made for other "
+                "parameters). Build the state with `init` on these parameters."
+            )
+            raise ValueError(msg)
+        check_keyed(params, buffer._vals, what=what)
 
 
-def _needed_buffers(opt: TorchOptimizer[Any], params: ParamDict) -> frozenset[str]:
-    """Return the fields that `opt.init_state` fills for non-empty `params`.
+def _describe(value: object) -> str:
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return type(value).__name__
 
-    Which buffers a state keeps depends on the options alone (`amsgrad`,
-    `centered`, `momentum`), so the verdict is computed once per optimizer,
-    from `init_state` on meta copies of `params` (nothing is allocated).
+
+def _kinds(opt: TorchOptimizer[Any], params: ParamDict) -> dict[str, str]:
+    """What `opt.init_state` puts in each field for `params`: a field's kind.
+
+    `"buffer"` (a ParamDict keyed like the parameters), `"empty"`, `"scalar"` (a
+    0-dim tensor) or `"other"`; from `init_state` on meta copies of `params`.
+    Empty where the probe cannot run (a rule whose first state reads values).
     """
-    cached = _NEEDED.get(opt)
-    if cached is not None:
-        return cached
+    if not params or torch.compiler.is_compiling():
+        return {}
     probe = ParamDict(
         {k: torch.empty_like(v, device="meta") for k, v in params.items()}
     )
-    first: Any = opt.init_state(probe)
-    needed = frozenset(
-        field
-        for field, buffer in zip(first._fields, first)
-        if isinstance(buffer, ParamDict) and buffer
-    )
-    _NEEDED[opt] = needed
-    return needed
+    try:
+        first: Any = opt.init_state(probe)
+    except (RuntimeError, NotImplementedError, ValueError, TypeError):
+        return {}
+    kinds: dict[str, str] = {}
+    shapes = [v.shape for v in probe.values()]
+    for field, value in zip(first._fields, first):
+        if isinstance(value, ParamDict) and value.keys() == probe.keys():
+            same = [value[k].shape for k in probe] == shapes
+            kinds[field] = "buffer" if same else "other"
+        elif isinstance(value, ParamDict):
+            kinds[field] = "empty" if not value else "other"
+        elif isinstance(value, Tensor) and value.dim() == 0:
+            kinds[field] = "scalar"
+        else:
+            kinds[field] = "other"
+    return kinds
 
 
 def _refuse_missing(opt: TorchOptimizer[Any], field: str) -> None:

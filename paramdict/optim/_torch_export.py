@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
-from ._protocol import Optimizer
+from ._optimizer import Optimizer
+from ._torch_optimizer import TorchOptimizer
 from ._torch_state import (
     _NO_STEP,
     Names,

@@ -23,14 +23,13 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
-from ._groups import ParamGroups
-from ._keyed import subset
-from ._protocol import Optimizer
+from ._groups import ParamGroups, subset
+from ._optimizer import Optimizer
 from ._schedules.base import ScheduleState
 from ._schedules.cyclic import CyclicLR, OneCycleLR
 from ._schedules.slot import is_schedule
 from ._schedules.torch_state import load_torch_scheduler_state_dict
+from ._torch_optimizer import TorchOptimizer
 
 S = TypeVar("S")
 

@@ -9,12 +9,11 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
 from ._fields import fraction, non_negative, shared_last
 from ._hyper import Rate
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
-from ._vocabulary import Kernels
+from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Adadelta", "AdadeltaState"]
 
@@ -93,18 +92,17 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: AdadeltaState,
+        state: AdadeltaState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
+    ) -> None:
         rho, eps = self.rho, self.eps
-        square_avg = ops.mul(buffers.square_avg, rho)
-        square_avg = ops.addcmul(square_avg, grads, grads, 1 - rho)
-        std = ops.sqrt(ops.add(ops.borrowed(square_avg), eps))
-        delta = ops.sqrt(ops.add(ops.borrowed(buffers.acc_delta), eps))
-        delta = ops.mul(ops.div(delta, std), grads)
-        acc_delta = ops.mul(buffers.acc_delta, rho)
-        acc_delta = ops.addcmul(acc_delta, delta, delta, 1 - rho)
-        return ops.sub_scaled(params, delta, lr), (square_avg, acc_delta)
+        square_avg = state.square_avg.mul_(rho).addcmul_(grads, grads, value=1 - rho)
+        std = square_avg.add(eps).sqrt_()
+        delta = state.acc_delta.add(eps).sqrt_()
+        if self.differentiable:  # its square root is saved for the backward pass
+            delta = delta.clone()
+        delta.div_(std).mul_(grads)
+        state.acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+        params.sub_(delta, alpha=lr)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any, ClassVar, NamedTuple, cast
-from weakref import ref
 
 import attrs
 import torch
@@ -14,15 +12,19 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
 from ._fields import shared_last
-from ._hyper import Rate, check_counter, check_number, check_rate_keys, is_traced
-from ._keyed import check_keyed
-from ._protocol import register_state
-from ._repeat import kept
+from ._hyper import (
+    Rate,
+    check_counter,
+    check_number,
+    check_rate_keys,
+    compute_dtype,
+    is_traced,
+)
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState, check_slot
-from ._strategy import transformed
-from ._vocabulary import Kernels
+from ._torch_optimizer import TorchOptimizer
+from ._validate import check_keyed, transformed
 
 __all__ = ["Adafactor", "AdafactorState"]
 
@@ -163,10 +165,12 @@ def _check_buffers(params: ParamDict, state: AdafactorState) -> None:
             for v, p in zip(values, template.values())
         ):
             aligned = template._derive(values)
-            check_keyed(template.map(shaped), aligned, what=f"The state's `{field}`")
+            check_keyed(
+                template.map(shaped), aligned._vals, what=f"The state's `{field}`"
+            )
     buffer = _buffer(state, "variance", vectors)
     aligned = vectors._derive(vectors._aligned(buffer, what="The state's `variance`"))
-    check_keyed(vectors, aligned, what="The state's `variance`")
+    check_keyed(vectors, aligned._vals, what="The state's `variance`")
 
 
 def _buffer(state: AdafactorState, field: str, template: ParamDict) -> ParamDict:
@@ -275,8 +279,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         check_counter(given.step, params, "step")
         if "schedule" in given._fields:
             check_slot(self, self.lr, given.schedule)
-        check = partial(_check_buffers, params, given)
-        kept(params, given, ("state", ref(self)), check)  # once while unchanged
+        _check_buffers(params, given)  # once while unchanged
 
     def _eps1(self, dtype: torch.dtype) -> float:
         eps1 = self.eps[0]
@@ -287,84 +290,77 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: AdafactorState,
+        state: AdafactorState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict, ParamDict]]:
+    ) -> None:
         eps2 = self.eps[1]
         on_host = _reads_on_host(self, params, grads, step, lr)
-        # torch computes the relative step sizes from the parameters before
-        # their decay (`decays_in_math`).
+        # Recorded, the norms keep the parameters for the backward pass: read
+        # from a copy, since the decay writes into them next.
+        read = params.clone() if self.differentiable else params
         alpha: Mapping[str, float | Tensor] = (
-            _host_alphas(params, lr, step, eps2)
+            _host_alphas(read, lr, step, eps2)
             if on_host
-            else _alphas(params, step, lr, eps2)
+            else _alphas(read, step, lr, eps2)
         )
-        params = self.decayed(params, step, lr, ops)
-        row_var, col_var, variance, estimates = self._moments(grads, buffers, step, ops)
+        self.decay_(params, step, lr)  # after the step size read the parameters
+        estimates = self._moments(params, grads, state, step)
         merged = params._derive([estimates[k] for k in params])
         if on_host and _small(merged):
             update = _host_update(merged, grads, self._eps1)
         else:
-            update = ops.apply(merged, self._scaled, grads)
+            gvals = merged._aligned(grads, what="The gradients")
+            update = merged._derive(
+                [self._scaled(v, g) for v, g in zip(merged.values(), gvals)]
+            )
         if on_host:
             scale = _host_scales(update, alpha, self.d)
         else:
             scale = _scales(update, alpha, self.d, step.dtype)
-        new_params = ops.sub_scaled_by_key(params, update, scale)
-        return new_params, (row_var, col_var, variance)
+        params.sub_(update, alpha=scale)
 
     def _moments(
-        self, grads: ParamDict, buffers: AdafactorState, step: Tensor, ops: Kernels
-    ) -> tuple[ParamDict, ParamDict, ParamDict, dict[str, Tensor]]:
-        """Return the new `row_var`, `col_var`, `variance`, and each entry's estimate.
+        self,
+        params: ParamDict,
+        grads: ParamDict,
+        state: AdafactorState,
+        step: Tensor,
+    ) -> dict[str, Tensor]:
+        """Update the factored and unfactored second moments in place.
 
-        The estimate of the second moment is, for a matrix, the outer product of
-        its row and column means over the mean row; else the running mean itself.
-        A kind of entry the parameters lack keeps its empty buffer, untouched.
+        Returns each entry's estimate of the squared gradient (new tensors for
+        the matrices, the `variance` buffer's own for the vectors).
         """
-        weight = ops.scalar(step**self.beta2_decay)
-        if ops.dtype is None:
-            # Half precision or mixed dtypes: a float64 weight would promote a
-            # 0-dim entry's buffer to float64 (torch.optim's weight is a number).
-            weight = ops.item(weight)
+        power = step**self.beta2_decay
+        dtype = compute_dtype(params)
+        weight: float | Tensor = power.item() if dtype is None else power.to(dtype)
+        if dtype is None and (is_traced(power) or torch.compiler.is_compiling()):
+            weight = power
         matrix_keys: list[str] = []
         vector_keys: list[str] = []
         for key, g in grads.items():
             (matrix_keys if g.dim() > 1 else vector_keys).append(key)
-        row_var, col_var = buffers.row_var, buffers.col_var
-        variance = buffers.variance
         estimates: dict[str, Tensor] = {}
         if matrix_keys:
-            matrix_grads = ops.subset(grads, tuple(matrix_keys))
-            # The gradients are read again below: borrowed, never consumed.
-            row_mean = ops.apply(ops.borrowed(matrix_grads), _row_mean)
-            row_var = ops.lerp(row_var, row_mean, weight)
-            col_mean = ops.apply(ops.borrowed(matrix_grads), _col_mean)
-            col_var = ops.lerp(col_var, col_mean, weight)
-            estimates.update(ops.apply(ops.borrowed(row_var), self._factored, col_var))
-        if vector_keys:
-            vector_grads = (
-                ops.subset(grads, tuple(vector_keys)) if matrix_keys else grads
+            matrix_grads = _subset(grads, matrix_keys)
+            row_var = state.row_var.lerp_(matrix_grads.map(_row_mean), weight)
+            col_var = state.col_var.lerp_(matrix_grads.map(_col_mean), weight)
+            cols = row_var._aligned(col_var, what="The state's `col_var`")
+            estimates.update(
+                (k, self._factored(r, c))
+                for k, r, c in zip(row_var.keys(), row_var.values(), cols)
             )
+        if vector_keys:
+            vector_grads = _subset(grads, vector_keys) if matrix_keys else grads
+            variance = state.variance
             if torch.compiler.is_compiling():
-                # One elementwise function per entry, which the compiler fuses
-                # into the loop reading the variance; as two foreach operations
-                # it wrote every square to memory first (a third slower).
-
-                def running_mean(v: Tensor, g: Tensor) -> Tensor:
-                    return torch.lerp(v, g * g, weight)
-
-                variance = ops.apply(variance, running_mean, vector_grads)
+                squares = vector_grads.map(lambda g: g * g)
             else:
-                squared = ops.mul(ops.borrowed(vector_grads), vector_grads)
-                variance = ops.lerp(variance, squared, weight)
-            estimates.update(variance)  # read only: the update clamps a copy
-        return row_var, col_var, variance, estimates
-
-    # Each writes only into the tensor it made, as torch's in-place steps.
+                squares = vector_grads.mul(vector_grads)
+            estimates.update(variance.lerp_(squares, weight))
+        return estimates
 
     def _factored(self, r: Tensor, c: Tensor) -> Tensor:
         """Return the estimate `r @ c / max(mean(r), eps1)` of a matrix's moment."""
@@ -384,6 +380,10 @@ class Adafactor(TorchOptimizer[AdafactorState]):
 # traced, differentiable or elsewhere they are double-precision tensors. Both give
 # the same numbers (IEEE double arithmetic; `clamp`'s and `minimum`'s NaN written
 # out on the host), hence the same parameters.
+
+
+def _subset(x: ParamDict, keys: list[str]) -> ParamDict:
+    return ParamDict._from_parts(tuple(keys), [x[k] for k in keys])
 
 
 def _reads_on_host(

@@ -9,13 +9,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from . import _fused
-from ._base import TorchOptimizer
 from ._fields import fused_option, non_negative, shared_last
+from ._fused import FusedPlan, adagrad_kernel, fused_plan
 from ._hyper import Rate, quotient
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
-from ._vocabulary import Kernels
+from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Adagrad", "AdagradState"]
 
@@ -92,47 +91,24 @@ class Adagrad(TorchOptimizer[AdagradState]):
         )
 
     @override
-    def _fused_rates(
+    def _fused_plan(
         self, params: ParamDict, state: AdagradState
-    ) -> _fused.KernelRates | None:
-        return _fused.fused_rates(self, params, state, cpu_only=True)
-
-    @override
-    def _step_fused(
-        self,
-        params: ParamDict,
-        grads: ParamDict,
-        state: AdagradState,
-        rates: _fused.KernelRates,
-    ) -> AdagradState:
-        step = self.next_step(state)
-        _fused.adagrad_(
-            params,
-            grads,
-            state.sum,
-            step,
-            lr=rates.lr,
-            lr_decay=self.lr_decay,
-            weight_decay=rates.weight_decay,
-            eps=self.eps,
-            maximize=self.maximize,
-        )
-        state.step.copy_(step)  # last: a kernel that raises leaves it as it was
-        return state
+    ) -> FusedPlan[AdagradState] | None:
+        kernel = adagrad_kernel(self)
+        return fused_plan(self, params, state, ("sum",), kernel, cpu_only=True)
 
     @override
     def math(
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: AdagradState,
+        state: AdagradState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict]]:
+    ) -> None:
         minus_clr = -quotient(lr, 1 + (step - 1) * self.lr_decay)
-        total = ops.addcmul(buffers.sum, grads, grads)
-        std = ops.add(ops.sqrt(ops.borrowed(total)), self.eps)
-        # torch's `addcdiv(g, std, value=-clr)`, the rate multiplying `g` first.
-        return ops.addcdiv(params, grads, std, minus_clr), (total,)
+        total = state.sum.addcmul_(grads, grads)
+        std = total.sqrt()  # kept for the backward pass when recorded
+        std = std.add(self.eps) if self.differentiable else std.add_(self.eps)
+        params.addcdiv_(grads, std, value=minus_clr)

@@ -14,13 +14,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from . import _fused
-from ._adam_moments import AdamOptions, in_inherited_order, moments
+from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag, fused_option
+from ._fused import FusedPlan, adam_kernel, fused_plan
 from ._hyper import Rate, host_numbers, quotient
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import SlotState
-from ._vocabulary import Kernels
 from .adamax import Adamax, AdamaxState
 from .nadam import NAdam, NAdamState
 from .radam import RAdam, RAdamState
@@ -144,62 +143,30 @@ class Adam(AdamOptions[AdamState]):
         )
 
     @override
-    def _fused_rates(
+    def _fused_plan(
         self, params: ParamDict, state: AdamState
-    ) -> _fused.KernelRates | None:
-        return _fused.fused_rates(self, params, state)
-
-    @override
-    def _step_fused(
-        self,
-        params: ParamDict,
-        grads: ParamDict,
-        state: AdamState,
-        rates: _fused.KernelRates,
-    ) -> AdamState:
-        step = self.next_step(state)
-        _fused.adam_(
-            params,
-            grads,
-            state.exp_avg,
-            state.exp_avg_sq,
-            state.max_exp_avg_sq,
-            step,
-            amsgrad=self.amsgrad,
-            lr=rates.lr,
-            betas=self.betas,
-            weight_decay=rates.weight_decay,
-            eps=self.eps,
-            maximize=self.maximize,
-            decoupled=self._decoupled(),
-        )
-        state.step.copy_(step)  # last: a kernel that raises leaves it as it was
-        return state
+    ) -> FusedPlan[AdamState] | None:
+        fields = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")[: 3 if self.amsgrad else 2]
+        return fused_plan(self, params, state, fields, adam_kernel(self))
 
     @override
     def math(
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: AdamState,
+        state: AdamState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict, ParamDict]]:
-        beta1, beta2 = self.cycled("betas", buffers)
-        exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
-        )
-        max_exp_avg_sq = buffers.max_exp_avg_sq
-        second = exp_avg_sq
+    ) -> None:
+        beta1, beta2 = self.cycled("betas", state)
+        moments_((beta1, beta2), state.exp_avg, state.exp_avg_sq, grads)
+        second = state.exp_avg_sq
         if self.amsgrad:
-            max_exp_avg_sq = ops.maximum(max_exp_avg_sq, exp_avg_sq)
-            second = max_exp_avg_sq
+            second = state.max_exp_avg_sq.maximum_(second)
         # Bias corrections: torch.optim's Python floats where the step can be read
-        # for free (eager, CPU); else in double precision from the step tensor,
-        # the same numbers without reading the step on the host. A tensor `lr`
-        # stays a tensor, as in torch.
+        # for free (eager, on the host); else in double precision from the step
+        # tensor, the same numbers. A tensor `lr` stays a tensor, as in torch.
         host = (
             None
             if isinstance(lr, Tensor)
@@ -214,12 +181,17 @@ class Adam(AdamOptions[AdamState]):
         else:
             bias_correction2_sqrt = (1 - beta2**step).sqrt()
             step_size = -quotient(lr, 1 - beta1**step)
-        denom = ops.div(ops.sqrt(ops.borrowed(second)), bias_correction2_sqrt)
-        denom = ops.add(denom, self.eps)
-        # torch's `addcdiv(m, denom, value=step_size)`; a tensor `step_size`
+        denom = second.sqrt()
+        # Recorded, the square root's result is saved for the backward pass:
+        # divided out of place then, as torch's differentiable Adam does.
+        if self.differentiable:
+            denom = denom.div(bias_correction2_sqrt)
+        else:
+            denom.div_(bias_correction2_sqrt)
+        denom.add_(self.eps)
+        # torch's `addcdiv_(m, denom, value=step_size)`; a tensor `step_size`
         # multiplies `m` first, as torch does with a tensor rate.
-        new_params = ops.addcdiv(params, exp_avg, denom, step_size)
-        return new_params, (exp_avg, exp_avg_sq, max_exp_avg_sq)
+        params.addcdiv_(state.exp_avg, denom, value=step_size)
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)

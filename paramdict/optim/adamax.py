@@ -11,9 +11,8 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order
 from ._hyper import Rate, host_numbers, quotient
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
-from ._vocabulary import Kernels
 
 __all__ = ["Adamax", "AdamaxState"]
 
@@ -75,18 +74,15 @@ class Adamax(AdamOptions[AdamaxState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: AdamaxState,
+        state: AdamaxState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
-        beta1, beta2 = self.cycled("betas", buffers)
-        exp_avg = ops.lerp(buffers.exp_avg, grads, 1 - beta1)
-        norm = ops.add(ops.abs(grads), self.eps)
-        exp_inf = ops.maximum(ops.mul(buffers.exp_inf, beta2), norm)
-        # torch's Python floats where the step can be read for free (eager, CPU);
-        # else the same numbers from the step tensor. A tensor `lr` stays one.
+    ) -> None:
+        beta1, beta2 = self.cycled("betas", state)
+        state.exp_avg.lerp_(grads, 1 - beta1)
+        norm = grads.abs().add_(self.eps)
+        state.exp_inf.mul_(beta2).maximum_(norm)
         host = (
             None
             if isinstance(lr, Tensor)
@@ -94,8 +90,7 @@ class Adamax(AdamOptions[AdamaxState]):
         )
         if host is not None:
             t, rate, b1 = host
-            new_params = ops.addcdiv(params, exp_avg, exp_inf, -(rate / (1 - b1**t)))
+            clr: float | Tensor | ParamDict = rate / (1 - b1**t)
         else:
             clr = quotient(lr, 1 - beta1**step)
-            new_params = ops.addcdiv(params, exp_avg, exp_inf, -clr)
-        return new_params, (exp_avg, exp_inf)
+        params.addcdiv_(state.exp_avg, state.exp_inf, value=-clr)

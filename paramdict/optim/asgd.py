@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple, cast
+from typing import ClassVar, NamedTuple, cast
 
 import attrs
 import torch
@@ -10,18 +10,18 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
 from ._fields import shared_last
 from ._hyper import (
     Rate,
     check_number,
     check_rate_keys,
+    host_numbers,
     quotient,
     state_scalar_dtype,
 )
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState, initial_rate
-from ._vocabulary import Kernels
+from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["ASGD", "ASGDState"]
 
@@ -99,6 +99,7 @@ class ASGD(TorchOptimizer[ASGDState]):
     """
 
     state_type: ClassVar[type[ASGDState]] = ASGDState
+    own_fields: ClassVar[tuple[str, ...]] = ("eta",)  # a rate's form: `check_state`
 
     lr: LearningRate = 1e-2
     lambd: float = attrs.field(default=1e-4, validator=check_number)
@@ -143,52 +144,51 @@ class ASGD(TorchOptimizer[ASGDState]):
             ...
             TypeError: `ASGD` needs a `ASGDState` as its state, got SGDState. ...
         """
-        given = cast(object, state)  # checked by the base: annotations are promises
-        if isinstance(given, ASGDState) and isinstance(given.eta, ParamDict):
-            check_rate_keys(params, "eta", given.eta)
-            state = given._replace(eta=given.mu)  # the rest as for a number `lr`
         super().check_state(params, state)
+        eta: object = state.eta
+        if isinstance(eta, ParamDict):
+            check_rate_keys(params, "eta", eta)
+        elif not (isinstance(eta, Tensor) and eta.dim() == 0):
+            msg = (
+                "The state's `eta` must be a 0-dim tensor (or per-key values, "
+                f"for a per-key `lr`), got {type(eta).__name__}. Use the state "
+                "from this optimizer's `init` (or a checkpoint of it)."
+            )
+            raise TypeError(msg)
 
     @override
     def math(
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: ASGDState,
+        state: ASGDState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[Any, ...]]:  # `eta` and `mu` are scalars, not buffers
+    ) -> None:
         lambd = self.lambd
-        # torch reads `eta` and `mu` as numbers (doubles of the stored values);
-        # traced or recorded they stay tensors.
-        eta: float | Tensor | ParamDict = buffers.eta.to(step.dtype)
+        eta: float | Tensor | ParamDict = state.eta.to(step.dtype)
         if isinstance(eta, Tensor):
-            eta = ops.item(eta)
-        params = ops.mul(params, _one_minus(lambd, eta))
-        new_params = ops.sub_scaled(params, grads, eta)
-        mu = ops.item(buffers.mu)
-        if isinstance(mu, Tensor):  # no number to branch on: both sides, selected
-            ax = ops.where(
-                mu != 1, self._averaged(buffers.ax, new_params, mu, ops), new_params
-            )
-        elif mu != 1:
-            ax = self._averaged(buffers.ax, new_params, mu, ops)
-        else:  # the average starts at the parameters
-            ax = ops.copy(buffers.ax, new_params)
-        new_eta = _eta(lr, lambd, self.alpha, step)
-        new_mu = 1 / torch.clamp(step - self.t0, min=1)
-        dtype = buffers.mu.dtype
-        return new_params, (new_eta.to(dtype), new_mu.to(dtype), ax)
-
-    @staticmethod
-    def _averaged(
-        ax: ParamDict, params: ParamDict, mu: Rate, ops: Kernels
-    ) -> ParamDict:
-        """Return `ax + mu * (params - ax)`, rounded as torch.optim's ASGD."""
-        moved = ops.mul(ops.sub_scaled(ops.borrowed(params), ax, 1), mu)
-        return ops.add_scaled(ax, moved, 1)
+            host = host_numbers(self.differentiable, eta)
+            if host is not None:
+                eta = host[0]
+        params.mul_(_one_minus(lambd, eta)).sub_(grads, alpha=eta)
+        host_mu = host_numbers(self.differentiable, state.mu)
+        if host_mu is None:  # traced: both, then a selection
+            mu = state.mu
+            moved = state.ax.add(params.sub(state.ax).mul_(mu))
+            state.ax.copy_(moved.where(ParamDict.fromkeys(moved, mu != 1), params))
+        elif host_mu[0] != 1:
+            state.ax.add_(params.sub(state.ax).mul_(host_mu[0]))
+        else:
+            state.ax.copy_(params)
+        dtype = state.mu.dtype
+        new_eta = _eta(lr, lambd, self.alpha, step).to(dtype)
+        if isinstance(state.eta, ParamDict):
+            state.eta.copy_(cast(ParamDict, new_eta))
+        else:
+            state.eta.copy_(cast(Tensor, new_eta))
+        state.mu.copy_((1 / torch.clamp(step - self.t0, min=1)).to(dtype))
 
 
 def _one_minus(

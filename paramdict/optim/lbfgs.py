@@ -13,10 +13,10 @@ from torch._C._nn import flatten_dense_tensors, unflatten_dense_tensors
 
 from .._paramdict import ParamDict
 from ._hyper import check_count, check_flag, check_non_negative
-from ._keyed import aligned_grads, check_grads, check_real
 from ._lbfgs_checks import Layout, check_lr, check_state, closure_result, layout_of
 from ._line_search import strong_wolfe
-from ._protocol import register_state
+from ._registry import register_state
+from ._validate import aligned_grads, check_grads, check_real
 
 __all__ = ["LBFGS", "LBFGSState"]
 

@@ -8,13 +8,13 @@ import attrs
 from torch import Tensor
 from typing_extensions import override
 
+# The public names only (`paramdict.optim.*`), from the modules defining them.
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
-from ._fields import betas, shared_last
+from . import fields
 from ._hyper import Rate
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
-from ._vocabulary import Kernels
+from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Lion", "LionState"]
 
@@ -43,7 +43,7 @@ class LionState(NamedTuple):
     schedule: SlotState = ()
 
 
-@attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
+@attrs.frozen(kw_only=True, eq=False, field_transformer=fields.shared_last)
 class Lion(TorchOptimizer[LionState]):
     """Lion: a step of `lr` along the sign of an interpolated momentum.
 
@@ -76,7 +76,7 @@ class Lion(TorchOptimizer[LionState]):
     decoupled_decay: ClassVar[bool] = True
 
     lr: LearningRate = 1e-4
-    betas: tuple[float, float] = betas((0.9, 0.99))
+    betas: tuple[float, float] = fields.betas((0.9, 0.99))
     weight_decay: Rate = 0.0
 
     def init_state(self, params: ParamDict, /) -> LionState:
@@ -100,13 +100,12 @@ class Lion(TorchOptimizer[LionState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: LionState,
+        state: LionState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict]]:
-        beta1, beta2 = self.cycled("betas", buffers)
-        update = ops.lerp(ops.borrowed(buffers.exp_avg), grads, 1 - beta1)
-        params = ops.sub_scaled(params, ops.sign(update), lr)
-        return params, (ops.lerp(buffers.exp_avg, grads, 1 - beta2),)
+    ) -> None:
+        beta1, beta2 = self.cycled("betas", state)
+        update = state.exp_avg.lerp(grads, 1 - beta1).sign_()
+        params.sub_(update, alpha=lr)
+        state.exp_avg.lerp_(grads, 1 - beta2)

@@ -2,9 +2,10 @@
 
 Each class has torch's name and arguments, less the optimizer (the base rate is
 the argument of `init`) and `last_epoch` (resume from a saved `ScheduleState`
-instead). The machinery is in the `_schedules` package: `base.py` holds the state
-and the exact arithmetic, `cyclic.py` `CyclicLR` and `OneCycleLR`, `chain.py` the
-combinators and `plateau.py` `ReduceLROnPlateau`.
+instead). The machinery is in the `_schedules` package: `base.py` holds the state,
+`numbers.py` the exact arithmetic, `cosine.py` the cosine schedules, `cyclic.py`
+`CyclicLR` and `OneCycleLR`, `chain.py` the combinators and `plateau.py`
+`ReduceLROnPlateau`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, TypeGuard, cast
+from typing import Any, cast
 
 import attrs
 import torch
@@ -21,16 +22,17 @@ from torch import Tensor
 from ._schedules.base import (
     LRSchedule,
     ScheduleState,
+    new_state,
+)
+from ._schedules.cosine import CosineAnnealingLR, CosineAnnealingWarmRestarts
+from ._schedules.numbers import (
     check_float,
     check_int,
-    cos,
-    new_state,
     nonzero,
     number_field,
     pow_,
     rdiv,
 )
-from ._schedules.slot import check_schedule_state
 
 __all__ = [
     "ConstantLR",
@@ -54,10 +56,6 @@ def _check_callable(instance: object, attribute: Any, value: Any) -> None:
             f"`{attribute.name}` should be a function, but got {type(value).__name__}."
         )
         raise TypeError(msg)
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _next(state: ScheduleState) -> Tensor:
@@ -163,6 +161,14 @@ class StepLR(LRSchedule):
         lr = torch.where(keep, current, current * self.gamma)
         return state._replace(last_epoch=epoch, lr=lr)
 
+    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+        epoch = state.last_epoch + 1
+        lr = current if epoch % self.step_size != 0 else current * self.gamma
+        return state._replace(last_epoch=epoch, lr=lr)
+
+    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+        return state._replace(last_epoch=0.0, lr=state.base_lr * self.gamma**0)
+
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         lr = state.base_lr * self.gamma**0
         return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
@@ -222,6 +228,18 @@ class MultiStepLR(LRSchedule):
             lr = torch.where(epoch == milestone, current * self.gamma**count, lr)
         return state._replace(last_epoch=epoch, lr=lr)
 
+    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+        epoch = state.last_epoch + 1
+        lr = current
+        for milestone, count in Counter(self.milestones).items():
+            if epoch == milestone:
+                lr = current * self.gamma**count
+        return state._replace(last_epoch=epoch, lr=lr)
+
+    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+        passed = sum(1 for m in self.milestones if m <= 0)
+        return state._replace(last_epoch=0.0, lr=state.base_lr * self.gamma**passed)
+
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         passed = sum(1 for m in self.milestones if m <= 0)
         lr = state.base_lr * self.gamma**passed
@@ -273,6 +291,16 @@ class ConstantLR(LRSchedule):
         lr = torch.where(epoch != self.total_iters, current, current * undo)
         return state._replace(last_epoch=epoch, lr=lr)
 
+    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+        epoch = state.last_epoch + 1
+        undo = math.inf if self.factor == 0 else 1.0 / self.factor
+        lr = current if epoch != self.total_iters else current * undo
+        return state._replace(last_epoch=epoch, lr=lr)
+
+    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+        factor = self.factor + (self.total_iters <= 0) * (1 - self.factor)
+        return state._replace(last_epoch=0.0, lr=state.base_lr * factor)
+
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         factor = self.factor + (self.total_iters <= 0) * (1 - self.factor)
         lr = state.base_lr * factor
@@ -319,6 +347,20 @@ class LinearLR(LRSchedule):
         lr = torch.where(epoch > self.total_iters, current, ramp)
         return state._replace(last_epoch=epoch, lr=lr)
 
+    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+        epoch = state.last_epoch + 1
+        if epoch > self.total_iters:
+            return state._replace(last_epoch=epoch, lr=current)
+        span = self.end_factor - self.start_factor
+        denominator = self.total_iters * self.start_factor + (epoch - 1) * span
+        lr = current * (1.0 + span / denominator)
+        return state._replace(last_epoch=epoch, lr=lr)
+
+    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+        span = self.end_factor - self.start_factor
+        factor = self.start_factor + span * min(self.total_iters, 0) / self.total_iters
+        return state._replace(last_epoch=0.0, lr=state.base_lr * factor)
+
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         span = self.end_factor - self.start_factor
         factor = self.start_factor + span * min(self.total_iters, 0) / self.total_iters
@@ -351,6 +393,12 @@ class ExponentialLR(LRSchedule):
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = _next(state)
         return state._replace(last_epoch=epoch, lr=current * self.gamma)
+
+    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+        return state._replace(last_epoch=state.last_epoch + 1, lr=current * self.gamma)
+
+    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+        return state._replace(last_epoch=0.0, lr=state.base_lr * self.gamma**0)
 
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         lr = state.base_lr * self.gamma**0
@@ -393,189 +441,22 @@ class PolynomialLR(LRSchedule):
         lr = torch.where(epoch > total, current, decayed)
         return state._replace(last_epoch=epoch, lr=lr)
 
+    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+        epoch = state.last_epoch + 1
+        total = self.total_iters
+        if epoch > total:
+            return state._replace(last_epoch=epoch, lr=current)
+        ratio = (1.0 - epoch / total) / (1.0 - (epoch - 1) / total)
+        return state._replace(last_epoch=epoch, lr=current * ratio**self.power)
+
+    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+        total = self.total_iters
+        lr = state.base_lr * (1.0 - min(total, 0) / total) ** self.power
+        return state._replace(last_epoch=0.0, lr=lr)
+
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         lr = (
             state.base_lr
             * (1.0 - min(self.total_iters, 0) / self.total_iters) ** self.power
         )
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
-
-
-@attrs.frozen(kw_only=True, eq=False)
-class CosineAnnealingLR(LRSchedule):
-    """Anneal the rate along a cosine, the functional `CosineAnnealingLR`.
-
-    torch's recursive form: each value from the previous one, so a run matches
-    torch bitwise (the closed form differs from it by a few units in the last
-    place). Past `T_max` the cosine continues, as in torch.
-
-    Attributes:
-        T_max: The half period, in epochs (at least 1).
-        eta_min: The smallest rate.
-
-    Raises:
-        TypeError: If `T_max` is not an int or `eta_min` not a number.
-        ValueError: If `T_max < 1`.
-
-    Example:
-        >>> from paramdict import optim
-        >>> schedule = optim.CosineAnnealingLR(T_max=2)
-        >>> schedule.step(schedule.init(1.0)).lr
-        tensor(0.5000, dtype=torch.float64)
-    """
-
-    T_max: int
-    eta_min: float = attrs.field(default=0.0, validator=number_field)
-
-    def __attrs_post_init__(self) -> None:
-        check_int("T_max", self.T_max, minimum=1)
-
-    def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        return new_state(base, current)
-
-    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
-        t_max, eta_min = self.T_max, self.eta_min
-        at_restart = torch.remainder(epoch - 1 - t_max, 2 * t_max) == 0
-        restart = (
-            current + (state.base_lr - eta_min) * (1 - math.cos(math.pi / t_max)) / 2
-        )
-        numerator = 1 + cos(math.pi * epoch / t_max)
-        denominator = 1 + cos(math.pi * (epoch - 1) / t_max)
-        annealed = numerator / nonzero(denominator) * (current - eta_min) + eta_min
-        lr = torch.where(at_restart, restart, annealed)
-        return state._replace(last_epoch=epoch, lr=lr)
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        eta_min = self.eta_min
-        lr = eta_min + (state.base_lr - eta_min) * (1 + math.cos(0.0)) / 2
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
-
-
-@attrs.frozen(kw_only=True, eq=False)
-class CosineAnnealingWarmRestarts(LRSchedule):
-    """Anneal along a cosine with warm restarts (`CosineAnnealingWarmRestarts`).
-
-    The first period is `T_0`; each restart multiplies it by `T_mult`. The
-    counters `T_cur` and `T_i` are `state.counters`.
-
-    Attributes:
-        T_0: The first period, in epochs (a positive int).
-        T_mult: The factor by which the period grows at each restart (an int >= 1).
-        eta_min: The smallest rate.
-
-    Raises:
-        ValueError: If `T_0` is not a positive int, `T_mult` not an int >= 1, or
-            `eta_min` not a number (torch's kinds of error).
-
-    Example:
-        >>> from paramdict import optim
-        >>> schedule = optim.CosineAnnealingWarmRestarts(T_0=2)
-        >>> state = schedule.step(schedule.init(1.0))
-        >>> state.lr, schedule.step(state).lr
-        (tensor(0.5000, dtype=torch.float64), tensor(1., dtype=torch.float64))
-    """
-
-    _counter_names: ClassVar[tuple[str, ...]] = ("T_cur", "T_i")
-
-    T_0: int
-    T_mult: int = 1
-    eta_min: float = 0.0
-
-    def __attrs_post_init__(self) -> None:
-        t_0, t_mult, eta_min = cast(
-            "tuple[object, object, object]", (self.T_0, self.T_mult, self.eta_min)
-        )
-        if not _is_int(t_0) or t_0 <= 0:
-            msg = f"Expected positive integer `T_0`, but got {t_0!r}."
-            raise ValueError(msg)
-        if not _is_int(t_mult) or t_mult < 1:
-            msg = f"Expected integer `T_mult` >= 1, but got {t_mult!r}."
-            raise ValueError(msg)
-        check_int("T_0", t_0, minimum=1)
-        check_int("T_mult", t_mult, minimum=1)
-        if isinstance(eta_min, bool) or not isinstance(eta_min, (int, float)):
-            msg = f"Expected float or int `eta_min`, but got {eta_min!r}."
-            raise ValueError(msg)
-
-    def step(
-        self, state: ScheduleState, epoch: float | None = None, /
-    ) -> ScheduleState:
-        """Return the state after `scheduler.step()`, or `scheduler.step(epoch)`.
-
-        Args:
-            state: The state from `init` or from the previous `step`.
-            epoch: `None` for the next epoch; else the epoch to go to, an int or
-                a float (such as `epoch + i / iters` within an epoch), at least
-                0: torch's `step(epoch)`, with its arithmetic. The next plain
-                `step` continues from there.
-
-        Returns:
-            The new state; `state` is unchanged.
-
-        Raises:
-            TypeError: If `epoch` is not a number.
-            ValueError: If `epoch` is negative or not finite.
-
-        Example:
-            >>> from paramdict import optim
-            >>> schedule = optim.CosineAnnealingWarmRestarts(T_0=4)
-            >>> state = schedule.step(schedule.init(1.0), 2.0)
-            >>> state.lr, state.last_epoch
-            (tensor(0.5000, dtype=torch.float64), tensor(2., dtype=torch.float64))
-        """
-        check_schedule_state(self, state)
-        if epoch is None:
-            return self._step_once(state)
-        given = cast(object, epoch)
-        if isinstance(given, bool) or not isinstance(given, (int, float)):
-            msg = (
-                f"`epoch` must be a number, got {type(given).__name__}. Pass the "
-                "epoch as an int or a float."
-            )
-            raise TypeError(msg)
-        if not math.isfinite(epoch) or epoch < 0:
-            msg = f"Expected non-negative epoch, but got {epoch!r}."
-            raise ValueError(msg)
-        t_0, t_mult = self.T_0, self.T_mult
-        t_cur_old, t_i_old = state.counters
-        t_i: float | Tensor = t_i_old
-        if epoch >= t_0:
-            if t_mult == 1:
-                t_cur: float = epoch % t_0
-            else:
-                n = int(math.log((epoch / t_0 * (t_mult - 1) + 1), t_mult))
-                t_cur = epoch - t_0 * (t_mult**n - 1) / (t_mult - 1)
-                t_i = float(t_0 * t_mult**n)
-        else:
-            t_i, t_cur = float(t_0), epoch
-        like = t_cur_old
-        t_cur_t = like.new_full((), float(t_cur))
-        t_i_t = t_i if isinstance(t_i, Tensor) else like.new_full((), t_i)
-        lr = self._value(state.base_lr, t_cur_t, t_i_t)
-        last = like.new_full((), float(math.floor(epoch)))
-        return state._replace(last_epoch=last, lr=lr, counters=(t_cur_t, t_i_t))
-
-    def _value(self, base: Tensor, t_cur: Tensor, t_i: Tensor) -> Tensor:
-        eta_min = self.eta_min
-        return eta_min + (base - eta_min) * (1 + cos(math.pi * t_cur / t_i)) / 2
-
-    def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        t_cur = torch.zeros_like(base)
-        t_i = torch.full_like(base, float(self.T_0))
-        return new_state(base, self._value(base, t_cur, t_i), counters=(t_cur, t_i))
-
-    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
-        t_cur, t_i = state.counters
-        t_cur = t_cur + 1
-        wrap = t_cur >= t_i
-        t_cur = torch.where(wrap, torch.remainder(t_cur, t_i), t_cur)
-        t_i = torch.where(wrap, t_i * self.T_mult, t_i)
-        lr = self._value(state.base_lr, t_cur, t_i)
-        return state._replace(last_epoch=epoch, lr=lr, counters=(t_cur, t_i))
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        t_cur, t_i = state.counters
-        lr = self._value(state.base_lr, t_cur, t_i)
         return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)

@@ -10,12 +10,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
 from ._fields import flag, non_negative, shared_last
 from ._hyper import Rate
-from ._protocol import register_state
+from ._matrix import newton_schulz
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
-from ._vocabulary import Kernels
+from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Muon", "MuonState"]
 
@@ -180,7 +180,11 @@ class Muon(TorchOptimizer[MuonState]):
         return MuonState(self.counter(params), params.zeros_like())
 
     def _adjusted(self, params: ParamDict, lr: Rate) -> dict[str, float | Tensor]:
-        """Return the learning rate of each entry, adjusted to its shape."""
+        """Each matrix's rate: `lr` times its `adjust_lr_fn` ratio (torch's).
+
+        A tensor `lr` gives tensors, rounded in its dtype as torch.optim's
+        `lr * ratio`; `sub_` reads each as its number where that is free.
+        """
         ratios = {
             k: _ratio(tuple(v.shape), self.adjust_lr_fn) for k, v in params.items()
         }
@@ -193,20 +197,16 @@ class Muon(TorchOptimizer[MuonState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: MuonState,
+        state: MuonState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict]]:
-        momentum = self.cycled("momentum", buffers)
-        buffer = ops.lerp(buffers.momentum_buffer, grads, 1 - momentum)
-        if self.nesterov:
-            update = ops.lerp(grads, buffer, momentum)
-        else:
-            update = ops.borrowed(buffer)
-        update = ops.orthogonalize(
-            update, self.ns_coefficients, self.ns_steps, self.eps
+    ) -> None:
+        momentum = self.cycled("momentum", state)
+        buffer = state.momentum_buffer.lerp_(grads, 1 - momentum)
+        update = grads.lerp(buffer, momentum) if self.nesterov else buffer
+        coefficients, steps, eps = self.ns_coefficients, self.ns_steps, self.eps
+        ortho = update._derive(
+            [newton_schulz(v, coefficients, steps, eps) for v in update.values()]
         )
-        new_params = ops.sub_scaled_by_key(params, update, self._adjusted(params, lr))
-        return new_params, (buffer,)
+        params.sub_(ortho, alpha=self._adjusted(params, lr))

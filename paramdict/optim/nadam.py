@@ -10,12 +10,11 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._adam_moments import AdamOptions, in_inherited_order, moments
+from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag, non_negative
 from ._hyper import Rate, host_numbers, product, quotient, state_scalar_dtype
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
-from ._vocabulary import Kernels
 
 __all__ = ["NAdam", "NAdamState"]
 
@@ -106,67 +105,41 @@ class NAdam(AdamOptions[NAdamState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: NAdamState,
+        state: NAdamState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[Tensor, ParamDict, ParamDict]]:
-        beta1, beta2 = self.cycled("betas", buffers)
-        # A tensor `lr` stays a tensor in torch (its dtype rounds the step sizes).
+    ) -> None:
+        beta1, beta2 = self.cycled("betas", state)
         host = (
             None
             if isinstance(lr, Tensor)
             else host_numbers(self.differentiable, step, lr, beta1, beta2)
         )
+        moments_((beta1, beta2), state.exp_avg, state.exp_avg_sq, grads)
         if host is not None:
             t, rate, b1, b2 = host
-            return self._on_host(params, grads, buffers, (t, rate, b1, b2), ops)
-        mu = _momentum(beta1, step, self.momentum_decay)
-        mu_next = _momentum(beta1, step + 1, self.momentum_decay)
-        # torch multiplies its stored `mu_product` in place, in that tensor's dtype.
-        mu_product = buffers.mu_product * mu.to(buffers.mu_product.dtype)
-        exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
-        )
-        bias_correction2 = 1 - beta2**step
-        denom = ops.sqrt(ops.div(ops.borrowed(exp_avg_sq), bias_correction2))
-        denom = ops.add(denom, self.eps)
-        # The two step sizes, from the stored product read at double precision.
-        product_now = mu_product.to(step.dtype)
-        grad_size = quotient(product(lr, -(1.0 - mu)), 1.0 - product_now)
-        avg_size = quotient(product(lr, -mu_next), 1.0 - product_now * mu_next)
-        new_params = ops.addcdiv(params, grads, denom, grad_size)
-        new_params = ops.addcdiv(new_params, exp_avg, denom, avg_size)
-        return new_params, (mu_product, exp_avg, exp_avg_sq)
-
-    def _on_host(
-        self,
-        params: ParamDict,
-        grads: ParamDict,
-        buffers: NAdamState,
-        numbers: tuple[float, float, float, float],
-        ops: Kernels,
-    ) -> tuple[ParamDict, tuple[Tensor, ParamDict, ParamDict]]:
-        """`math` with `(step, lr, beta1, beta2)` as Python floats (`host_numbers`).
-
-        torch's arithmetic, number for number: the momentum schedule and the
-        step sizes are Python floats, and both step sizes reach `addcdiv` as
-        numbers (a tensor there multiplies its operand in a pass of its own).
-        """
-        step, lr, beta1, beta2 = numbers
-        decay = self.momentum_decay
-        mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * decay)))
-        mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * decay)))
-        mu_product = buffers.mu_product * mu  # in its dtype, as torch's `*=`
-        exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
-        )
-        denom = ops.sqrt(ops.div(ops.borrowed(exp_avg_sq), 1 - beta2**step))
-        denom = ops.add(denom, self.eps)
-        product_now = mu_product.item()
-        grad_size = -lr * (1.0 - mu) / (1.0 - product_now)
-        avg_size = (-lr * mu_next) / (1.0 - product_now * mu_next)
-        new_params = ops.addcdiv(params, grads, denom, grad_size)
-        new_params = ops.addcdiv(new_params, exp_avg, denom, avg_size)
-        return new_params, (mu_product, exp_avg, exp_avg_sq)
+            decay = self.momentum_decay
+            mu = b1 * (1.0 - 0.5 * 0.96 ** (t * decay))
+            mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * decay))
+            state.mu_product.mul_(mu)
+            denom = state.exp_avg_sq.div(1 - b2**t).sqrt_()
+            denom = denom.add(self.eps) if self.differentiable else denom.add_(self.eps)
+            product_now = state.mu_product.item()
+            grad_size: float | Tensor | ParamDict = (
+                -rate * (1.0 - mu) / (1.0 - product_now)
+            )
+            avg_size: float | Tensor | ParamDict = (
+                -rate * mu_next / (1.0 - product_now * mu_next)
+            )
+        else:
+            mu_t = _momentum(beta1, step, self.momentum_decay)
+            mu_next_t = _momentum(beta1, step + 1, self.momentum_decay)
+            state.mu_product.mul_(mu_t.to(state.mu_product.dtype))
+            denom = state.exp_avg_sq.div(1 - beta2**step).sqrt_()
+            denom = denom.add(self.eps) if self.differentiable else denom.add_(self.eps)
+            now = state.mu_product.to(step.dtype)
+            grad_size = quotient(product(lr, -(1.0 - mu_t)), 1.0 - now)
+            avg_size = quotient(product(lr, -mu_next_t), 1.0 - now * mu_next_t)
+        params.addcdiv_(grads, denom, value=grad_size)
+        params.addcdiv_(state.exp_avg, denom, value=avg_size)

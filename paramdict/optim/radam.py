@@ -10,12 +10,11 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._adam_moments import AdamOptions, in_inherited_order, moments
+from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag
 from ._hyper import Rate, host_numbers, product, quotient
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import SlotState
-from ._vocabulary import Kernels
 
 __all__ = ["RAdam", "RAdamState"]
 
@@ -66,87 +65,66 @@ class RAdam(AdamOptions[RAdamState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: RAdamState,
+        state: RAdamState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
-        beta1, beta2 = self.cycled("betas", buffers)
-        exp_avg, exp_avg_sq = moments(
-            (beta1, beta2), buffers.exp_avg, buffers.exp_avg_sq, grads, ops
-        )
+    ) -> None:
+        beta1, beta2 = self.cycled("betas", state)
+        moments_((beta1, beta2), state.exp_avg, state.exp_avg_sq, grads)
+        exp_avg, exp_avg_sq = state.exp_avg, state.exp_avg_sq
         host = host_numbers(self.differentiable, step, lr, beta1)
         if host is not None:
-            # Eager: torch's foreach RAdam reads the step on the host and
-            # computes one side, with Python floats: so does this (14 -> 8
-            # foreach kernels a step, 5 of them after the moments).
             t, rate, b1 = host
-            new_params = _one_side(
-                params, exp_avg, exp_avg_sq, t, rate, b1, beta2, self.eps, ops
+            bias_correction1 = 1 - b1**t
+            bias_correction2 = 1 - beta2**t
+            rho_inf = 2 / (1 - beta2) - 1
+            rho_t = rho_inf - 2 * t * beta2**t / bias_correction2
+            if rho_t <= 5:
+                params.sub_(exp_avg, alpha=rate / bias_correction1)
+                return
+            scale = (
+                bias_correction2**0.5
+                * (rate * _rect(rho_t, rho_inf) / bias_correction1)
+                * -1
             )
-            return new_params, (exp_avg, exp_avg_sq)
-        # Traced (compiled, vmapped), differentiable or with per-key rates: the
-        # same arithmetic on 0-dim tensors, both sides, and a `where`.
+            denom = _denominator(exp_avg_sq, scale, self.eps, self.differentiable)
+            params.addcmul_(denom, exp_avg)
+            return
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step
         rho_inf = 2 / (1 - beta2) - 1
-        rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+        rho_t = rho_inf - 2 * step * beta2**step / bias_correction2
         rectified = rho_t > 5.0
-        # Before the rectification `rho_t` is replaced by a value that keeps
-        # the untaken side finite (and its gradient zero).
         safe_rho_t = torch.where(rectified, rho_t, rho_inf)
         rect = _rect(safe_rho_t, rho_inf)
-        scale = product(
+        scale_t = product(
             quotient(product(lr, rect), bias_correction1), -bias_correction2.sqrt()
         )
-        early = ops.sub_scaled(
-            ops.borrowed(params), exp_avg, quotient(lr, bias_correction1)
-        )
-        denom = _denominator(exp_avg_sq, scale, self.eps, ops)
-        new_params = ops.where(rectified, ops.addcmul(params, denom, exp_avg), early)
-        return new_params, (exp_avg, exp_avg_sq)
+        early = params.clone().sub_(exp_avg, alpha=quotient(lr, bias_correction1))
+        denom = _denominator(exp_avg_sq, scale_t, self.eps, self.differentiable)
+        late = params.clone().addcmul_(denom, exp_avg)
+        params.copy_(late.where(ParamDict.fromkeys(late, rectified), early))
 
 
 def _rect(rho_t: Any, rho_inf: float) -> Any:
-    """Return the variance rectification for `rho_t` (a float or a tensor) > 4."""
+    """The variance rectification term of RAdam, for `rho_t > 5`."""
     return (
         (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
     ) ** 0.5
 
 
-def _one_side(
-    params: ParamDict,
-    exp_avg: ParamDict,
-    exp_avg_sq: ParamDict,
-    step: float,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    ops: Kernels,
-) -> ParamDict:
-    """Return the new parameters, the step's side chosen on the host.
-
-    torch's foreach arithmetic: `p += m / ((sqrt(v) + eps) / scale)` with
-    `scale = -(sqrt(bc2) * (lr * rect / bc1))`; before the rectification
-    (`rho_t <= 5`), `p -= (lr / bc1) * m`.
-    """
-    bias_correction1 = 1 - beta1**step
-    bias_correction2 = 1 - beta2**step
-    rho_inf = 2 / (1 - beta2) - 1
-    rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
-    if rho_t <= 5:
-        return ops.sub_scaled(params, exp_avg, lr / bias_correction1)
-    scale = (
-        (bias_correction2**0.5) * (lr * _rect(rho_t, rho_inf) / bias_correction1) * -1
-    )
-    return ops.addcmul(params, _denominator(exp_avg_sq, scale, eps, ops), exp_avg)
-
-
 def _denominator(
-    exp_avg_sq: ParamDict, scale: float | Tensor | ParamDict, eps: float, ops: Kernels
+    exp_avg_sq: ParamDict,
+    scale: float | Tensor | ParamDict,
+    eps: float,
+    recorded: bool,
 ) -> ParamDict:
-    """Return `1 / ((sqrt(v) + eps) / scale)`, the factor of `exp_avg` in the step."""
-    denom = ops.add(ops.sqrt(ops.borrowed(exp_avg_sq)), eps)
-    return ops.reciprocal(ops.div(denom, scale))
+    """`scale / (sqrt(exp_avg_sq) + eps)`: torch's rectified step, rounded as it is.
+
+    Out of place where autograd records (each result is saved for the backward
+    pass), else in place on the one new tensor.
+    """
+    if recorded:
+        return exp_avg_sq.sqrt().add(eps).div(scale).reciprocal()
+    return exp_avg_sq.sqrt().add_(eps).div_(scale).reciprocal_()

@@ -10,12 +10,11 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
 from ._fields import flag, fraction, non_negative, shared_last
 from ._hyper import Rate
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
-from ._vocabulary import Kernels
+from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["RMSprop", "RMSpropState"]
 
@@ -106,28 +105,25 @@ class RMSprop(TorchOptimizer[RMSpropState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: RMSpropState,
+        state: RMSpropState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict, ParamDict]]:
+    ) -> None:
         alpha = self.alpha
-        momentum = self.cycled("momentum", buffers)
-        square_avg = ops.mul(buffers.square_avg, alpha)
-        square_avg = ops.addcmul(square_avg, grads, grads, 1 - alpha)
-        grad_avg = buffers.grad_avg
+        square_avg = state.square_avg.mul_(alpha).addcmul_(
+            grads, grads, value=1 - alpha
+        )
         if self.centered:
-            grad_avg = ops.lerp(grad_avg, grads, 1 - alpha)
-            variance = ops.addcmul(ops.borrowed(square_avg), grad_avg, grad_avg, -1)
-            avg = ops.sqrt(variance)
+            grad_avg = state.grad_avg.lerp_(grads, 1 - alpha)
+            avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
         else:
-            avg = ops.sqrt(ops.borrowed(square_avg))
-        avg = ops.add(avg, self.eps)
-        buffer = buffers.momentum_buffer
+            avg = square_avg.sqrt()
+        # Recorded, the square root's result is saved: added to out of place.
+        avg = avg.add(self.eps) if self.differentiable else avg.add_(self.eps)
         if self.momentum > 0:
-            buffer = ops.addcdiv(ops.mul(buffer, momentum), grads, avg)
-            new_params = ops.sub_scaled(params, buffer, lr)
+            momentum = self.cycled("momentum", state)
+            buffer = state.momentum_buffer.mul_(momentum).addcdiv_(grads, avg)
+            params.sub_(buffer, alpha=lr)
         else:
-            new_params = ops.addcdiv(params, grads, avg, -lr)
-        return new_params, (square_avg, buffer, grad_avg)
+            params.addcdiv_(grads, avg, value=-lr)

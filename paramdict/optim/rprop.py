@@ -11,12 +11,11 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from ._base import TorchOptimizer
 from ._fields import shared_last
 from ._hyper import Rate
-from ._protocol import register_state
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState, initial_rate
-from ._vocabulary import Kernels
+from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Rprop", "RpropState"]
 
@@ -140,26 +139,28 @@ class Rprop(TorchOptimizer[RpropState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: RpropState,
+        state: RpropState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict, ParamDict]]:
+    ) -> None:
         etaminus, etaplus = self.etas
         step_size_min, step_size_max = self.step_sizes
-        # The factor for each entry: etaplus where the gradient kept its sign,
-        # etaminus where it flipped, 1 where either is zero (torch's order; the
-        # sign is exactly 1, -1 or 0, and etaplus > 1 > etaminus > 0). It is
-        # computed in `prev`'s memory, which then takes the new `prev`.
-        sign = ops.sign(ops.mul(buffers.prev, grads))
-        flipped = ops.eq(sign, -1)
-        sign = ops.masked_fill(sign, ops.eq(sign, 1), etaplus)
-        sign = ops.masked_fill(sign, flipped, etaminus)
-        sign = ops.masked_fill(sign, ops.eq(sign, 0), 1)
-        step_size = ops.mul(buffers.step_size, sign)
-        step_size = ops.clamp(step_size, step_size_min, step_size_max)
-        # Where the sign flipped the step is skipped and forgotten.
-        prev = ops.masked_fill(ops.copy(sign, grads), flipped, 0)
-        direction = ops.sign(ops.borrowed(prev))
-        return ops.addcmul(params, direction, step_size, -1), (prev, step_size)
+        # Recorded, the product keeps `prev` for the backward pass, and `prev`
+        # is written below: read from a copy then, as torch's Rprop does.
+        prev = state.prev.clone() if self.differentiable else state.prev
+        sign = prev.mul(grads).sign_()
+        flipped = sign.map(lambda v: v.eq(-1))
+        _masked_fill_(sign, sign.map(lambda v: v.eq(1)), etaplus)
+        _masked_fill_(sign, flipped, etaminus)
+        _masked_fill_(sign, sign.map(lambda v: v.eq(0)), 1)
+        step_size = state.step_size.mul_(sign).clamp_(step_size_min, step_size_max)
+        new_prev = _masked_fill_(state.prev.copy_(grads), flipped, 0)
+        params.addcmul_(new_prev.sign(), step_size, value=-1)
+
+
+def _masked_fill_(x: ParamDict, mask: ParamDict, value: float) -> ParamDict:
+    """Write `value` into `x` where `mask` holds (no foreach kernel has it)."""
+    for v, m in zip(x.values(), x._aligned(mask, what="`masked_fill_`")):
+        v.masked_fill_(m, value)
+    return x

@@ -10,13 +10,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
-from . import _fused
-from ._base import TorchOptimizer
 from ._fields import flag, fused_option, non_negative, shared_last
-from ._hyper import Rate, check_number
-from ._protocol import register_state
+from ._fused import FusedPlan, fused_plan, sgd_kernel
+from ._hyper import Rate, check_number, host_numbers
+from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
-from ._vocabulary import Kernels
+from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["SGD", "SGDState"]
 
@@ -73,12 +72,11 @@ class SGD(TorchOptimizer[SGDState]):
             (the default): `step_` runs torch's fused kernel wherever the step
             allows it (every entry float32 or float64 on one device that has
             the kernel, number or CPU-scheduled rates, no dampening), bitwise
-            `torch.optim` with
-            `fused=True`, and `step` runs the foreach rule (it makes its two
-            new tensors in fewer passes than copies for the kernel would take).
-            `False`: always the foreach rule, bitwise `torch.optim` with
-            `foreach=True`. `True`: the fused kernel in both, and a step it
-            cannot take is refused (not with `differentiable=True`).
+            `torch.optim` with `fused=True`, and `step` torch.optim's default
+            (the foreach rule). `False`: always the foreach rule, bitwise
+            `torch.optim` with `foreach=True`. `True`: the fused kernel in
+            both, and a step it cannot take is refused (not with
+            `differentiable=True`).
 
     Raises:
         ValueError: If a rate or `momentum` is negative, or `nesterov` is set
@@ -134,71 +132,53 @@ class SGD(TorchOptimizer[SGDState]):
         buffer = params.zeros_like() if self.momentum != 0 else ParamDict()
         return SGDState(self.counter(params), buffer)
 
-    _copies_pay = False  # the rule makes its two new tensors in three passes
+    copies_fused: ClassVar[bool] = False
 
     @override
-    def _fused_rates(
+    def _fused_plan(
         self, params: ParamDict, state: SGDState
-    ) -> _fused.KernelRates | None:
+    ) -> FusedPlan[SGDState] | None:
         if self.momentum != 0 and self.dampening != 0:
-            # torch's fused SGD starts a damped buffer at the first gradient only
-            # through `is_first_step`, a host-side flag; undamped, the zero buffer
-            # gives the same, so only that case is fused.
             if self.fused:
                 msg = (
                     "`SGD(fused=True)` cannot take a step with both `momentum` and "
-                    "`dampening`: torch's fused kernel starts a damped buffer through "
-                    "a host-side flag. Pass `fused=None` (the foreach kernels) or "
-                    "`dampening=0`."
+                    "`dampening`: torch's fused kernel starts a damped buffer "
+                    "through a host-side flag. Pass `fused=None` (the foreach "
+                    "kernels) or `dampening=0`."
                 )
                 raise ValueError(msg)
             return None
-        return _fused.fused_rates(self, params, state)
-
-    @override
-    def _step_fused(
-        self,
-        params: ParamDict,
-        grads: ParamDict,
-        state: SGDState,
-        rates: _fused.KernelRates,
-    ) -> SGDState:
-        step = self.next_step(state)
-        _fused.sgd_(
-            params,
-            grads,
-            state.momentum_buffer,
-            lr=rates.lr,
-            momentum=self.momentum,
-            weight_decay=rates.weight_decay,
-            nesterov=self.nesterov,
-            maximize=self.maximize,
-        )
-        state.step.copy_(step)  # last: a kernel that raises leaves it as it was
-        return state
+        fields = ("momentum_buffer",) if self.momentum != 0 else ()
+        return fused_plan(self, params, state, fields, sgd_kernel(self))
 
     @override
     def math(
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: SGDState,
+        state: SGDState,
         step: Tensor,
         lr: Rate,
-        ops: Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict]]:
-        momentum = self.cycled("momentum", buffers)
-        buffer = buffers.momentum_buffer
+    ) -> None:
+        update = grads
         if self.momentum != 0:
-            # torch starts the buffer at the first gradient, undamped, which is
-            # the update below from a zero buffer unless there is dampening.
-            buffer = ops.mul(buffer, momentum)
-            buffer = ops.add_scaled(buffer, grads, 1 - self.dampening)
+            momentum = self.cycled("momentum", state)
+            buffer = state.momentum_buffer
             if self.dampening != 0:
-                buffer = ops.where(step > 1, buffer, grads)
-            if self.nesterov:
-                grads = ops.add_scaled(ops.borrowed(grads), buffer, momentum)
+                # torch starts the buffer as a copy of the first gradient.
+                host = host_numbers(self.differentiable, step)
+                first = host[0] == 1 if host is not None else None
+                if first:
+                    buffer.copy_(grads)
+                elif first is None:  # traced: both, then a selection
+                    damped = buffer.mul(momentum).add_(grads, alpha=1 - self.dampening)
+                    buffer.copy_(
+                        damped.where(ParamDict.fromkeys(damped, step > 1), grads)
+                    )
+                else:
+                    buffer.mul_(momentum).add_(grads, alpha=1 - self.dampening)
             else:
-                grads = buffer
-        return ops.sub_scaled(params, grads, lr), (buffer,)
+                buffer.mul_(momentum).add_(grads, alpha=1 - self.dampening)
+            update = grads.add(buffer, alpha=momentum) if self.nesterov else buffer
+        params.sub_(update, alpha=lr)

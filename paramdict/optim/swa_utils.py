@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from .._paramdict import ParamDict
 from ._hyper import is_traced
-from ._protocol import register_state
+from ._registry import register_state
 
 __all__ = ["AveragedState", "WeightAverage", "update_bn"]
 

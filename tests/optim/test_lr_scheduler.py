@@ -518,7 +518,7 @@ def test_tensor_base_is_differentiable() -> None:
 
 def test_cos_matches_math_cos_where_torch_cos_does_not() -> None:
     """`torch.cos` is one ulp off `math.cos` at 64.178; the schedule's `cos` is not."""
-    from paramdict.optim._schedules.base import cos
+    from paramdict.optim._schedules.numbers import cos
 
     x = math.pi * 143 / 7
     t = torch.tensor(x, dtype=torch.float64)

@@ -11,6 +11,8 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from paramdict import ParamDict, optim
+from paramdict.optim._accumulate import _selected  # the traced form itself
+from paramdict.optim._binding import copied
 
 
 def _warmup_cosine(epoch: Any) -> float:
@@ -27,8 +29,12 @@ def _recipe(
         return optim.LambdaLR(base_lr=0.01, lr_lambda=_warmup_cosine)
 
     groups = optim.ParamGroups(
-        {lambda _, t: t.dim() >= 2: optim.AdamW(lr=lr(), weight_decay=0.1)},
-        default=optim.AdamW(lr=lr(), weight_decay=0.0),
+        {
+            lambda _, t: t.dim() >= 2: optim.AdamW(
+                lr=lr(), weight_decay=0.1, fused=False
+            )
+        },
+        default=optim.AdamW(lr=lr(), weight_decay=0.0, fused=False),
     )
     inner = optim.ClipGradNorm(groups, max_norm=max_norm)
     return optim.MultiSteps(inner, every_k=every_k, reduction=reduction)
@@ -56,8 +62,11 @@ def _where_form(
 ) -> tuple[ParamDict, Any]:
     """One call of the traced form (what `torch.compile` and `vmap` run)."""
     with torch.no_grad():
-        ops = optim.Kernels.for_params(params)
-        return opt._selected(params, grads, state, ops)
+        params, state = copied(params, state, recorded=False)
+        plan = opt.optimizer._plan(params, state.inner_state, in_place=True)
+        mean = opt.reduction == "mean"
+        _selected(plan, opt.every_k, mean, params, grads, state)
+        return params, state
 
 
 def _leaves(tree: object) -> list[Tensor]:
@@ -69,16 +78,14 @@ CASES = [(2, "mean"), (3, "mean"), (4, "mean"), (3, "sum"), (1, "mean")]
 
 @pytest.mark.parametrize(("every_k", "reduction"), CASES)
 def test_eager_rule_equals_the_where_form_bitwise(every_k: int, reduction: str) -> None:
-    """The host-decided `update` gives the `where` form's results, bit for bit."""
+    """The host-decided step gives the `where` form's results, bit for bit."""
     opt = _recipe(every_k, reduction)
     start = _params()
     ref, ref_state = start.clone(), opt.init(start)
     mine, mine_state = start.clone(), opt.init(start)
     for grads in _grads(start, 4 * every_k + 1):
         ref, ref_state = _where_form(opt, ref, grads, ref_state)
-        with torch.no_grad():
-            ops = optim.Kernels.for_params(mine)
-            mine, mine_state = opt.update(mine, grads, mine_state, ops)
+        mine, mine_state = opt.step(mine, grads, mine_state)
         got, want = _leaves((mine, mine_state)), _leaves((ref, ref_state))
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     assert opt.step_count(mine_state) == 4 + (every_k == 1)
@@ -191,15 +198,13 @@ def test_failing_wrapped_step_writes_nothing() -> None:
 def test_compiled_step_takes_the_where_form_and_equals_eager() -> None:
     """Compiled, one graph serves every call and equals the eager rule bitwise."""
     torch._dynamo.reset()
-    opt = optim.MultiSteps(optim.Adam(lr=0.01), every_k=2)
+    opt = optim.MultiSteps(optim.Adam(lr=0.01, fused=False), every_k=2)
     compiled = torch.compile(opt.step, fullgraph=True, backend="eager")
     start = _params()
     eager, eager_state = start, opt.init(start)
     traced, traced_state = start, opt.init(start)
     for i, grads in enumerate(_grads(start, 5)):
-        with torch.no_grad():
-            ops = optim.Kernels.for_params(eager)
-            eager, eager_state = opt.update(eager, grads, eager_state, ops)
+        eager, eager_state = opt.step(eager, grads, eager_state)
         if i >= 2:  # compiled once: the count is not guarded on
             with torch._dynamo.config.patch(error_on_recompile=True):
                 traced, traced_state = compiled(traced, grads, traced_state)
@@ -217,11 +222,12 @@ def test_first_micro_batch_is_written_as_backward_writes_grad(form: str) -> None
     params = ParamDict(w=torch.zeros(3))
     state = opt.init(params)
     grads = ParamDict(w=torch.tensor([-0.0, 1.0, -2.0]))
-    if form == "traced":  # the `where` form, as `vmap` and `torch.compile` run it
-        _, state = torch.func.vmap(
-            lambda p, g: opt.step(p, g, state), in_dims=(None, 0)
-        )(params, ParamDict(w=grads["w"][None]))
-        acc = state.acc_grads["w"][0]
+    if form == "traced":  # the `where` form, as `torch.compile` runs it
+        torch._dynamo.reset()
+        compiled = torch.compile(opt.step, backend="eager", fullgraph=True)
+        _, state = compiled(params, grads, state)
+        acc = state.acc_grads["w"]
+        torch._dynamo.reset()
     else:
         step = opt.step if form == "step" else opt.step_
         _, state = step(params, grads, state)

@@ -66,8 +66,8 @@ def test_adamw_pickles_with_its_fixed_field() -> None:
     "cls", [optim.Adam, optim.AdamW, optim.NAdam, optim.RAdam, optim.Adamax]
 )
 def test_adam_family_rules_are_math_only(cls: type[optim.TorchOptimizer[Any]]) -> None:
-    """The driver owns the step: each rule defines `math` and inherits `update`."""
-    assert cls.update is optim.TorchOptimizer.update
+    """The driver owns the step: each rule defines `math` and inherits `update_`."""
+    assert cls.update_ is optim.TorchOptimizer.update_
     assert "math" in vars(cls) or cls is optim.AdamW
 
 

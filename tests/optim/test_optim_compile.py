@@ -210,15 +210,15 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 def test_a_hoisted_operand_is_its_value(value: float, dtype: str, flag: bool) -> None:
     """Traced, an operand computed once per step is the value itself, bit for bit.
 
-    The kernels hand a 0-dim operand derived from the step (a `where` condition,
-    an `alpha`, a `lerp` weight) to inductor as a reduction over two copies of
+    ParamDict's arithmetic hands a 0-dim operand (a step size, an `alpha`, a
+    `lerp` weight) to inductor as a reduction over two copies of
     it, so that it is computed once rather than in every vectorized iteration;
     that maximum is the value, signed zeros and infinities included, and NaN
     stays NaN.
     """
-    from paramdict.optim._vocabulary import _hoisted
+    from paramdict._kernels import hoisted as once
 
-    compiled = torch.compile(lambda t, b: (_hoisted(t), _hoisted(b)))
+    compiled = torch.compile(lambda t, b: (once(t), once(b)))
     tensor = torch.tensor(value, dtype=_DTYPES[dtype])
     hoisted, condition = compiled(tensor, torch.tensor(flag))
     assert hoisted.dtype == tensor.dtype

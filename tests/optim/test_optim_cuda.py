@@ -23,8 +23,7 @@ from optim_cases import (
 )
 
 from paramdict import ParamDict, optim
-from paramdict.optim import _strategy
-from paramdict.optim._strategy import Path
+from paramdict.optim import _fused
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device"
@@ -118,8 +117,8 @@ def test_tensor_lr_takes_the_cuda_kernel(
     )
     opt = ours(lr=lr.clone(), fused=True, **kwargs)
     params = ParamDict(w=torch.ones(3, device=CUDA))
-    choice = _strategy.choose(opt, params, opt.init(params), in_place=in_place)
-    assert choice.path in (Path.FUSED, Path.FUSED_COPIES)
+    plan = opt._plan(params, opt.init(params), in_place=in_place)  # pyright: ignore[reportPrivateUsage]
+    assert isinstance(plan, _fused.FusedPlan)
     _equal(run_ours(opt, steps=STEPS, in_place=in_place, device=CUDA), expected)
 
 

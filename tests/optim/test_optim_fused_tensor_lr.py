@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from paramdict import ParamDict, optim
-from paramdict.optim import _fused, _strategy
-from paramdict.optim._strategy import Path
+from paramdict.optim import _fused
 
 F32, F64 = torch.float32, torch.float64
 
@@ -69,15 +68,23 @@ def _torch_run(
     return [p.detach() for p in params]
 
 
+def _path(
+    opt: optim.Optimizer[Any], params: ParamDict, state: Any, in_place: bool
+) -> str:
+    """The path a step of `opt` takes: torch's fused kernel, or the rule."""
+    plan = opt._plan(params, state, in_place=in_place)  # pyright: ignore[reportPrivateUsage]
+    return "fused" if isinstance(plan, _fused.FusedPlan) else "rule"
+
+
 def _our_run(
     opt: optim.Optimizer[Any], dtype: torch.dtype, *, in_place: bool
-) -> tuple[list[Tensor], list[Path]]:
+) -> tuple[list[Tensor], list[str]]:
     """`STEPS` steps of `opt` (`step` or `step_`); the parameters and paths taken."""
     params = ParamDict(_entries(dtype))
     state = opt.init(params)
-    paths: list[Path] = []
+    paths: list[str] = []
     for grads in _grads(dtype):
-        paths.append(_strategy.choose(opt, params, state, in_place=in_place).path)
+        paths.append(_path(opt, params, state, in_place))
         params, state = (opt.step_ if in_place else opt.step)(params, grads, state)
     return list(params.values()), paths
 
@@ -101,7 +108,7 @@ def test_tensor_lr_is_torch_fused_bitwise(
     actual, paths = _our_run(
         ours(lr=lr, fused=True, **options), dtype, in_place=in_place
     )
-    assert paths == [Path.FUSED if in_place else Path.FUSED_COPIES] * STEPS
+    assert paths == ["fused"] * STEPS
     _assert_bitwise(actual, expected)
 
 
@@ -133,7 +140,7 @@ def test_a_tensor_lr_requiring_grad_is_read_without_recording(name: str) -> None
     lr = torch.tensor(0.05, requires_grad=True)
     expected = _torch_run(theirs, lr.detach().clone(), options, F32)
     actual, paths = _our_run(ours(lr=lr, **options), F32, in_place=True)
-    assert paths == [Path.FUSED] * STEPS
+    assert paths == ["fused"] * STEPS
     _assert_bitwise(actual, expected)
     assert lr.grad is None
     assert all(t.grad_fn is None for t in actual)
@@ -161,7 +168,7 @@ def test_a_schedule_with_a_tensor_base_lr_is_fused(in_place: bool) -> None:
         lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=3),
     )
     actual, paths = _our_run(ours, F32, in_place=in_place)
-    assert paths == [Path.FUSED if in_place else Path.FUSED_COPIES] * STEPS
+    assert paths == ["fused"] * STEPS
     _assert_bitwise(actual, expected)
     _assert_bitwise(_our_run(same, F32, in_place=in_place)[0], expected)
 
@@ -190,25 +197,23 @@ def test_an_accelerator_lr_goes_to_the_kernel_as_a_float32_tensor(
     """On the entries' accelerator: float32 is handed over, float64 refused.
 
     `meta` stands for the accelerator (marked as having the kernels): the
-    rates are what `fused_rates` gives, nothing is computed.
+    plan is made and its commit prepared, nothing is computed.
     """
-    monkeypatch.setattr(_fused, "_DEVICES", _fused._DEVICES | {"meta"})
+    devices = _fused._devices() | {"meta"}  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.setattr(_fused, "_devices", lambda: devices)
     params = ParamDict(w=torch.ones(3, device="meta"))
     lr = torch.tensor(0.1, device="meta", requires_grad=True)
     opt = optim.Adam(lr=lr)
-    rates = _fused.fused_rates(opt, params, opt.init(params))
-    assert rates is not None
-    assert isinstance(rates.lr, Tensor)
-    assert rates.lr.device.type == "meta"
-    assert not rates.lr.requires_grad
+    state = opt.init(params)
+    assert _path(opt, params, state, True) == "fused"
     double = torch.tensor(0.1, dtype=F64, device="meta")
-    assert _fused.refusal(params, double, 0.0) == (
+    assert _fused.fused_refusal(params, double, 0.0) == (
         "`lr` is a torch.float64 tensor on 'meta' (torch's fused kernels read a "
         "rate on an accelerator as float32; pass `lr.float()` or a rate on the CPU)"
     )
     strict = optim.Adam(lr=double, fused=True)
     with pytest.raises(ValueError, match=r"float64 tensor on 'meta'.*fused=None"):
-        _fused.fused_rates(strict, params, strict.init(params))
+        _path(strict, params, strict.init(params), True)
 
 
 @pytest.mark.parametrize("lr_dtype", [F32, F64], ids=["lr-float32", "lr-float64"])
@@ -217,51 +222,22 @@ def test_the_tensor_lr_overloads_give_the_bytes_of_the_number(
 ) -> None:
     """On the CPU each kernel's `.tensor_lr` overload is its number overload.
 
-    `fused_rates` reads a CPU rate as a float for that reason; the overload is
-    what an accelerator rate takes (`adam_`, `sgd_`, `adagrad_` pass it on).
+    The fused plan reads a CPU rate as a float for that reason; the overload is
+    what an accelerator rate takes (the kernels pass it on).
     """
     lr = torch.tensor(0.0123, dtype=lr_dtype)
     results: list[list[Tensor]] = []
+    adam = optim.Adam(amsgrad=True, weight_decay=0.1)
+    sgd = optim.SGD(momentum=0.9, nesterov=True)
+    adagrad = optim.Adagrad()
     for rate in (lr, float(lr)):
         params = ParamDict(_entries(F32))
         grads = ParamDict(_grads(F32)[0])
-        buffers = [params.zeros_like() for _ in range(5)]
-        step = torch.tensor(1.0, dtype=F64)
-        _fused.adam_(
-            params,
-            grads,
-            buffers[0],
-            buffers[1],
-            buffers[2],
-            step,
-            amsgrad=True,
-            lr=rate,
-            betas=(0.9, 0.999),
-            weight_decay=0.1,
-            eps=1e-8,
-            maximize=False,
-            decoupled=False,
-        )
-        _fused.sgd_(
-            params,
-            grads,
-            buffers[3],
-            lr=rate,
-            momentum=0.9,
-            weight_decay=0.0,
-            nesterov=True,
-            maximize=False,
-        )
-        _fused.adagrad_(
-            params,
-            grads,
-            buffers[4],
-            step,
-            lr=rate,
-            lr_decay=0.0,
-            weight_decay=0.0,
-            eps=1e-10,
-            maximize=False,
-        )
-        results.append([*params.values(), *(t for b in buffers for t in b.values())])
+        values, gvals = list(params.values()), list(grads.values())
+        buffers = [[torch.zeros_like(v) for v in values] for _ in range(5)]
+        steps = [torch.tensor(1.0)] * len(values)
+        _fused.adam_kernel(adam)(values, gvals, buffers[:3], steps, rate)
+        _fused.sgd_kernel(sgd)(values, gvals, buffers[3:4], steps, rate)
+        _fused.adagrad_kernel(adagrad)(values, gvals, buffers[4:5], steps, rate)
+        results.append([*values, *(t for b in buffers for t in b)])
     _assert_bitwise(results[0], results[1])

@@ -1,8 +1,15 @@
-"""The optimizer base imports nothing of the schedules: they plug in through `_slot`."""
+"""The optimizer package imports without cycles, and without torch's compiler.
+
+Every import a module of `paramdict.optim` makes when it runs is an edge: those at
+the top and those inside functions (a function-level import that hides a cycle is
+still a cycle); imports under `if TYPE_CHECKING:` are for the type checkers only.
+"""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +17,7 @@ import pytest
 import paramdict.optim
 
 OPTIM = Path(paramdict.optim.__file__).parent
-SCHEDULES = ("_schedules", "lr_scheduler")
+PACKAGE = "paramdict.optim"
 
 
 def _type_checking(node: ast.AST) -> bool:
@@ -20,41 +27,156 @@ def _type_checking(node: ast.AST) -> bool:
     )
 
 
-def _runtime_imports(tree: ast.AST) -> list[str]:
-    """Return the modules imported outside `if TYPE_CHECKING:` blocks."""
-    found: list[str] = []
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(OPTIM).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join((PACKAGE, *parts))
+
+
+def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> list[str]:
+    """The absolute names an import statement of `module` refers to."""
+    if node.level == 0:
+        bases = [node.module or ""]
+    else:
+        parts = module.split(".")
+        keep = len(parts) - node.level + (1 if is_package else 0)
+        base = ".".join(parts[:keep])
+        bases = [f"{base}.{node.module}" if node.module else base]
+    found = list(bases)
+    if node.module is None or node.level:  # `from . import x`: x may be a module
+        found += [f"{bases[0]}.{alias.name}" for alias in node.names]
+    return found
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The `paramdict.optim` modules `path` imports outside TYPE_CHECKING blocks."""
+    module = _module_name(path)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
     pending: list[ast.AST] = [tree]
     while pending:
         node = pending.pop()
         if _type_checking(node):
             continue
         if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            found += [base] if base else [a.name for a in node.names]
+            found.update(_resolve(module, node, path.name == "__init__.py"))
         elif isinstance(node, ast.Import):
-            found += [a.name for a in node.names]
+            found.update(alias.name for alias in node.names)
         pending.extend(ast.iter_child_nodes(node))
     return found
 
 
-@pytest.mark.parametrize("module", ["_base.py", "_protocol.py"])
-def test_base_imports_no_schedule(module: str) -> None:
-    """`_base.py` and `_protocol.py` import no schedule module at run time."""
-    tree = ast.parse((OPTIM / module).read_text(encoding="utf-8"))
-    imports = _runtime_imports(tree)
-    assert imports, f"no imports parsed from {module}"
-    edges = sorted(m for m in imports if m.lstrip(".").startswith(SCHEDULES))
-    assert not edges, f"{module} imports schedule modules {edges}; use `_slot.py`"
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in OPTIM.rglob("*.py")}
+    return {
+        name: {m for m in _runtime_imports(path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
 
 
-def test_the_check_sees_a_schedule_import() -> None:
-    """The parser finds a schedule import, and skips one under TYPE_CHECKING."""
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle among modules other than packages' `__init__` (Tarjan's SCCs)."""
+    edges = {
+        k: {v for v in vs if not graph.get(v) or not v.endswith("optim")}
+        for k, vs in graph.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in edges.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_in_the_optimizer_package() -> None:
+    """No two modules of `paramdict.optim` import each other, at any depth."""
+    graph = _graph()
+    packages = {name for name in graph if (OPTIM / "__init__.py").exists()}
+    assert packages
+    # Only the package `__init__`s import their modules back; leave them out.
+    inner = {
+        k: {v for v in vs if not _is_package(v)}
+        for k, vs in graph.items()
+        if not _is_package(k)
+    }
+    assert _cycles(inner) == []
+
+
+def _is_package(name: str) -> bool:
+    relative = name.removeprefix(PACKAGE).lstrip(".")
+    return (OPTIM / relative.replace(".", "/") / "__init__.py").exists() or not relative
+
+
+def test_the_check_finds_a_cycle_hidden_in_a_function() -> None:
+    """The parser sees a function-level import, and skips a TYPE_CHECKING one."""
     source = (
         "from typing import TYPE_CHECKING\n"
         "from ._schedules.plateau import PlateauState\n"
         "if TYPE_CHECKING:\n"
         "    from ._schedules.slot import SlotState\n"
+        "def f():\n"
+        "    from ._base import x\n"
     )
-    imports = _runtime_imports(ast.parse(source))
-    assert sorted(imports) == ["_schedules.plateau", "typing"]
-    assert [m for m in imports if m.lstrip(".").startswith(SCHEDULES)]
+    tree = ast.parse(source)
+    path = OPTIM / "_probe.py"
+    found: set[str] = set()
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        if _type_checking(node):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            found.update(_resolve(_module_name(path), node, False))
+        pending.extend(ast.iter_child_nodes(node))
+    assert "paramdict.optim._schedules.plateau" in found
+    assert "paramdict.optim._base" in found
+    assert "paramdict.optim._schedules.slot" not in found
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+        ["a", "b", "c"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "module", ["torch._dynamo", "sympy", "torch.distributed.tensor", "torch._inductor"]
+)
+def test_importing_optim_leaves_the_compiler_unloaded(module: str) -> None:
+    """`from paramdict import optim` after `import torch` loads no compiler stack."""
+    code = (
+        "import sys, torch\n"
+        f"before = {module!r} in sys.modules\n"
+        "from paramdict import optim\n"
+        "import paramdict\n"
+        f"print(before, {module!r} in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    if out[0] == "True":
+        pytest.skip(f"this torch imports {module} with itself")
+    assert out == ["False", "False"]

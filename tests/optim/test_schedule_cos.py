@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 from torch.optim import lr_scheduler as tls
 
 from paramdict import optim
-from paramdict.optim._schedules.base import cos
+from paramdict.optim._schedules.numbers import cos
 
 # The angles the cosine schedules take: pi * e / t for every step e of every length t.
 _ANGLES = [(e, t) for t in range(1, 61) for e in range(2 * t + 1)]

@@ -18,7 +18,7 @@ class LionState(NamedTuple):
 
     step: Tensor
     exp_avg: ParamDict
-    schedule: optim.ScheduleState | optim.PlateauState | tuple[()] = ()
+    schedule: optim.SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -36,17 +36,16 @@ class Lion(optim.TorchOptimizer[LionState]):
         self,
         params: ParamDict,
         grads: ParamDict,
-        buffers: LionState,
+        state: LionState,
         step: Tensor,
         lr: optim.Rate,
-        ops: optim.Kernels,
         /,
-    ) -> tuple[ParamDict, tuple[ParamDict]]:
-        """Return the parameters and the running average after one Lion step."""
-        beta1, beta2 = self.cycled("betas", buffers)
-        update = ops.lerp(ops.borrowed(buffers.exp_avg), grads, 1 - beta1)
-        params = ops.sub_scaled(params, ops.sign(update), lr)
-        return params, (ops.lerp(buffers.exp_avg, grads, 1 - beta2),)
+    ) -> None:
+        """Write one Lion step into the parameters and the running average."""
+        beta1, beta2 = self.cycled("betas", state)
+        update = state.exp_avg.lerp(grads, 1 - beta1).sign_()
+        params.sub_(update, alpha=lr)
+        state.exp_avg.lerp_(grads, 1 - beta2)
 
 
 class Weights(ParamDict):
@@ -62,5 +61,10 @@ assert_type(state, LionState)
 new, state = opt.step(params, params.ones_like(), state)
 assert_type(new, Weights)
 assert_type(state, LionState)
+new, state = opt.step_(new, params.ones_like(), state)
+assert_type(new, Weights)
+bound = opt.bind(new, state)
+assert_type(bound, optim.Bound[LionState])
+assert_type(bound.step_(params.ones_like()), LionState)
 assert_type(opt.differentiable, bool)
 assert_type(optim.Lion().lr, optim.LearningRate)

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
 
 import attrs
 import torch
 from torch import Tensor
 
-from ..._paramdict import ParamDict
-from .._protocol import register_state
+from .._hyper import is_traced
+from .._registry import register_state
+from .numbers import base_of, check_base_lr, refuse_epoch, scalar
 
 if TYPE_CHECKING:
     from .plateau import PlateauState, ReduceLROnPlateau
@@ -154,6 +155,10 @@ class BaseSchedule(Generic[StateT], abc.ABC):
         holding the schedule runs once per update.
         """
 
+    def _step_on_host(self, state: Any, /) -> Any:
+        """`_step_once` on a state of Python floats, or None (see `LRSchedule`)."""
+        return None
+
     def _step_metric(self, state: StateT, metrics: float | Tensor, /) -> StateT:
         """Return `state` after the schedule saw `metrics` (`step_schedule`)."""
         kind = type(self).__name__
@@ -165,157 +170,135 @@ class BaseSchedule(Generic[StateT], abc.ABC):
         raise ValueError(msg)
 
 
-# ---------------------------------------------------------------- exact scalars
+# ---------------------------------------------------------------- checks of a state
+
+_PLAIN_STATES = {"PlateauState"}
+"""The states of plain fields (no momentum, counters or children) by class name."""
 
 
-def scalar(value: float | Tensor, like: Tensor | None = None) -> Tensor:
-    """Return `value` as a 0-dim float64 tensor (on `like`'s device)."""
-    device = like.device if like is not None else None
-    if isinstance(value, Tensor):
-        return value.to(dtype=torch.float64, device=device)
-    return torch.tensor(value, dtype=torch.float64, device=device)
+def layout_of(schedule: BaseSchedule[Any]) -> tuple[object, ...]:
+    """The kind of state `schedule` keeps: what its state's layout must be."""
+    kind = schedule._state_type.__name__
+    counters = len(schedule._counter_names)
+    children = tuple(layout_of(s) for s in schedule._schedulers)
+    return (kind, schedule.cycles_momentum, counters, children)
 
 
-def pow_(base: float | Tensor, exponent: float | Tensor, like: Tensor) -> Tensor:
-    """Return `base ** exponent` rounded as Python's `pow` (tensor operands only)."""
-    return torch.pow(scalar(base, like), scalar(exponent, like))
+def state_layout(state: object) -> tuple[object, ...] | None:
+    """The layout of `state`, comparable with `layout_of`'s; None if no state.
 
-
-def cos(x: Tensor) -> Tensor:
-    """Return `cos(x)` equal to `math.cos` bitwise (on the CPU).
-
-    Eager `torch.cos` is off by one unit in the last place for some arguments (its
-    vectorized kernel); the real part of `exp(i x)` comes from the C library's
-    `cos` (times `exp(0) = 1`). Inductor generates no code for complex numbers,
-    while its C++ code for a 0-dim `torch.cos` calls the C library's `cos`, so
-    compiled, `cos` is `torch.cos`. (A compiler backend that runs torch's eager
-    kernels, such as `"aot_eager"`, inherits their last-place differences.)
+    A `ScheduleState` says its momentum, counters and children; any other
+    state (`PlateauState`) is one of plain fields, known by its class.
     """
-    if torch.compiler.is_compiling():
-        return torch.cos(x)
-    return torch.exp(torch.complex(torch.zeros_like(x), x)).real
+    if not isinstance(state, ScheduleState):
+        kind = type(state).__name__
+        return (kind, False, 0, ()) if kind in _PLAIN_STATES else None
+    children: tuple[object, ...] = tuple(state_layout(c) for c in state.children)
+    kind = ScheduleState.__name__
+    return (kind, state.momentum is not None, len(state.counters), children)
 
 
-def rdiv(number: float, x: Tensor) -> Tensor:
-    """Return `number / x` rounded once (`number / x` is a reciprocal and a product)."""
-    return torch.div(x.new_full((), number), x)
+def _fields(state: Any) -> list[tuple[str, object]]:
+    if not isinstance(state, ScheduleState):
+        return list(zip(state._fields, state))
+    names = ["last_epoch", "base_lr", "lr", "momentum"]
+    out: list[tuple[str, object]] = list(zip(names, state[:4]))
+    out += [(f"counters[{i}]", c) for i, c in enumerate(state.counters)]
+    return out
 
 
-def nonzero(x: Tensor) -> Tensor:
-    """Return `x` with zeros replaced by one: a divisor for a branch `where` drops.
+def _leaves(state: Any, prefix: str, out: list[tuple[str, object]]) -> None:
+    """Append the fields of `state` and of its children to `out`, by full name."""
+    out += [(prefix + f, v) for f, v in _fields(state) if v is not None]
+    if isinstance(state, ScheduleState):
+        for i, child in enumerate(state.children):
+            _leaves(child, f"{prefix}children[{i}].", out)
 
-    `torch.where` evaluates both branches; a division by zero in the dropped one
-    would put `nan` into the gradient of the kept one.
+
+def _fine(field: str, number: float) -> bool:
+    if field.endswith("best"):  # infinite before the first metric; never NaN
+        return not math.isnan(number)
+    # A composed schedule's later children wait at torch's `last_epoch=-1`.
+    floor = -1.0 if field.startswith("children") and field.endswith("last_epoch") else 0
+    return math.isfinite(number) and number >= floor
+
+
+def _bad_fields(state: Any) -> tuple[list[str], list[str]]:
+    """Return the fields of `state` (and its children) of a wrong kind, and value.
+
+    Values are read on the CPU only (where torch reads its schedules' numbers as
+    Python floats anyway), all in one read, never while tracing.
     """
-    return torch.where(x == 0, torch.ones_like(x), x)
+    leaves: list[tuple[str, object]] = []
+    _leaves(state, "", leaves)
+    kinds: list[str] = []
+    tensors: list[tuple[str, Tensor]] = []
+    for field, value in leaves:
+        if not (
+            isinstance(value, Tensor)
+            and value.ndim == 0
+            and value.dtype.is_floating_point
+        ):
+            kinds.append(field)
+        elif value.is_cpu:
+            tensors.append((field, value))
+    if kinds or not tensors or torch.compiler.is_compiling():
+        return kinds, []
+    dtypes = {t.dtype for _, t in tensors}
+    if len(dtypes) > 1:
+        tensors = [(f, t.to(torch.float64)) for f, t in tensors]
+    stacked = torch.stack([t.detach() for _, t in tensors])
+    if is_traced(stacked):
+        return kinds, []
+    numbers = cast("list[float]", stacked.tolist())  # pyright: ignore[reportUnknownMemberType]
+    values = [f for (f, _), x in zip(tensors, numbers) if not _fine(f, x)]
+    return kinds, values
 
 
-INT64_MAX = 2**63 - 1
-"""The largest setting a schedule's tensor arithmetic can hold as an integer."""
+def check_schedule_state(
+    schedule: BaseSchedule[Any],
+    state: object,
+    *,
+    owner: str = "",
+    field: str = "",
+    structure: bool = True,
+) -> None:
+    """Raise unless `state` is a state of `schedule`'s kind with valid values.
 
-
-def check_int(name: str, value: Any, *, minimum: int) -> None:
-    """Raise unless `value` is an `int` (not a bool) from `minimum` to `INT64_MAX`."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        msg = f"`{name}` must be an int, got {type(value).__name__}."
-        raise TypeError(msg)
-    if value < minimum:
-        msg = f"`{name}` must be at least {minimum}, got {value!r}."
-        raise ValueError(msg)
-    if value > INT64_MAX:
-        msg = f"`{name}` must be at most 2**63 - 1 (an int64), got {value!r}."
-        raise ValueError(msg)
-
-
-def check_float(name: str, value: Any) -> None:
-    """Raise unless `value` is a real number (not a bool) a float can hold."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"`{name}` must be a number, got {type(value).__name__}."
-        raise TypeError(msg)
-    if isinstance(value, int) and not -(2**1023) <= value <= 2**1023:
-        msg = f"`{name}` is too large for a float: give a value below 1e308."
-        raise ValueError(msg)
-
-
-def number_field(instance: object, attribute: Any, value: Any) -> None:
-    """An attrs validator: `check_float` on the field's value, by the field's name."""
-    check_float(attribute.name, value)
-
-
-def check_rate(name: str, value: float | Tensor) -> None:
-    """Raise unless the rate `value` is finite and not negative, as an optimizer's `lr`.
-
-    A tensor is read once on the host (not while compiling, nor on the meta device).
+    The structure (the kind of state, its counters and children) is checked
+    always; the values (finite, not negative; `best` not NaN) on the CPU,
+    eagerly, not while tracing. `owner` names the optimizer holding the state
+    in its field `field` (`"schedule."`), for the message; `structure=False`
+    skips the structure, which the caller checked.
     """
-    if isinstance(value, Tensor):
-        if torch.compiler.is_compiling() or value.is_meta:
-            return
-        number = float(value.detach())
-    else:
-        number = float(value)
-    if not math.isfinite(number) or number < 0:
+    kind = type(schedule).__name__
+    got = state_layout(state) if structure else layout_of(schedule)
+    if got is None or got != layout_of(schedule):
+        what = "a" if got is None else "the state of another schedule, a"
         msg = (
-            f"`{name}` must be finite and at least 0, got {number!r}. Give the "
-            "value the optimizer would accept for its own `lr` (or momentum)."
+            f"`{kind}.step` takes a state of this `{kind}`, got {what} "
+            f"{type(state).__name__}. Use the state from this schedule's `init` "
+            "(or the `step` before)."
         )
-        raise ValueError(msg)
-
-
-def refuse_epoch(schedule: object, epoch: object) -> None:
-    """Raise unless `epoch` is None: only warm restarts step to an epoch."""
-    if epoch is not None:
-        kind = type(schedule).__name__
+        raise (TypeError if got is None else ValueError)(msg)
+    kinds, values = _bad_fields(state)
+    whose = f"`{owner}`'s state" if owner else f"The state of this `{kind}`"
+    fix = "Use the state from `init` or a saved one, unchanged."
+    if kinds:
+        names = ", ".join(f"`{field}{b}`" for b in sorted(kinds))
         msg = (
-            f"`{kind}.step` takes no epoch (torch deprecates `step(epoch)` for "
-            f"it). Step it once per epoch with `{kind}.step(state)`; only "
-            "`CosineAnnealingWarmRestarts.step(state, epoch)` jumps to an epoch."
+            f"{whose} holds values of the wrong kind in {names}: each must be a "
+            f"0-dim floating-point tensor. {fix}"
         )
         raise TypeError(msg)
-
-
-def check_base(lr: Any) -> None:
-    """Raise unless `lr` is a number or a 0-dim floating-point tensor."""
-    if isinstance(lr, ParamDict):
+    if values:
+        names = ", ".join(f"`{field}{b}`" for b in sorted(values))
         msg = (
-            "A schedule's base learning rate must be a number or a 0-dim tensor, "
-            "got a ParamDict of per-key values. For per-key schedules give each "
-            "group of keys its own optimizer and schedule with `optim.ParamGroups`."
-        )
-        raise TypeError(msg)
-    if isinstance(lr, Tensor):
-        if lr.dim() != 0 or not lr.is_floating_point():
-            msg = (
-                "A schedule's base learning rate must be a number or a 0-dim "
-                f"floating-point tensor, got shape {tuple(lr.shape)} and {lr.dtype}."
-            )
-            raise ValueError(msg)
-        check_rate("base_lr", lr)
-        return
-    check_float("lr", lr)
-    check_rate("base_lr", lr)
-
-
-def _check_base_lr(instance: object, attribute: Any, value: Any) -> None:
-    if value is not None:
-        check_base(value)
-
-
-def base_of(schedule: Any, lr: float | Tensor | None) -> float | Tensor:
-    """Return the base rate for `init`: `lr`, else the schedule's `base_lr`."""
-    given: float | Tensor | None = schedule.base_lr if lr is None else lr
-    if given is None:
-        if not schedule.takes_base:
-            return 0.0  # the schedule sets its own rates and ignores the base
-        msg = (
-            f"`{type(schedule).__name__}` needs its base learning rate: give "
-            f"`base_lr=` when building it (`{type(schedule).__name__}(base_lr=0.1, "
-            "...)`) or pass it to `init`."
+            f"{whose} holds invalid values in {names}: each must be finite and at "
+            f"least 0 (`best` may be infinite, a later child's `last_epoch` -1). "
+            f"{fix}"
         )
         raise ValueError(msg)
-    check_base(given)
-    # A copy, as torch copies its base rates: changing the caller's tensor
-    # later must not change the schedule (autograd still flows through it).
-    return given.clone() if isinstance(given, Tensor) else given
 
 
 # ---------------------------------------------------------------- base classes
@@ -367,7 +350,7 @@ class LRSchedule(BaseSchedule[ScheduleState]):
 
     _state_type = ScheduleState
 
-    base_lr: float | Tensor | None = attrs.field(default=None, validator=_check_base_lr)
+    base_lr: float | Tensor | None = attrs.field(default=None, validator=check_base_lr)
 
     def init(self, lr: float | Tensor | None = None, /) -> ScheduleState:
         """Return the state right after torch's constructor, for base rate `lr`.
@@ -416,8 +399,6 @@ class LRSchedule(BaseSchedule[ScheduleState]):
             >>> schedule.step(schedule.init(1.0)).lr
             tensor(0.5000, dtype=torch.float64)
         """
-        from .slot import check_schedule_state  # a cycle
-
         refuse_epoch(self, epoch)
         check_schedule_state(self, state)
         return self._step_once(state)
@@ -425,6 +406,25 @@ class LRSchedule(BaseSchedule[ScheduleState]):
     def _step_once(self, state: ScheduleState, /) -> ScheduleState:
         """Return the state after one `scheduler.step()`: `_advance` from its rate."""
         return self._advance(state, state.lr)
+
+    def _step_on_host(self, state: Any, /) -> Any:
+        """`_step_once` on a state of Python floats (`slot.on_host`), or None.
+
+        torch's schedulers compute their rates with Python floats, branch by
+        branch; so does this, where a schedule defines `_advance_on_host`
+        (and `_restart_on_host`, for `SequentialLR`): the optimizer's eager
+        step then reads and writes a few numbers instead of running the
+        tensor arithmetic that a traced step needs. None where it does not.
+        """
+        return self._advance_on_host(state, state.lr)
+
+    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+        """`_advance` with Python floats, branch by branch; None if not defined."""
+        return None
+
+    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+        """`_restart` with Python floats; None if not defined."""
+        return self._advance_on_host(state._replace(last_epoch=-1.0), current)
 
     @abc.abstractmethod
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:

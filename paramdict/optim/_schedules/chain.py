@@ -11,9 +11,17 @@ import attrs
 import torch
 from torch import Tensor
 
-from .base import LRSchedule, ScheduleState, check_int, new_state
+from .base import (
+    LRSchedule,
+    ScheduleState,
+    check_schedule_state,
+    new_state,
+)
+from .numbers import (
+    check_int,
+)
 from .plateau import PlateauState, ReduceLROnPlateau
-from .slot import check_schedule_state, is_schedule
+from .slot import is_schedule
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
 
@@ -145,6 +153,27 @@ class SequentialLR(LRSchedule):
             last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
         )
 
+    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+        """Torch's `SequentialLR.step()`: only the active schedule moves."""
+        epoch = state.last_epoch + 1
+        index = bisect_right(self.milestones, epoch)
+        schedule = self.schedulers[index]
+        child = state.children[index]
+        if index > 0 and self.milestones[index - 1] == epoch:
+            moved = schedule._restart_on_host(child, current)
+        else:
+            moved = schedule._advance_on_host(child, current)
+        if moved is None:
+            return None
+        children = list(state.children)
+        children[index] = moved
+        momentum = state.momentum
+        if moved.momentum is not None and momentum is not None:
+            momentum = moved.momentum
+        return state._replace(
+            last_epoch=epoch, lr=moved.lr, momentum=momentum, children=tuple(children)
+        )
+
 
 def _last(momenta: Sequence[Tensor | None]) -> Tensor | None:
     """Return a copy of the last momentum that is not None (None if none is)."""
@@ -270,6 +299,29 @@ class ChainedScheduler(LRSchedule):
         momentum = _last([_momentum(c) for c in children])
         return state._replace(
             last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
+        )
+
+    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+        """Each chained schedule steps from the rate the one before it set."""
+        children: list[Any] = []
+        lr: Any = current
+        for schedule, child in zip(self.schedulers, state.children, strict=True):
+            if isinstance(child, PlateauState):
+                moved = child._replace(lr=lr)  # moves with the metric only
+            else:
+                moved = cast(LRSchedule, schedule)._advance_on_host(child, lr)
+                if moved is None:
+                    return None
+            children.append(moved)
+            lr = moved.lr
+        momenta = [c.momentum for c in children if isinstance(c, ScheduleState)]
+        found = [m for m in momenta if m is not None]
+        momentum = found[-1] if found else None
+        return state._replace(
+            last_epoch=state.last_epoch + 1,
+            lr=lr,
+            momentum=momentum,
+            children=tuple(children),
         )
 
     def step_metric(

@@ -15,14 +15,16 @@ import torch
 from torch import Tensor
 
 from .base import (
-    INT64_MAX,
     LRSchedule,
     ScheduleState,
+    new_state,
+)
+from .numbers import (
+    INT64_MAX,
     check_float,
     check_int,
     check_rate,
     cos,
-    new_state,
     nonzero,
     number_field,
     pow_,

@@ -9,11 +9,14 @@ import attrs
 import torch
 from torch import Tensor
 
-from .._protocol import register_state
+from .._registry import register_state
 from .base import (
     BaseSchedule,
-    _check_base_lr,  # pyright: ignore[reportPrivateUsage]  # this package's own
+    check_schedule_state,
+)
+from .numbers import (
     base_of,
+    check_base_lr,
     check_int,
     number_field,
     scalar,
@@ -110,7 +113,7 @@ class ReduceLROnPlateau(BaseSchedule[PlateauState]):
     cooldown: int = 0
     min_lr: float = attrs.field(default=0.0, validator=number_field)
     eps: float = attrs.field(default=1e-8, validator=number_field)
-    base_lr: float | Tensor | None = attrs.field(default=None, validator=_check_base_lr)
+    base_lr: float | Tensor | None = attrs.field(default=None, validator=check_base_lr)
 
     takes_base: ClassVar[bool] = True
     _state_type = PlateauState
@@ -201,8 +204,6 @@ class ReduceLROnPlateau(BaseSchedule[PlateauState]):
             >>> state.best
             tensor(0.5000, dtype=torch.float64)
         """
-        from .slot import check_schedule_state  # a cycle
-
         check_schedule_state(self, state)
         if isinstance(metrics, Tensor):
             if metrics.numel() != 1:

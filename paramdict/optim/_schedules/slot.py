@@ -17,8 +17,6 @@ schedules it wraps, the counters its state keeps, and its step after an update.
 
 from __future__ import annotations
 
-import math
-import weakref
 from typing import Any, TypeAlias, TypeGuard, cast
 
 import torch
@@ -27,8 +25,14 @@ from torch.utils import _pytree as pytree
 
 from ..._paramdict import ParamDict
 from .._hyper import Rate, is_traced
-from .._slot import install_slot_rules
-from .base import BaseSchedule, LRSchedule, ScheduleState
+from .base import (
+    BaseSchedule,
+    LRSchedule,
+    ScheduleState,
+    check_schedule_state,
+    layout_of,
+    state_layout,
+)
 from .plateau import PlateauState, ReduceLROnPlateau
 
 LearningRate: TypeAlias = Rate | LRSchedule | ReduceLROnPlateau
@@ -42,11 +46,17 @@ __all__ = [
     "Schedule",
     "SlotState",
     "advanced",
+    "advanced_on_host",
     "check_fits",
     "check_slot",
+    "cycled_momentum",
     "first_state",
     "initial_rate",
     "is_schedule",
+    "on_host",
+    "stepped_with_metric",
+    "takes_metric",
+    "write_on_host",
 ]
 
 Schedule: TypeAlias = LRSchedule | ReduceLROnPlateau
@@ -72,8 +82,8 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
         msg = (
             f"`{name}` cannot take a schedule as `lr`: its state "
             f"`{state_type.__name__}` has no `schedule` field. Add "
-            "`schedule: SlotState = ()` as the state's last field and carry it "
-            "with `self.next_schedule(state)` in the rule."
+            "`schedule: optim.SlotState = ()` as the state's last field: the "
+            "optimizer reads the rate from it and advances it."
         )
         raise TypeError(msg)
     if type(schedule).takes_base and schedule.base_lr is None:
@@ -132,6 +142,75 @@ def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
     return first_state(lr, params).lr
 
 
+def advanced_on_host(schedule: Schedule, state: object) -> Any:
+    """The slot after one step computed with Python floats, or None.
+
+    Where the step can read its state for free (eagerly, every tensor of it a
+    CPU tensor that autograd does not record) and the schedule has a host
+    path (`LRSchedule._step_on_host`): the numbers torch's scheduler computes,
+    in a state of the slot's structure holding floats, for `write_on_host`.
+    """
+    if torch.compiler.is_compiling() or not isinstance(
+        state, (ScheduleState, PlateauState)
+    ):
+        return None
+    host = on_host(state)
+    if host is None:
+        return None
+    moved = cast("BaseSchedule[Any]", schedule)
+    return moved._step_on_host(host)
+
+
+def on_host(state: Any) -> Any:
+    """`state` with each tensor read as its float, or None where one cannot be."""
+    values: list[Any] = []
+    for field in state:
+        if isinstance(field, Tensor):
+            if not field.is_cpu or field.requires_grad or is_traced(field):
+                return None
+            values.append(field.item())
+        elif isinstance(field, tuple):
+            items: list[Any] = []
+            members: tuple[Any, ...] = cast(Any, field)
+            for item in members:
+                if isinstance(item, Tensor):
+                    if not item.is_cpu or item.requires_grad or is_traced(item):
+                        return None
+                    items.append(item.item())
+                else:
+                    read = on_host(item)
+                    if read is None:
+                        return None
+                    items.append(read)
+            values.append(tuple(items))
+        else:
+            values.append(field)
+    return type(state)(*values)
+
+
+def write_on_host(slot: Any, host: Any) -> None:
+    """Write the floats of `host` into the tensors of `slot` (its structure)."""
+    for tensor, value in zip(slot, host):
+        if isinstance(tensor, Tensor):
+            tensor.fill_(value)
+        elif isinstance(tensor, tuple):
+            members: tuple[Any, ...] = cast(Any, tensor)
+            for t, v in zip(members, value):
+                if isinstance(t, Tensor):
+                    t.fill_(v)
+                else:
+                    write_on_host(t, v)
+
+
+def cycled_momentum(lr: object, slot: object) -> Tensor | None:
+    """The momentum `lr`'s schedule sets for this step, or None if none cycles."""
+    if not isinstance(slot, ScheduleState) or not is_schedule(lr):
+        return None
+    if not lr.cycles_momentum:
+        return None
+    return slot.momentum
+
+
 def takes_metric(lr: object) -> bool:
     """Whether `lr` is a schedule that moves with a metric (`takes_metric`)."""
     return is_schedule(lr) and lr.takes_metric
@@ -163,146 +242,6 @@ def advanced(schedule: Schedule, state: SlotState) -> SlotState:
     return stepped
 
 
-_LAYOUTS: weakref.WeakKeyDictionary[Schedule, tuple[object, ...]] = (
-    weakref.WeakKeyDictionary()
-)
-"""The layout of each schedule's state: schedules are immutable, so it is kept."""
-
-
-def _layout(schedule: Schedule) -> tuple[object, ...]:
-    if torch.compiler.is_compiling():  # a weak mapping would break the graph
-        return _build_layout(schedule)
-    known = _LAYOUTS.get(schedule)
-    if known is None:
-        known = _LAYOUTS[schedule] = _build_layout(schedule)
-    return known
-
-
-def _build_layout(schedule: Schedule) -> tuple[object, ...]:
-    """The kind of state `schedule` keeps: what its state's layout must be."""
-    kind = schedule._state_type.__name__
-    counters = len(schedule._counter_names)
-    children = tuple(_layout(s) for s in schedule._schedulers)
-    return (kind, schedule.cycles_momentum, counters, children)
-
-
-def _state_layout(state: object) -> tuple[object, ...] | None:
-    """The layout of `state`, comparable with `_build_layout`'s; None if no state."""
-    if isinstance(state, PlateauState):
-        return (PlateauState.__name__, False, 0, ())
-    if not isinstance(state, ScheduleState):
-        return None
-    children: tuple[object, ...] = tuple(_state_layout(c) for c in state.children)
-    kind = ScheduleState.__name__
-    return (kind, state.momentum is not None, len(state.counters), children)
-
-
-def _fields(state: ScheduleState | PlateauState) -> list[tuple[str, object]]:
-    if isinstance(state, PlateauState):
-        return list(zip(state._fields, state))
-    names = ["last_epoch", "base_lr", "lr", "momentum"]
-    out: list[tuple[str, object]] = list(zip(names, state[:4]))
-    out += [(f"counters[{i}]", c) for i, c in enumerate(state.counters)]
-    return out
-
-
-def _leaves(
-    state: ScheduleState | PlateauState, prefix: str, out: list[tuple[str, object]]
-) -> None:
-    """Append the fields of `state` and of its children to `out`, by full name."""
-    out += [(prefix + f, v) for f, v in _fields(state) if v is not None]
-    if isinstance(state, ScheduleState):
-        for i, child in enumerate(state.children):
-            _leaves(child, f"{prefix}children[{i}].", out)
-
-
-def _fine(field: str, number: float) -> bool:
-    if field.endswith("best"):  # infinite before the first metric; never NaN
-        return not math.isnan(number)
-    # A composed schedule's later children wait at torch's `last_epoch=-1`.
-    floor = -1.0 if field.startswith("children") and field.endswith("last_epoch") else 0
-    return math.isfinite(number) and number >= floor
-
-
-def _bad_fields(state: ScheduleState | PlateauState) -> tuple[list[str], list[str]]:
-    """Return the fields of `state` (and its children) of a wrong kind, and value.
-
-    Values are read on the CPU only (where torch reads its schedules' numbers as
-    Python floats anyway), all in one read, never while tracing.
-    """
-    leaves: list[tuple[str, object]] = []
-    _leaves(state, "", leaves)
-    kinds: list[str] = []
-    tensors: list[tuple[str, Tensor]] = []
-    for field, value in leaves:
-        if not (
-            isinstance(value, Tensor)
-            and value.ndim == 0
-            and value.dtype.is_floating_point
-        ):
-            kinds.append(field)
-        elif value.is_cpu:
-            tensors.append((field, value))
-    if kinds or not tensors or torch.compiler.is_compiling():
-        return kinds, []
-    dtypes = {t.dtype for _, t in tensors}
-    if len(dtypes) > 1:
-        tensors = [(f, t.to(torch.float64)) for f, t in tensors]
-    stacked = torch.stack([t.detach() for _, t in tensors])
-    if is_traced(stacked):
-        return kinds, []
-    numbers = cast("list[float]", stacked.tolist())  # pyright: ignore[reportUnknownMemberType]
-    values = [f for (f, _), x in zip(tensors, numbers) if not _fine(f, x)]
-    return kinds, values
-
-
-def check_schedule_state(
-    schedule: Schedule,
-    state: object,
-    *,
-    owner: str = "",
-    field: str = "",
-    structure: bool = True,
-) -> None:
-    """Raise unless `state` is a state of `schedule`'s kind with valid values.
-
-    The structure (the kind of state, its counters and children) is checked
-    always; the values (finite, not negative; `best` not NaN) on the CPU,
-    eagerly, not while tracing. `owner` names the optimizer holding the state
-    in its field `field` (`"schedule."`), for the message; `structure=False`
-    skips the structure, which the caller checked.
-    """
-    kind = type(schedule).__name__
-    got = _state_layout(state) if structure else _layout(schedule)
-    if got is None or got != _layout(schedule):
-        what = "a" if got is None else "the state of another schedule, a"
-        msg = (
-            f"`{kind}.step` takes a state of this `{kind}`, got {what} "
-            f"{type(state).__name__}. Use the state from this schedule's `init` "
-            "(or the `step` before)."
-        )
-        raise (TypeError if got is None else ValueError)(msg)
-    assert isinstance(state, (ScheduleState, PlateauState))
-    kinds, values = _bad_fields(state)
-    whose = f"`{owner}`'s state" if owner else f"The state of this `{kind}`"
-    fix = "Use the state from `init` or a saved one, unchanged."
-    if kinds:
-        names = ", ".join(f"`{field}{b}`" for b in sorted(kinds))
-        msg = (
-            f"{whose} holds values of the wrong kind in {names}: each must be a "
-            f"0-dim floating-point tensor. {fix}"
-        )
-        raise TypeError(msg)
-    if values:
-        names = ", ".join(f"`{field}{b}`" for b in sorted(values))
-        msg = (
-            f"{whose} holds invalid values in {names}: each must be finite and at "
-            f"least 0 (`best` may be infinite, a later child's `last_epoch` -1). "
-            f"{fix}"
-        )
-        raise ValueError(msg)
-
-
 def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
     """Raise unless `state` (a state's `schedule` field) belongs to `schedule`.
 
@@ -322,8 +261,8 @@ def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
             raise ValueError(msg)
         return
     kind = type(schedule).__name__
-    got = _state_layout(state)
-    if got is None or got != _layout(schedule):
+    got = state_layout(state)
+    if got is None or got != layout_of(schedule):
         what = (
             "no schedule state"
             if got is None
@@ -344,45 +283,3 @@ def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
             "float64. Use the state from `init` or a saved one, unchanged."
         )
         raise TypeError(msg)
-
-
-class _Rules:
-    """The schedules' side of `_slot.SlotRules`, installed below."""
-
-    __slots__ = ()
-
-    def is_schedule(self, value: object, /) -> bool:
-        return is_schedule(value)
-
-    def is_slot(self, value: object, /) -> bool:
-        return isinstance(value, (ScheduleState, PlateauState))
-
-    def check_fits(self, owner: Any, schedule: Any, /) -> None:
-        check_fits(owner, schedule)
-
-    def check_slot(self, owner: Any, lr: Any, slot: object, /) -> None:
-        check_slot(owner, lr, slot)
-
-    def first_state(
-        self, schedule: Any, params: ParamDict, /
-    ) -> ScheduleState | PlateauState:
-        return first_state(schedule, params)
-
-    def advanced(self, schedule: Any, slot: SlotState, /) -> SlotState:
-        return advanced(schedule, slot)
-
-    def momentum(self, schedule: Any, slot: object, /) -> Tensor | None:
-        if not isinstance(slot, ScheduleState) or not schedule.cycles_momentum:
-            return None
-        return slot.momentum
-
-    def takes_metric(self, schedule: object, /) -> bool:
-        return takes_metric(schedule)
-
-    def step_metric(
-        self, schedule: Any, slot: SlotState, metrics: float | Tensor, /
-    ) -> SlotState:
-        return stepped_with_metric(schedule, slot, metrics)
-
-
-install_slot_rules(_Rules())

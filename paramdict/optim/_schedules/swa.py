@@ -16,14 +16,16 @@ from torch import Tensor
 from .base import (
     LRSchedule,
     ScheduleState,
+    new_state,
+)
+from .cyclic import _read  # pyright: ignore[reportPrivateUsage]  # this package's own
+from .numbers import (
     check_float,
     check_int,
     check_rate,
     cos,
-    new_state,
     nonzero,
 )
-from .cyclic import _read  # pyright: ignore[reportPrivateUsage]  # this package's own
 
 __all__ = ["SWALR"]
 

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from .._groups import ParamGroups
-from .._protocol import Optimizer
+from .._optimizer import Optimizer
 from .base import LRSchedule, ScheduleState
 from .chain import ChainedScheduler
 from .cyclic import CyclicLR

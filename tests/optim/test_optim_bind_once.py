@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from paramdict import ParamDict, optim
-from paramdict.optim import _repeat, _state_check
+from paramdict.optim import _state_check
 
 
 def _setup() -> tuple[ParamDict, ParamDict, optim.Adam, optim.AdamState]:
@@ -29,7 +29,7 @@ def _count_full_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(1)
         original(opt, params, state)
 
-    monkeypatch.setattr("paramdict.optim._base.check_buffers", counted)
+    monkeypatch.setattr("paramdict.optim._torch_optimizer.check_buffers", counted)
     return calls
 
 
@@ -129,23 +129,12 @@ def test_module_conversion_after_a_step_is_refused_by_key() -> None:
         assert torch.equal(kept, now)
 
 
-def test_nothing_is_kept_while_compiling() -> None:
-    """The verdicts are an eager shortcut: traced code neither keeps nor reads them."""
-    params, _, opt, state = _setup()
-    calls: list[int] = []
-
-    def check() -> int:
-        calls.append(1)
-        return 1
-
-    def probe(p: ParamDict) -> torch.Tensor:
-        with _repeat.repeating(opt, p, state):
-            _repeat.kept(p, state, "probe", check)
-        return p["w"] * 2
-
-    torch.compile(probe, fullgraph=True)(params)
-    _repeat._KEPT.pop(opt, None)  # pyright: ignore[reportPrivateUsage]
-    with _repeat.repeating(opt, params, state):
-        _repeat.kept(params, state, "probe", check)
-    assert _repeat._KEPT.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
-    assert len(calls) == 2  # traced once, then eager: nothing was kept in between
+def test_a_compiled_step_keeps_no_binding() -> None:
+    """A binding is an eager shortcut: a compiled `step` neither keeps nor reads one."""
+    params, grads, opt, state = _setup()
+    params = params.detach()
+    step = torch.compile(opt.step, backend="eager", fullgraph=True)
+    step(params, grads, state)
+    assert getattr(opt, "_last", None) is None
+    opt.step(params, grads, state)
+    assert getattr(opt, "_last", None) is not None

@@ -1,14 +1,15 @@
-"""A repeated `step_` trusts nothing that changed: it acts as a first call would.
+"""A bound optimizer trusts nothing that changed: it acts as a first call would.
 
-`step_` keeps, per optimizer, the verdicts of its checks on the tensors it saw
-(`_repeat`). Each case here changes one thing between two calls (a tensor
-resized, re-pointed, restrided or converted; another ParamDict or buffer; a
-gradient that shares memory or has another shape, dtype or device; inference
-mode; a `grad_fn` appearing) and makes the second call in two identical worlds:
-one whose optimizer kept its record from the first call, and one whose second
-call is made by a fresh optimizer of the same options, which checks everything
-in full. Both must refuse with the same error and message and write nothing, or
-both must write the same bytes.
+`step_` and `step` bind the optimizer to what they are handed and keep the
+binding (`Bound`, `_binding.py`): its checks ran once, and later calls compare
+the facts they read. Each case here changes one thing between two calls (a
+tensor resized, re-pointed, restrided or converted; another ParamDict or
+buffer; a gradient that shares memory or has another shape, dtype or device;
+inference mode; a `grad_fn` appearing) and makes the second call in two
+identical worlds: one whose optimizer kept its binding from the first call, and
+one whose second call is made by a fresh optimizer of the same options, which
+binds afresh. Both must refuse with the same error and message and write
+nothing, or both must write the same bytes.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from paramdict import ParamDict, optim
-from paramdict.optim import _repeat
+from paramdict.optim import _binding
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "hostile"))
 from _unchanged import equal
@@ -63,6 +64,11 @@ def _world(opt: Opt, in_place: bool = True) -> World:
     step = opt.step_ if in_place else opt.step
     params, state = step(params, grads, opt.init(params))
     return params, _values(2), state
+
+
+def _kept(opt: Opt) -> bool:
+    """Whether `opt` keeps a binding from its last call."""
+    return getattr(opt, "_last", None) is not None
 
 
 def _buffer(state: Any, key: str) -> ParamDict:
@@ -316,9 +322,9 @@ def _tensors(world: World) -> list[Tensor]:
 
 @pytest.fixture(params=["torch's check", "listed facts"])
 def facts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Kept facts checked by torch's C++ tensor check, or by `_repeat`'s own lists."""
+    """Kept facts checked by torch's C++ tensor check, or by `_binding`'s own lists."""
     if request.param == "listed facts":
-        monkeypatch.setattr(_repeat, "_TORCH_CHECK", None)
+        monkeypatch.setattr(_binding, "_TORCH_CHECK", None)
     return str(request.param)
 
 
@@ -334,7 +340,7 @@ def test_a_change_between_calls_is_met_as_a_first_call_meets_it(
     )
     opt = make()
     changed = change.apply(*_world(opt))
-    assert _repeat._KEPT.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
+    assert _kept(opt)
     if change.refused is None:
         assert full_error is None, full_error
         _, kept_after = _call(opt, changed, change.inference)
@@ -359,14 +365,10 @@ def _call_raising(opt: Opt, world: World, inference: bool) -> None:
 
 
 FULL_CHECKS = {
-    "state": "paramdict.optim._base.check_buffers",
-    "writable": "paramdict.optim._writable._check_tensors",
-    "layout": "paramdict.optim._strategy.not_writable_by_kernel",
-    "entries": "paramdict.optim._fused._entries_refusal",
+    "state": "paramdict.optim._torch_optimizer.check_buffers",
+    "writable": "paramdict.optim._binding.check_writable",
+    "path": "paramdict.optim._fused.fused_refusal",
 }
-# ParamGroups hands each group's optimizer new ParamDicts of its entries: only
-# the writable check, on all of them, is kept for it.
-KEPT_BY = {name: set(FULL_CHECKS) for name in FACTORIES} | {"groups": {"writable"}}
 
 
 @pytest.mark.parametrize("factory", list(FACTORIES), ids=str)
@@ -380,9 +382,9 @@ def test_repeated_calls_run_the_full_checks_once(
         module, attr = target.rsplit(".", 1)
         original = getattr(sys.modules[module], attr)
 
-        def counted(*args: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
             calls[name] += 1
-            return original(*args)
+            return original(*args, **kwargs)
 
         monkeypatch.setattr(target, counted)
 
@@ -394,8 +396,7 @@ def test_repeated_calls_run_the_full_checks_once(
     first = dict(calls)
     for _ in range(4):
         params, state = opt.step_(params, grads, state)
-    repeated = {name for name in FULL_CHECKS if calls[name] == first[name]}
-    assert repeated >= KEPT_BY[factory], calls
+    assert calls == first, calls
     assert first["writable"] == 1
 
 
@@ -462,7 +463,7 @@ def test_rates_and_gradients_are_read_on_every_repeated_call(kind: str) -> None:
         torch_opt.step()
         lr.fill_(0.1 / (step + 2))
         torch_lr.fill_(0.1 / (step + 2))
-    assert _repeat._KEPT.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
+    assert _kept(opt)
     for mine, theirs in zip(params.values(), tensors, strict=True):
         assert torch.equal(mine, theirs.detach())
 
@@ -476,14 +477,15 @@ class _Slotted(optim.Optimizer[tuple[()]]):
     def init(self, params: ParamDict, /) -> tuple[()]:
         return ()
 
-    def update(
-        self, params: ParamDict, grads: ParamDict, state: tuple[()], ops: Any, /
-    ) -> tuple[ParamDict, tuple[()]]:
-        return ops.add_scaled(params, grads, -0.5), state
+    def update_(
+        self, params: ParamDict, grads: ParamDict, state: tuple[()], /
+    ) -> tuple[()]:
+        params.add_(grads, alpha=-0.5)
+        return state
 
 
-def test_an_optimizer_without_weak_references_checks_in_full() -> None:
-    """Nothing is kept for it, and every call steps."""
+def test_an_optimizer_of_slots_alone_steps() -> None:
+    """A subclass of `__slots__` alone keeps its binding in the base's slot."""
     opt = _Slotted()
     params = ParamDict(w=torch.ones(2))
     for _ in range(2):
@@ -517,7 +519,7 @@ def test_facts_are_read_after_the_gradients_mapping_ran_its_code() -> None:
 def test_a_grad_fn_on_a_tensor_that_required_grad_is_refused(
     field: str, facts: str
 ) -> None:
-    """A kept record with a tensor that requires grad reads `is_leaf` every call.
+    """A `grad_fn` that appears on a bound tensor that required grad is refused.
 
     Its facts (`requires_grad` included) stay as they were when the flag is
     turned off and an in-place operation records the tensor again.
@@ -537,57 +539,14 @@ def test_a_grad_fn_on_a_tensor_that_required_grad_is_refused(
     assert equal(before, snapshot((params, grads, state)))
 
 
-def test_a_freed_tensor_ends_the_record() -> None:
-    """A record of a freed tensor is not reused for a new one at its `id`."""
+def test_a_binding_holds_its_tensors_not_their_ids() -> None:
+    """A binding holds the parameters and state it checked, so no `id` is reused."""
     opt = optim.SGD(lr=0.1, momentum=0.9)
     params, _, state = _world(opt)
-    record = _repeat._KEPT[opt]  # pyright: ignore[reportPrivateUsage]
-    assert record.alive[0]
-    del params, state
-    assert not record.alive[0]
-
-
-def _alike_world() -> tuple[Opt, ParamDict, Any]:
-    opt = optim.Adam(lr=0.1)
-    params = ParamDict(w=torch.zeros(2, 3), b=torch.zeros(3))
-    return opt, params, opt.init(params)
-
-
-def _test(result: bool, ran: list[bool]) -> Callable[[], bool]:
-    def check() -> bool:
-        ran.append(True)
-        return result
-
-    return check
-
-
-def test_a_kept_test_of_other_tensors_follows_their_latest_facts() -> None:
-    """A list found alike before the kept facts changed meets the new ones afresh."""
-    opt, params, state = _alike_world()
-    first = [torch.zeros(2, 3), torch.zeros(3)]
-    other = [torch.zeros(3, 2).t(), torch.zeros(3)]  # other strides
-    ran: list[bool] = []
-    with _repeat.repeating(opt, params, state):
-        assert _repeat.kept_alike(params, first, "a", _test(True, ran))
-        assert _repeat.kept_alike(params, other, "a", _test(True, ran))
-        assert _repeat.kept_alike(params, other, "b", _test(True, ran))
-        # "b" passed for `other`'s facts only: `first` is tested itself.
-        assert not _repeat.kept_alike(params, first, "b", _test(False, ran))
-    assert len(ran) == 4
-
-
-def test_a_kept_test_of_a_freed_list_is_not_reused_at_its_id() -> None:
-    """A list made, tested and dropped within a call lends nothing to the next one."""
-    opt, params, state = _alike_world()
-    ran: list[bool] = []
-    with _repeat.repeating(opt, params, state):
-        for _ in range(20):  # CPython reuses a freed list's memory at once
-            good = [torch.zeros(2, 3), torch.zeros(3)]
-            assert _repeat.kept_alike(params, good, "a", _test(True, ran))
-            del good
-            bad = [torch.zeros(3, 2).t(), torch.zeros(3)]
-            assert not _repeat.kept_alike(params, bad, "a", _test(False, ran))
-            del bad
+    bound = getattr(opt, "_last", None)
+    assert isinstance(bound, optim.Bound)
+    assert bound.params is params
+    assert bound.state is state
 
 
 @pytest.mark.parametrize("factory", list(FACTORIES), ids=str)
@@ -595,7 +554,7 @@ def test_a_kept_test_of_a_freed_list_is_not_reused_at_its_id() -> None:
 def test_step_after_a_change_acts_as_a_first_call(
     change: Change, factory: str, facts: str
 ) -> None:
-    """`step` keeps what it found on tensors of the same facts, and nothing else.
+    """`step` keeps its binding for the tensors it returned, and nothing else.
 
     The second call, after the change, refuses with the same error or returns
     the same bytes as a fresh optimizer's call, which checks in full.
@@ -606,7 +565,7 @@ def test_step_after_a_change_acts_as_a_first_call(
     )
     opt = make()
     changed = change.apply(*_world(opt, False))
-    assert _repeat._KEPT_FACTS.get(opt) is not None  # pyright: ignore[reportPrivateUsage]
+    assert _kept(opt)
     before = snapshot(changed)
     error, after = _call(opt, changed, change.inference, False)
     assert type(error) is type(fresh_error)
@@ -657,7 +616,7 @@ print("survived")
 def test_tensors_without_strides_after_a_kept_record_raise_not_abort() -> None:
     """Sparse, CSR or nested tensors where kept ones were: an error, the process lives.
 
-    torch's C++ tensor check, which `_repeat` uses for plain dense tensors,
+    torch's C++ tensor check, which `Bound` uses for plain dense tensors,
     ends the process on a tensor without strides instead of raising; such
     tensors must never reach it. In a subprocess, so an abort fails the test.
     """

@@ -1,0 +1,507 @@
+"""`Bound`: an optimizer bound to its parameters and state, decided once.
+
+`opt.bind(params, state)` checks everything about the parameters and the state
+that a step depends on (keys, shapes, dtypes, devices, the state's buffers and
+schedule, what `step_` may write) and chooses the path of the step (`opt._plan`).
+Each step after that compares a signature of the facts those decisions read
+(`Facts`: the tensors' sizes, strides, dtypes, devices and flags, and for `step_`
+their memory) and binds again only where it changed; the gradients, new on every
+step, have their own signature. So a training loop pays the checks once, as
+`torch.optim` validates once in its constructor.
+
+`Optimizer.step` and `Optimizer.step_` keep the last binding on the optimizer and
+reuse it while they are handed what it holds: for `step_` the same parameters and
+state, for `step` the parameters and state its last call returned.
+"""
+
+from __future__ import annotations
+
+# pyright: reportPrivateUsage=false
+# (ParamDict's package-internal storage; torch's tensor check)
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+
+import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
+from torch import Tensor
+
+from .._foreach import copy_, holds_dtensors
+from .._paramdict import ParamDict
+from ._validate import (
+    aligned_grads,
+    check_grads,
+    check_writable,
+    rebuilt,
+    refuse_shared_grads,
+    state_tensors,
+    storage_keys,
+)
+
+if TYPE_CHECKING:
+    from ._optimizer import Optimizer
+
+__all__ = ["Bound", "Composed", "Facts", "Plan", "copied"]
+
+S = TypeVar("S")
+P = TypeVar("P", bound=ParamDict)
+
+_stride = Tensor.stride
+Strides = tuple[int, ...]
+_requires_grad = cast("Callable[[Tensor], bool]", operator.attrgetter("requires_grad"))
+_PLAIN = {Tensor, torch.nn.Parameter}
+
+
+class Plan(Protocol[S]):
+    """One step's work, chosen when an optimizer is bound (`Optimizer._plan`).
+
+    Called with parameters and a state of the structure it was planned for, it
+    runs everything that can fail (a schedule's callbacks, say) and returns the
+    commit: a function of the gradients that writes the step into the tensors
+    of the parameters and the state and returns the state. Nothing is written,
+    and no gradient is read, before the commit.
+    """
+
+    def __call__(self, params: ParamDict, state: S, /) -> Callable[[ParamDict], S]:
+        """Prepare one step; return the function that writes it."""
+        ...
+
+
+class Composed(Generic[S]):
+    """A plan run on gradients first transformed (a wrapper's plan: clipping)."""
+
+    __slots__ = ("_inner", "_transform", "grad_strides")
+
+    def __init__(self, inner: Plan[S], transform: Callable[[ParamDict], ParamDict]):
+        self._inner = inner
+        self._transform = transform
+        self.grad_strides: list[Strides | None] | None = getattr(
+            inner, "grad_strides", None
+        )
+
+    def __call__(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:
+        commit = self._inner(params, state)
+        transform = self._transform
+        return lambda grads: commit(transform(grads))
+
+
+class _Check(Protocol):
+    def check(self, *tensors: Tensor) -> bool: ...
+
+
+class _Listed:
+    """Tensor facts read by `map`s (tensors torch's C++ check cannot read)."""
+
+    __slots__ = ("facts",)
+
+    def __init__(self, tensors: Sequence[Tensor]) -> None:
+        self.facts = _listed(tensors)
+
+    def check(self, *tensors: Tensor) -> bool:
+        try:
+            return _listed(tensors) == self.facts
+        except (RuntimeError, NotImplementedError):  # a tensor without strides
+            return False
+
+
+def _strides(t: Tensor) -> tuple[int, ...] | None:
+    try:
+        return _stride(t)
+    except (RuntimeError, NotImplementedError):  # sparse, nested
+        return None
+
+
+def _listed(tensors: Sequence[Tensor]) -> tuple[list[Any], ...]:
+    """The facts of `tensors` as lists (`map`s of C functions where they are dense)."""
+    layouts = list(map(_layout, tensors))
+    dense = layouts.count(torch.strided) == len(tensors) and not any(
+        map(_is_nested, tensors)
+    )
+    return (
+        list(map(type, tensors)),
+        list(map(Tensor.size, tensors)),
+        list(map(Tensor.stride if dense else _strides, tensors)),
+        list(map(_dtype, tensors)),
+        list(map(_device, tensors)),
+        list(map(_requires_grad, tensors)),
+        list(map(Tensor.is_inference, tensors)),
+        list(map(Tensor.is_neg, tensors)),
+        layouts,
+    )
+
+
+_layout = cast("Callable[[Tensor], torch.layout]", operator.attrgetter("layout"))
+_dtype = cast("Callable[[Tensor], torch.dtype]", operator.attrgetter("dtype"))
+_device = cast("Callable[[Tensor], torch.device]", operator.attrgetter("device"))
+_is_nested = cast("Callable[[Tensor], bool]", operator.attrgetter("is_nested"))
+_is_meta = cast("Callable[[Tensor], bool]", operator.attrgetter("is_meta"))
+_grad_fn = cast("Callable[[Tensor], object]", operator.attrgetter("grad_fn"))
+_untyped_storage = Tensor.untyped_storage
+_storage_address = torch.UntypedStorage.data_ptr
+
+
+def _readable(tensors: Sequence[Tensor]) -> bool:
+    """Whether torch's C++ check can read `tensors` (it aborts on some kinds).
+
+    Plain dense tensors only: it reads sizes and strides in C++, where a sparse
+    or nested tensor ends the process instead of raising. (`map`s of C
+    functions: no Python call per tensor.)
+    """
+    return (
+        set(map(type, tensors)) <= _PLAIN
+        and list(map(_layout, tensors)).count(torch.strided) == len(tensors)
+        and not any(map(_is_nested, tensors))
+    )
+
+
+def addresses(tensors: Sequence[Tensor]) -> list[int] | None:
+    """The data address of each tensor's memory, or None where one has none.
+
+    Two `map`s of C functions; None for meta and DTensor entries, whose
+    memory is compared by `storage_keys` instead.
+    """
+    if any(map(_is_meta, tensors)) or holds_dtensors(tensors):
+        return None
+    return list(map(_storage_address, map(_untyped_storage, tensors)))
+
+
+def _torch_check() -> Callable[..., _Check] | None:
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+    except ImportError:  # pragma: no cover - a torch without it
+        return None
+    return cast("Callable[..., _Check]", TensorGuards)
+
+
+_TORCH_CHECK = _torch_check()
+
+
+class Facts:
+    """A signature of some tensors' facts, compared with tensors given later.
+
+    Sizes, strides, dtypes, devices, dispatch keys (inference, negative and
+    conjugate views, subclasses) and `requires_grad`, in one C++ call of
+    torch's own tensor check (the one `torch.compile`'s guards use) where it
+    can read the tensors, else in Python lists; with `memory=True` also where
+    each tensor's data is.
+    """
+
+    __slots__ = ("_check", "_count", "_leaves", "_listed", "_memory", "_mode")
+
+    def __init__(self, tensors: list[Tensor], *, memory: bool) -> None:
+        self._count = len(tensors)
+        self._mode = torch.is_inference_mode_enabled()
+        self._memory = addresses(tensors) if memory else None
+        check: _Check | None = None
+        if _TORCH_CHECK is not None and _readable(tensors):
+            try:
+                check = _TORCH_CHECK(
+                    *tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None
+                )
+            except (TypeError, RuntimeError):
+                check = None
+        self._listed = _Listed(tensors)
+        # A tensor that requires grad can gain a `grad_fn` in place and keep its
+        # facts (`requires_grad_(False)`, an operation, `requires_grad` again).
+        self._leaves = any(map(_requires_grad, tensors))
+        self._check: _Check = check if check is not None else self._listed
+
+    def holds(self, tensors: list[Tensor], *, same: bool = False) -> bool:
+        """Whether `tensors` have the facts this signature was taken of.
+
+        `same`: they are the very tensors the signature was taken of, whose
+        kind (dense, sparse, nested) cannot have changed; others are read in
+        Python first, where torch's check would end the process on them.
+        """
+        if len(tensors) != self._count:
+            return False
+        if torch.is_inference_mode_enabled() != self._mode:
+            return False
+        check = self._check
+        if torch._C._len_torch_dispatch_stack():
+            # torch's check reads the dispatch keys with those of an active
+            # mode (a profiler, an operation counter): compare the lists.
+            check = self._listed
+        elif not same and not isinstance(check, _Listed) and not _readable(tensors):
+            return False
+        if not check.check(*tensors):
+            return False
+        if self._leaves and any(map(_grad_fn, tensors)):
+            return False
+        return self._memory is None or addresses(tensors) == self._memory
+
+
+class Bound(Generic[S]):
+    """An optimizer bound to parameters and a state: checked once, stepped often.
+
+    Made by `Optimizer.bind`. It holds the parameters and the state (as a
+    `torch.optim.Optimizer` holds its parameter groups), what was decided
+    about them, and a signature of the facts the decisions read. `step_`
+    writes each update into them; `step` replaces them with new ones (the
+    same structure, so the decisions still hold). A change to the tensors
+    (another shape, dtype, device, memory or autograd flag) is found on the
+    next step, which then checks and decides again.
+
+    Attributes:
+        optimizer: The optimizer.
+        params: The parameters, after the last step.
+        state: The state, after the last step.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import ParamDict, optim
+        >>> opt = optim.SGD(lr=0.5)
+        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+        >>> bound = opt.bind(params, opt.init(params))
+        >>> for _ in range(2):
+        ...     state = bound.step_({"w": torch.ones(2)})
+        >>> params["w"], int(state.step)
+        (tensor([0., 1.]), 2)
+    """
+
+    __slots__ = (
+        "_facts",
+        "_grad_facts",
+        "_in_place",
+        "_owned",
+        "_plan",
+        "_relayout",
+        "_tensors",
+        "optimizer",
+        "params",
+        "state",
+    )
+
+    def __init__(
+        self, optimizer: Optimizer[S], params: ParamDict, state: S, *, in_place: bool
+    ) -> None:
+        if in_place:
+            check_writable(optimizer.differentiable, params, state)
+        self._plan: Plan[S] = optimizer._plan(params, state, in_place=in_place)
+        self.optimizer = optimizer
+        self.params = params
+        self.state = state
+        self._in_place = in_place
+        tensors = [*params._vals, *state_tensors(state)]
+        self._tensors = tensors
+        self._facts = Facts(tensors, memory=in_place)
+        self._owned = set(storage_keys(tensors)) if in_place else set[int]()
+        self._grad_facts: Facts | None = None
+        self._relayout = False
+
+    def holds(self, params: ParamDict, state: object) -> bool:
+        """Whether these are the bound parameters and state, with the same facts.
+
+        The parameters and the state are immutable containers: the same
+        objects hold the same tensors, whose facts are compared.
+
+        Args:
+            params: The parameters a step is handed.
+            state: The state it is handed.
+
+        Returns:
+            Whether a step on them may use this binding.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict(w=torch.ones(2))
+            >>> opt = optim.SGD(lr=0.1)
+            >>> bound = opt.bind(params, opt.init(params))
+            >>> bound.holds(bound.params, bound.state)
+            True
+            >>> _ = params["w"].resize_(3)  # another size: bind again
+            >>> bound.holds(bound.params, bound.state)
+            False
+        """
+        return (
+            params is self.params
+            and state is self.state
+            and self._facts.holds(self._tensors, same=True)
+        )
+
+    def grads(self, grads: Mapping[str, Tensor]) -> ParamDict:
+        """Return `grads` aligned to the parameters, after the checks they need.
+
+        Checked in full when their facts differ from the last gradients'; in
+        place, also for memory shared with what the step writes.
+
+        Args:
+            grads: A mapping with the parameters' keys.
+
+        Returns:
+            A ParamDict in the parameters' key order (gradients of a layout a
+            fused kernel cannot walk are copied into one it can).
+
+        Raises:
+            ValueError: If a key, shape, dtype or device differs, or (in place) a
+                gradient shares memory with a tensor the step writes.
+            TypeError: If `grads` is not a mapping of tensors.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict(w=torch.ones(2))
+            >>> bound = optim.SGD().bind(params, optim.SGD().init(params))
+            >>> bound.grads({"w": torch.ones(3)})
+            Traceback (most recent call last):
+            ...
+            ValueError: The gradients must match the parameters entry by entry ...
+        """
+        params = self.params
+        aligned = aligned_grads(params, grads)
+        values = aligned._vals
+        known = self._grad_facts
+        if known is None or not known.holds(values):
+            check_grads(params, aligned)
+            self._grad_facts = Facts(values, memory=False)
+            targets: list[Strides | None] | None = getattr(
+                self._plan, "grad_strides", None
+            )
+            self._relayout = targets is not None and any(
+                t is not None and _strides(g) != t for g, t in zip(values, targets)
+            )
+        if any(map(Tensor.is_neg, values)):
+            # A view of negated memory: torch's writing foreach kernels refuse it.
+            aligned = aligned._derive([g.resolve_neg() for g in values])
+        if self._in_place:
+            keys = addresses(aligned._vals)
+            refuse_shared_grads(params, self.state, aligned, self._owned, keys)
+        if self._relayout:
+            aligned = _relaid(aligned, getattr(self._plan, "grad_strides"))  # noqa: B009
+        return aligned
+
+    def step_(self, grads: Mapping[str, Tensor], /) -> S:
+        """Write one update into the bound parameters and state; return the state.
+
+        Args:
+            grads: The gradients: a mapping with the parameters' keys.
+
+        Returns:
+            The state: the bound one, its tensors written (a `ParamGroups`
+            state saved in an older form comes back in the current one,
+            holding the same tensors).
+
+        Raises:
+            ValueError: As `Optimizer.step_`; nothing is written then.
+            TypeError: As `Optimizer.step_`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict(w=torch.tensor([1.0]))
+            >>> bound = optim.SGD(lr=0.5).bind(params, optim.SGD().init(params))
+            >>> state = bound.step_({"w": torch.tensor([1.0])})
+            >>> params["w"], int(state.step)
+            (tensor([0.5000]), 1)
+        """
+        if not self._in_place:
+            msg = "This binding was made for `step`; bind with `in_place=True`."
+            raise ValueError(msg)
+        if not self.params:
+            return self.state
+        aligned = self.grads(grads)
+        with torch.no_grad():
+            commit = self._plan(self.params, self.state)
+            return commit(aligned)
+
+    def step(self, grads: Mapping[str, Tensor], /) -> tuple[ParamDict, S]:
+        """Return new parameters and state after one update; hold them from now on.
+
+        Args:
+            grads: The gradients: a mapping with the parameters' keys.
+
+        Returns:
+            `(params, state)`: new tensors; the old ones are unchanged.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict(w=torch.tensor([1.0]))
+            >>> opt = optim.SGD(lr=0.5)
+            >>> bound = opt.bind(params, opt.init(params), in_place=False)
+            >>> new, state = bound.step({"w": torch.tensor([1.0])})
+            >>> new["w"], params["w"], bound.params is new
+            (tensor([0.5000]), tensor([1.]), True)
+        """
+        if self._in_place:
+            msg = "This binding was made for `step_`; bind with `in_place=False`."
+            raise ValueError(msg)
+        params, state = self.params, self.state
+        if not params:
+            return params, state
+        aligned = self.grads(grads)
+        new_params, new_state = self._advance(params, aligned, state)
+        self.hold(new_params, new_state)
+        return new_params, new_state
+
+    def hold(self, params: ParamDict, state: S) -> None:
+        """Hold `params` and `state`, made by a step of this binding, from now on.
+
+        For a `step` that returns new tensors of the structure it was bound to
+        (a wrapper's own shortcut); their facts are read anew.
+
+        Args:
+            params: New parameters of the bound structure.
+            state: Their state.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict(w=torch.tensor([1.0]))
+            >>> opt = optim.SGD()
+            >>> bound = opt.bind(params, opt.init(params), in_place=False)
+            >>> copies = params.clone()
+            >>> bound.hold(copies, bound.state)
+            >>> bound.params is copies
+            True
+        """
+        self.params, self.state = params, state
+        self._tensors = [*params._vals, *state_tensors(state)]
+        self._facts = Facts(self._tensors, memory=False)
+
+    def _advance(
+        self, params: ParamDict, grads: ParamDict, state: S
+    ) -> tuple[ParamDict, S]:
+        if self.optimizer.differentiable:
+            # Recorded copies: autograd records the update through them.
+            copies, copied_state = copied(params, state, recorded=True)
+            commit = self._plan(copies, copied_state)
+            return copies, commit(grads)
+        with torch.no_grad():
+            copies, copied_state = copied(params, state, recorded=False)
+            commit = self._plan(copies, copied_state)
+            new_state = commit(grads)
+        for new, old in zip(copies._vals, params._vals):
+            if old.requires_grad:
+                new.requires_grad_()
+        return copies, new_state
+
+
+def _relaid(grads: ParamDict, targets: list[Strides | None]) -> ParamDict:
+    """`grads` with each entry in the strides a fused kernel needs (`targets`)."""
+    out: list[Tensor] = []
+    for g, target in zip(grads._vals, targets):
+        if target is None or _strides(g) == target:
+            out.append(g)
+        else:
+            made = torch.empty_strided(g.shape, target, dtype=g.dtype, device=g.device)
+            out.append(made.copy_(g))
+    return grads._derive(out)
+
+
+def copied(params: P, state: S, *, recorded: bool) -> tuple[P, S]:
+    """Return new parameters and state holding copies of the tensors of both.
+
+    One `_foreach_copy_` for all of them (a clone each where autograd records:
+    `recorded`). Dense tensors keep their strides; others become contiguous.
+    """
+    sources = [*params._vals, *state_tensors(state)]
+    if (
+        recorded
+        or not sources
+        or holds_dtensors(sources)
+        or torch.compiler.is_compiling()
+        or torch._C._functorch.is_functorch_wrapped_tensor(sources[0])
+    ):
+        made = [t.clone() for t in sources]
+    else:
+        made = [torch.empty_like(t) for t in sources]
+        copy_(made, sources)
+    n = len(params._vals)
+    return params._derive(made[:n]), cast(S, rebuilt(state, iter(made[n:])))

@@ -1,0 +1,453 @@
+"""The optimizer protocol: `init`, the in-place rule, and the three ways to step.
+
+Every optimizer is an immutable configuration with a pure first state and an
+update rule that writes into the tensors it is handed:
+
+    state = opt.init(params)
+    params, state = opt.step(params, grads, state)    # new tensors
+    params, state = opt.step_(params, grads, state)   # written in place
+
+The rule (`update_`, or `TorchOptimizer.math` for the optimizers in the style of
+`torch.optim`) is written once, with ParamDict's in-place arithmetic
+(`m.lerp_(g, 0.1)`), as torch.optim's foreach steps are written. The mode decides
+whose tensors it writes:
+
+- `step_`: the caller's parameters and state;
+- `step`: fresh copies of them, made in one pass (the inputs are left as they
+  were, and the new parameters are leaves requiring grad where the old ones did);
+- `step` with `differentiable=True`: copies that autograd records, so a
+  meta-loss can be differentiated through the steps.
+
+So every mode runs the same kernels on the same values, and a rule cannot give
+different numbers in different modes. What can be decided before a step (the
+checks of the inputs, the path) is decided when the optimizer is bound to its
+parameters and state (`bind`, `_binding.py`); `step` and `step_` bind on their
+first call and again only when what they are handed changes.
+"""
+
+from __future__ import annotations
+
+# pyright: reportPrivateUsage=false
+# (ParamDict's package-internal storage)
+import abc
+import operator
+from collections.abc import Callable, Mapping
+from typing import TypeVar, cast
+
+import torch
+from torch import Tensor, nn
+
+from .._paramdict import ParamDict
+from . import _eager
+from ._binding import Bound, Plan, copied
+from ._hooks import OptionalHooks
+from ._registry import register_state
+from ._validate import aligned_grads, check_grads, check_params, transformed
+
+__all__ = ["Optimizer", "register_state"]
+
+S = TypeVar("S")
+P = TypeVar("P", bound=ParamDict)
+
+
+def _same_tensors(a: ParamDict, b: ParamDict) -> bool:
+    """Whether two ParamDicts hold the very same tensors under the same keys."""
+    return a._keys == b._keys and all(map(operator.is_, a._vals, b._vals))
+
+
+class Optimizer(OptionalHooks[S], abc.ABC):
+    """The base of every optimizer: `init`, the rule `update_`, and the steps.
+
+    A subclass is an immutable configuration that defines `init` (the first
+    state), `update_` (the rule: write one update into the parameters and the
+    state it is given, never into `grads`) and a `differentiable` flag; the
+    steps, the checks and `bind` come from here. Optimizers in the style of
+    `torch.optim` (learning rate, weight decay, `maximize`, schedules) extend
+    `TorchOptimizer`, whose rule hook is `math`.
+
+    Example:
+        >>> from paramdict import optim
+        >>> def train(opt: optim.Optimizer[optim.SGDState], params: ParamDict):
+        ...     state = opt.init(params)
+        ...     for _ in range(3):
+        ...         params, state = opt.step(params, params, state)  # grad of |p|^2 / 2
+        ...     return params
+        >>> train(optim.SGD(lr=0.5), ParamDict(w=torch.tensor([8.0])))["w"]
+        tensor([1.])
+    """
+
+    __slots__ = ("_last",)
+
+    differentiable: bool
+    """Whether `step` keeps the autograd graph through the update."""
+
+    @abc.abstractmethod
+    def init(self, params: ParamDict, /) -> S:
+        """Return the state for the first step on `params`; `params` is unchanged.
+
+        Args:
+            params: The parameters to optimize.
+
+        Returns:
+            The optimizer's state: buffers keyed like `params`, not requiring grad.
+
+        Example:
+            >>> from paramdict import optim
+            >>> state = optim.SGD(lr=0.1).init(ParamDict(w=torch.ones(2)))
+            >>> state.step
+            tensor(0., dtype=torch.float64)
+        """
+
+    def update_(self, params: ParamDict, grads: ParamDict, state: S, /) -> S:
+        """Write one update into `params` and `state`; return `state` (the hook).
+
+        Override this to write an optimizer that is not in the style of
+        `torch.optim` (those override `TorchOptimizer.math`). Write with
+        ParamDict's in-place arithmetic (`p.add_(g, alpha=-0.1)`) into the
+        tensors of `params` and `state`; read `grads` only. The inputs are
+        checked: `grads` has the keys, order, shapes and dtypes of `params`,
+        and `state` passed `check_state`. Whose tensors these are is the
+        step's business (the caller's, copies, or recorded copies), so the
+        rule is the same for every mode.
+
+        Args:
+            params: The parameters, to write into.
+            grads: Their gradients, to read.
+            state: The state, to write into.
+
+        Returns:
+            `state` itself.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> opt = optim.SGD(lr=0.5)
+            >>> state = opt.update_(p, p.ones_like(), opt.init(p))
+            >>> p["w"], state.step
+            (tensor([0.5000, 1.5000]), tensor(1., dtype=torch.float64))
+        """
+        if type(self)._plan is not Optimizer._plan:  # pyright: ignore[reportUnknownMemberType]  # a method compared, not called
+            # A wrapper (`ParamGroups`, `ClipGradNorm`, `MultiSteps`): its plan.
+            return self._plan(params, state, in_place=True)(params, state)(grads)
+        msg = (
+            f"`{type(self).__name__}` defines no update rule: override `update_` "
+            "(or `math`, for a `TorchOptimizer`)."
+        )
+        raise NotImplementedError(msg)
+
+    def check_state(self, params: ParamDict, state: S, /) -> None:  # an optional hook
+        """Raise if `state` cannot be the state of this optimizer for `params`.
+
+        The default accepts anything; `TorchOptimizer` checks the state's type,
+        keys, shapes and dtypes, and the wrappers ask their members. It runs
+        when the optimizer is bound to `params` and `state`, not on every step.
+
+        Args:
+            params: The parameters of the step.
+            state: The state to check.
+
+        Raises:
+            TypeError: If `state` is of the wrong kind (another optimizer's).
+            ValueError: If its buffers do not match `params`; the message names
+                the keys.
+
+        Example:
+            >>> from paramdict import optim
+            >>> p = ParamDict(w=torch.ones(2))
+            >>> optim.SGD().check_state(p, optim.Adam().init(p))
+            Traceback (most recent call last):
+            ...
+            TypeError: `SGD` needs a `SGDState` as its state, got AdamState. ...
+        """
+
+    def _plan(self, params: ParamDict, state: S, *, in_place: bool) -> Plan[S]:
+        """Check `params` and `state` for a step; return the step's work.
+
+        Called once per binding. The default checks the state and plans
+        `update_`; `TorchOptimizer` chooses between torch's fused kernels and
+        the rule, and the wrappers compose the plans of what they hold.
+        """
+        self.check_state(params, state)
+        update = self.update_
+        name = type(self).__name__
+
+        def prepare(params: ParamDict, state: S) -> Callable[[ParamDict], S]:
+            def commit(grads: ParamDict) -> S:
+                written = update(params, grads, state)
+                if in_place and written is not state:
+                    msg = (
+                        f"`{name}.update_` returned a new state object; an update "
+                        "writes into the tensors of the state it is given and "
+                        "returns that state."
+                    )
+                    raise TypeError(msg)
+                return written
+
+            return commit
+
+        return prepare
+
+    # ------------------------------------------------------------ binding
+
+    def bind(
+        self, params: ParamDict, state: S, /, *, in_place: bool = True
+    ) -> Bound[S]:
+        """Check `params` and `state` once; return them bound, ready to step.
+
+        Everything a step needs to know about the parameters and the state is
+        checked and decided here (see `Bound`); `step_` and `step` bind on
+        their own, so this is for a loop that holds the binding itself.
+
+        Args:
+            params: The parameters.
+            state: Their state, from `init` or a checkpoint.
+            in_place: Bind for `Bound.step_` (writing into `params` and
+                `state`), or for `Bound.step` (new tensors each step).
+
+        Returns:
+            The binding.
+
+        Raises:
+            TypeError: If `params` is not a ParamDict of real floating-point
+                tensors, or `state` is not this optimizer's.
+            ValueError: As `step_` (`in_place=True`) or `step`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict(w=torch.tensor([1.0]))
+            >>> opt = optim.SGD(lr=0.25)
+            >>> bound = opt.bind(params, opt.init(params))
+            >>> state = bound.step_({"w": torch.tensor([2.0])})
+            >>> params["w"]
+            tensor([0.5000])
+        """
+        params = check_params(params, "bind")
+        bound = Bound(self, params, state, in_place=in_place)
+        object.__setattr__(self, "_last", bound)
+        return bound
+
+    def _bound(self, params: ParamDict, state: S, *, in_place: bool) -> Bound[S]:
+        """The last binding if it holds `params` and `state`, else a new one."""
+        if self.differentiable:
+            # Recorded steps keep nothing between calls: a binding holding their
+            # outputs would keep the autograd graph of the last step alive.
+            return Bound(self, check_params(params, "step"), state, in_place=in_place)
+        last = cast("Bound[S] | None", getattr(self, "_last", None))
+        if last is not None and last._in_place is in_place:
+            if last.holds(params, state):
+                return last
+            given: object = params
+            if (
+                isinstance(given, ParamDict)
+                and state is last.state
+                and _same_tensors(params, last.params)
+                and last.holds(last.params, state)
+            ):
+                return last  # the same tensors in a new ParamDict (`from_module`)
+        return self.bind(params, state, in_place=in_place)
+
+    # ------------------------------------------------------------ steps
+
+    def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
+        """Return the parameters after one update, and the next state.
+
+        Pure: `params`, `grads` and `state` are unchanged; the update is written
+        into fresh copies of the parameters and the state (one pass over them),
+        which are returned. By default the new parameters are leaves with no
+        history, requiring grad wherever the old ones did; with
+        `differentiable=True` the copies are recorded by autograd, so the new
+        parameters and state depend differentiably on the old ones, on the
+        gradients and on tensor hyperparameters. Every entry keeps its shape
+        and dtype.
+
+        Under `torch.compile(fullgraph=True)` the default mode compiles when the
+        parameters do not require grad (gradients from `torch.func.grad`), and the
+        differentiable mode always compiles: a compiled function cannot return new
+        leaves that require grad.
+
+        Args:
+            params: The current parameters.
+            grads: Their gradients: a mapping with the same keys, in any order,
+                and each gradient of its parameter's shape and dtype.
+            state: The state from `init` or from the previous `step`.
+
+        Returns:
+            `(new_params, new_state)`; `new_params` has the type and key order of
+            `params`. An empty `params` comes back as it is, with `state`.
+
+        Raises:
+            ValueError: If the keys of `grads` (or of a per-key hyperparameter)
+                differ from those of `params`, or a gradient's shape or dtype
+                differs from its parameter's; the message names them.
+            TypeError: If an argument is not of the kind described here, or
+                `state` is not this optimizer's.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import ParamDict, optim
+            >>> params = ParamDict(w=torch.tensor([1.0], requires_grad=True))
+            >>> opt = optim.SGD(lr=0.25)
+            >>> grads = {"w": torch.tensor([2.0])}
+            >>> new, state = opt.step(params, grads, opt.init(params))
+            >>> new["w"], new["w"].is_leaf
+            (tensor([0.5000], requires_grad=True), True)
+            >>> params["w"]  # unchanged
+            tensor([1.], requires_grad=True)
+        """
+        if torch.compiler.is_compiling() or transformed():
+            return self._traced_step(params, grads, state)
+        bound = self._bound(params, state, in_place=False)
+        new_params, new_state = bound.step(grads)
+        return cast(P, new_params), new_state
+
+    def _traced_step(
+        self, params: P, grads: Mapping[str, Tensor], state: S
+    ) -> tuple[P, S]:
+        """`step` as one graph: checks at trace time, the plan on copies."""
+        params = cast(P, check_params(params, "step"))
+        aligned = aligned_grads(params, grads)
+        check_grads(params, aligned)
+        if not params:
+            return params, state
+        plan = self._plan(params, state, in_place=False)
+        differentiable = self.differentiable
+        with torch.set_grad_enabled(differentiable and torch.is_grad_enabled()):
+            copies, copied_state = copied(params, state, recorded=differentiable)
+            new_state = plan(copies, copied_state)(aligned)
+        if not differentiable:  # fresh leaves, flagged as the old ones (eagerly)
+            for new, old in zip(copies._vals, params._vals):
+                if old.requires_grad:
+                    new.requires_grad_()
+        return copies, new_state
+
+    def step_(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
+        """Write one update into the tensors of `params` and `state`; return them.
+
+        The in-place counterpart of `step`, for callers who own their parameters
+        and state: no new parameters or buffers are allocated. It writes into
+        every tensor of `params` and of `state` (the buffers and the step
+        counter), and into nothing else: `grads` is only read, and no ParamDict
+        or state object is changed (they are immutable; their tensors are).
+        The values equal `step`'s, bitwise: both run the same rule.
+
+        `Adam`, `AdamW`, `SGD` without dampening and `Adagrad` (CPU) run torch's
+        fused kernels when their `fused` flag allows (not `False`), every entry
+        shares float32 or float64 and one device, and `weight_decay` is a number
+        and `lr` a number or a 0-dim tensor: bitwise `torch.optim` with
+        `fused=True`, whatever the entries' memory layout.
+
+        Everything is checked before anything is written, and checked once: the
+        optimizer is bound to `params` and `state` on the first call (`bind`),
+        and later calls with the same tensors only compare their facts.
+
+        Args:
+            params: The parameters, written in place.
+            grads: Their gradients (a mapping with the same keys); read only.
+            state: The state from `init` or a previous step, written in place.
+
+        Returns:
+            `(params, state)`: the objects given, with the update written in.
+
+        Raises:
+            ValueError: If the optimizer is differentiable; if a tensor of
+                `params` or `state` is recorded by autograd (has a `grad_fn`), is
+                an inference tensor outside inference mode, has overlapping
+                elements, or shares memory with another entry, buffer or
+                gradient; and as for `step`. Nothing is written then.
+            TypeError: As for `step`.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import ParamDict, optim
+            >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
+            >>> opt = optim.SGD(lr=0.5)
+            >>> state = opt.init(params)
+            >>> w, grads = params["w"], {"w": torch.tensor([1.0, 1.0])}
+            >>> params, state = opt.step_(params, grads, state)
+            >>> params["w"] is w, w
+            (True, tensor([0.5000, 1.5000]))
+        """
+        if torch.compiler.is_compiling():
+            aligned = _eager.checked(self, params, grads, state)
+            if not params:
+                return params, state
+            with torch.no_grad():
+                plan = self._plan(params, state, in_place=True)
+                return params, plan(params, state)(aligned)
+        given: object = params
+        if isinstance(given, ParamDict) and isinstance(cast(object, grads), Mapping):
+            # First: a mapping's own code runs here, before the facts are read.
+            grads = aligned_grads(params, grads)
+        bound = self._bound(params, state, in_place=True)
+        return params, bound.step_(grads)
+
+    def _checked_to_write(
+        self, params: ParamDict, grads: Mapping[str, Tensor], state: S
+    ) -> ParamDict:
+        """The checks of a compiled `step_`, run eagerly; the aligned gradients."""
+        bound = self._bound(params, state, in_place=True)
+        return bound.grads(grads)
+
+    def step_module(
+        self, module: nn.Module, loss_fn: Callable[[], Tensor], state: S, /
+    ) -> tuple[Tensor, S]:
+        """Take one training step on `module`, updating its parameters in place.
+
+        Computes `loss = loss_fn()` (which should call `module`), its gradients
+        with respect to the module's parameters that require grad, and one
+        `step_`, which writes the update into the module's own `nn.Parameter`
+        objects and into the tensors of `state` (so hooks and references to them
+        stay valid, and no second copy of the parameters or the state is made).
+        The parameters' `.grad` fields are not touched. The returned state is
+        `state` itself, updated.
+
+        Args:
+            module: The module to train.
+            loss_fn: A function of no arguments returning the scalar loss.
+            state: The state from `init(ParamDict.from_module(module))` (on the
+                parameters that require grad) or from the previous call.
+
+        Returns:
+            `(loss, new_state)`, the loss detached from the graph.
+
+        Raises:
+            ValueError: If the optimizer is differentiable (writing into a module
+                cuts the graph; use `step` on ParamDicts instead), or if the keys
+                do not match the state's.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import ParamDict, optim
+            >>> model = torch.nn.Linear(2, 1)
+            >>> opt = optim.SGD(lr=0.1)
+            >>> state = opt.init(ParamDict.from_module(model))
+            >>> x, y = torch.ones(4, 2), torch.zeros(4, 1)
+            >>> loss_fn = lambda: torch.nn.functional.mse_loss(model(x), y)
+            >>> first, state = opt.step_module(model, loss_fn, state)
+            >>> second, state = opt.step_module(model, loss_fn, state)
+            >>> bool(second < first)
+            True
+        """
+        if self.differentiable:
+            msg = (
+                "`step_module` writes the new values into the module, which cuts "
+                "the autograd graph, so it needs `differentiable=False`. For "
+                "differentiable steps call `step` on ParamDicts and run the module "
+                "with `params.call(module, ...)`."
+            )
+            raise ValueError(msg)
+        if not isinstance(cast(object, module), nn.Module):
+            msg = f"`step_module` takes an nn.Module, got {type(module).__name__}."
+            raise TypeError(msg)
+        if not callable(cast(object, loss_fn)):
+            msg = (
+                "`step_module` takes `loss_fn`, a function of no arguments that "
+                f"returns the loss, got {type(loss_fn).__name__}."
+            )
+            raise TypeError(msg)
+        params = ParamDict.from_module(module).trainable()
+        bound = self._bound(params, state, in_place=True)  # refused before the loss
+        loss = loss_fn()
+        grads = bound.params.grad(loss)
+        bound.step_(grads)
+        return loss.detach(), state

@@ -1,0 +1,345 @@
+"""The checks an optimizer makes when it meets its inputs, with their messages.
+
+`Optimizer.bind` (and every `step`/`step_` that binds) runs these once per set of
+parameters and state; each step after that only compares a signature of facts
+(`_binding.py`). Gradients are new on every step and are checked here when their
+facts change. Every check names the offending keys and says how to fix them.
+"""
+
+from __future__ import annotations
+
+# pyright: reportPrivateUsage=false
+# (ParamDict's package-internal storage, torch's overlap check)
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, cast
+
+import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
+from torch import Tensor
+from torch.utils import _pytree as pytree
+
+from .._foreach import holds_dtensors
+from .._paramdict import ParamDict
+
+__all__ = [
+    "aligned_grads",
+    "check_grads",
+    "check_keyed",
+    "check_params",
+    "check_real",
+    "check_writable",
+    "named_tensors",
+    "rebuilt",
+    "refuse_shared_grads",
+    "storage_keys",
+    "transformed",
+]
+
+_DIFFERENTIABLE = (
+    "`step_` writes into the parameters, which cuts the autograd graph, so it "
+    "needs `differentiable=False`. For differentiable steps use `step`, which "
+    "returns new tensors."
+)
+_TRANSFORMED = (
+    "`step_` cannot run under a `torch.func` transform (`vmap`, `grad`, ...): it "
+    "writes into its inputs, which a transform sees as wrapped values. Call `step` "
+    "inside the transform: it returns new tensors."
+)
+
+
+def transformed() -> bool:
+    """Whether a `torch.func` transform (`vmap`, `grad`, ...) runs the caller."""
+    # Annotated as never None, but None when no transform runs.
+    return torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportUnnecessaryComparison, reportPrivateUsage]
+
+
+def check_params(params: object, what: str) -> ParamDict:
+    """Return `params` after checking that it is a ParamDict of real float tensors.
+
+    Raises:
+        TypeError: If `params` is not a ParamDict, or a value is not a real
+            floating-point tensor (naming the keys).
+    """
+    if not isinstance(params, ParamDict):
+        msg = (
+            f"`{what}` takes the parameters as a ParamDict, got "
+            f"{type(params).__name__}. Wrap them: `ParamDict(params)`."
+        )
+        raise TypeError(msg)
+    check_real(params)
+    return params
+
+
+def check_real(params: ParamDict, /) -> None:
+    """Raise unless every value is a real floating-point tensor.
+
+    Raises:
+        TypeError: Naming the entries that are complex or not floating point.
+    """
+    if all(d.is_floating_point for d in {v.dtype for v in params._vals}):
+        return  # complex dtypes are not `is_floating_point`
+    bad = sorted(
+        k for k, v in params.items() if not v.is_floating_point() or v.is_complex()
+    )
+    msg = (
+        f"The optimizers update real floating-point tensors; {bad!r} are not. "
+        "Leave them out with `.exclude(...)` or convert them with `.to(dtype)`."
+    )
+    raise TypeError(msg)
+
+
+def aligned_grads(params: ParamDict, grads: Mapping[str, Tensor], /) -> ParamDict:
+    """Return `grads` as a ParamDict in `params`' key order (no tensor copied).
+
+    Raises:
+        TypeError: If `grads` is not a mapping, or a value is not a tensor.
+        ValueError: If the keys differ; the message names them.
+    """
+    if isinstance(grads, ParamDict) and (
+        grads._keys is params._keys or grads._keys == params._keys
+    ):
+        return grads
+    if not isinstance(cast(object, grads), Mapping):
+        msg = (
+            "`grads` must be a mapping from each parameter's key to its "
+            f"gradient (a ParamDict or dict), got {type(grads).__name__}."
+        )
+        raise TypeError(msg)
+    values = params._aligned(grads, what="`step` (params and grads)")
+    bad = sorted(k for k, v in zip(params._keys, values) if not isinstance(v, Tensor))
+    if bad:
+        msg = (
+            f"The gradients must be tensors; {bad!r} are not. Pass the gradients "
+            "as a mapping of tensors (`params.grad(loss)` gives one)."
+        )
+        raise TypeError(msg)
+    return ParamDict._from_parts(params._keys, values)
+
+
+def _mismatch(params: ParamDict, values: list[Tensor]) -> tuple[list[str], list[str]]:
+    """Return the keys whose shapes differ, and those whose dtype or device do."""
+    shapes: list[str] = []
+    kinds: list[str] = []
+    for key, p, o in zip(params._keys, params._vals, values):
+        if o.shape != p.shape:
+            shapes.append(key)
+        elif o.dtype != p.dtype or o.device != p.device or o.layout != torch.strided:
+            kinds.append(key)
+    return sorted(shapes), sorted(kinds)
+
+
+def check_keyed(params: ParamDict, values: list[Tensor], /, *, what: str) -> None:
+    """Raise unless each of `values` has its parameter's shape, dtype and device.
+
+    `values` are in `params`' key order (checked before). An update never
+    changes a parameter's shape or dtype, as `torch.optim` never does.
+
+    Raises:
+        ValueError: Naming the entries whose shape, dtype, device or layout
+            (sparse) differs from the parameter's.
+    """
+    pvals = params._vals
+    if all(
+        v.shape == p.shape
+        and v.dtype == p.dtype
+        and v.device == p.device
+        and v.layout == torch.strided
+        for v, p in zip(values, pvals)
+    ):
+        return
+    shapes, kinds = _mismatch(params, values)
+    bad = shapes or kinds
+    described = ", ".join(
+        f"{k!r}: {tuple(v.shape)} {v.dtype} {v.layout} on {v.device} for "
+        f"{tuple(p.shape)} {p.dtype} on {p.device}"
+        for k, p, v in zip(params._keys, pvals, values)
+        if k in bad
+    )
+    msg = (
+        f"{what} must match the parameters entry by entry (shape, dtype, device, "
+        f"dense layout); {bad!r} do not ({described}). An optimizer step never "
+        "changes a parameter's shape or dtype: convert them first, e.g. "
+        "`grads.to(dtype)`, or build the state with `init`."
+    )
+    raise ValueError(msg)
+
+
+def check_grads(params: ParamDict, grads: ParamDict, /) -> None:
+    """Raise unless each gradient has its parameter's shape, dtype and device.
+
+    Raises:
+        ValueError: Naming the gradients that do not match (see `check_keyed`).
+    """
+    check_keyed(params, grads._vals, what="The gradients")
+
+
+# ---------------------------------------------------------------- writing in place
+
+
+def named_tensors(params: ParamDict, state: object) -> list[tuple[str, Tensor]]:
+    """The tensors `step_` writes, each with a name for error messages."""
+    named = list(params.items())
+    leaves, _ = pytree.tree_flatten_with_path(state)
+    for path, leaf in leaves:
+        if isinstance(leaf, Tensor):
+            named.append((f"state{pytree.keystr(path)}", leaf))
+    return named
+
+
+def _refuse(names: list[str], why: str, fix: str) -> None:
+    msg = f"`step_` cannot write into {sorted(set(names))!r}: {why}. {fix}."
+    raise ValueError(msg)
+
+
+def storage_keys(tensors: list[Tensor]) -> list[int]:
+    """The identity of the memory each tensor reads (a DTensor's: its shard's).
+
+    The data address for tensors with data; for meta and fake tensors, whose
+    memory has no address, the storage object itself.
+    """
+    keys: list[int] = []
+    dtensors = holds_dtensors(tensors)
+    for t in tensors:
+        if dtensors and holds_dtensors([t]):
+            t = cast("Tensor", t.to_local())  # type: ignore[attr-defined]  # a DTensor
+        storage = t.untyped_storage()
+        address: int = storage.data_ptr()
+        keys.append(address if address else storage._cdata)
+    return keys
+
+
+def check_writable(differentiable: bool, params: ParamDict, state: object) -> None:
+    """Raise unless `step_` can write an update into `params` and `state`.
+
+    Raises:
+        ValueError: If the optimizer is differentiable or a `torch.func` transform
+            runs the step, or naming the entries that autograd is recording (a
+            `grad_fn`), that are inference tensors outside inference mode, whose
+            elements overlap (`expand`), or that share memory with another entry
+            or state buffer.
+    """
+    if differentiable:
+        raise ValueError(_DIFFERENTIABLE)
+    if transformed():
+        raise ValueError(_TRANSFORMED)
+    named = named_tensors(params, state)
+    tensors = [t for _, t in named]
+    inference_mode = torch.is_inference_mode_enabled()
+    recorded = [n for n, t in named if t.grad_fn is not None]
+    if recorded:
+        _refuse(
+            recorded,
+            "autograd is recording them (they have a `grad_fn`), and writing "
+            "into them would change the graph that produced them",
+            "Pass leaves (`params.detach()`), or use `step`, which returns new tensors",
+        )
+    inference = [n for n, t in named if not inference_mode and t.is_inference()]
+    if inference:
+        _refuse(
+            inference,
+            "they are inference tensors, which can only be written inside "
+            "`torch.inference_mode()`",
+            "Clone them outside inference mode first (`params.clone()`)",
+        )
+    overlapping = [
+        n
+        for n, t in named
+        if not t.is_meta and torch._debug_has_internal_overlap(t) == 1
+    ]
+    if overlapping:
+        _refuse(
+            overlapping,
+            "several of their elements share one memory location (an `expand`ed view)",
+            "Give each entry its own memory (`.clone()`)",
+        )
+    owners: dict[int, str] = {}
+    shared: list[str] = []
+    for (name, t), key in zip(named, storage_keys(tensors)):
+        if t.numel() == 0:
+            continue
+        other = owners.setdefault(key, name)
+        if other != name:
+            shared += [other, name]
+    if shared:
+        _refuse_shared(shared)
+
+
+def refuse_shared_grads(
+    params: ParamDict,
+    state: object,
+    grads: ParamDict,
+    owned: set[int],
+    keys: list[int] | None = None,
+) -> None:
+    """Raise if a gradient shares memory with a tensor `step_` writes.
+
+    `owned` holds the `storage_keys` of the tensors written; `keys` are the
+    gradients' where the caller read them already.
+    """
+    if keys is None:
+        keys = storage_keys(grads._vals)
+    if owned.isdisjoint(keys):
+        return
+    named = named_tensors(params, state)
+    names = [n for n, _ in named]
+    by_key = dict(zip(storage_keys([t for _, t in named]), names))
+    shared: list[str] = []
+    for name, g, key in zip(grads._keys, grads._vals, keys):
+        if g.numel() and key in owned:
+            shared += [f"grads[{name!r}]", by_key[key]]
+    if shared:
+        _refuse_shared(shared)
+
+
+def _refuse_shared(names: list[str]) -> None:
+    _refuse(
+        names,
+        "they share memory with another entry, a state buffer or a gradient, "
+        "so one write would change the others",
+        "Give each entry, buffer and gradient its own memory (`.clone()`)",
+    )
+
+
+def state_tensors(state: Any) -> list[Tensor]:
+    """The tensors of a state in `pytree.tree_leaves` order (`named_tensors`').
+
+    The states' own structure (NamedTuples and tuples of ParamDicts and
+    tensors) is walked directly, a call per container rather than per leaf;
+    anything else through `pytree`.
+    """
+    found: list[Tensor] = []
+    _gather(state, found)
+    return found
+
+
+def _gather(node: Any, found: list[Tensor]) -> None:
+    if isinstance(node, Tensor):
+        found.append(node)
+    elif isinstance(node, ParamDict):
+        found.extend(node._vals)
+    elif isinstance(node, tuple):
+        for field in cast("tuple[object, ...]", node):
+            _gather(field, found)
+    elif node is not None and not isinstance(node, (int, float, str)):
+        found.extend(t for t in pytree.tree_leaves(node) if isinstance(t, Tensor))
+
+
+def rebuilt(node: Any, new: Iterator[Tensor]) -> Any:
+    """`node` with its tensors (in `state_tensors` order) taken from `new`."""
+    if isinstance(node, Tensor):
+        return next(new)
+    if isinstance(node, ParamDict):
+        return node._derive([next(new) for _ in node._vals])
+    if isinstance(node, tuple):
+        given = cast("tuple[object, ...]", node)
+        fields: list[object] = [rebuilt(field, new) for field in given]
+        make = cast("Callable[..., object]", type(given))
+        if hasattr(given, "_fields"):  # a NamedTuple
+            return make(*fields)
+        return make(fields)
+    if node is None or isinstance(node, (int, float, str)):
+        return node
+    leaves, spec = pytree.tree_flatten(node)
+    return pytree.tree_unflatten(
+        [next(new) if isinstance(x, Tensor) else x for x in leaves], spec
+    )
