@@ -124,6 +124,8 @@ def schedule_free_adamw_step(
     x' = (1 - c) * x + c * z', y' = (1 - beta1) * z' + beta1 * x') rewritten on y, as
     `schedulefree.AdamWScheduleFree` stores it: x is not kept but recovered by
     `schedule_free_adamw_eval_point`. Weight decay is evaluated at y, before y moves.
+    The weights use the largest learning rate so far, as the package does (the
+    paper's use the current one: the same while the rate does not fall).
     With `lr_bias_correction=True` the bias correction moves into the learning rate,
     as in the paper's experiments (`AdamWScheduleFreePaper`): lr_k is multiplied by
     sqrt(1 - beta2 ** (k + 1)) (so it also enters lr_max and the weights) and the
@@ -221,6 +223,8 @@ def ademamix_beta3(
     The half-life ln(0.5) / ln(beta) grows linearly in the step, from beta1's at step
     0 to beta3's at `warmup`, then stays; in closed form
     beta3(t) = min(exp(ln(b1) ln(b3) / ((1 - t/T) ln(b3) + (t/T) ln(b1))), b3).
+    (The authors' code interpolates the half-lives of beta + 1e-8, which moves
+    beta3(t) by 1e-8 to 1e-7 during the warm-up.)
     """
     if warmup is None:
         return beta3
