@@ -303,3 +303,30 @@ def test_public_docstrings_have_the_reference_sections() -> None:
         and not _documented_elsewhere(name, obj, public)
     }
     assert not gaps, f"docstrings lacking sections: {gaps}"
+
+
+def _title(page: Path) -> str:
+    """Return the page's `# ` title, following a snippet include to its file."""
+    text = page.read_text(encoding="utf-8")
+    included = re.fullmatch(r'--8<-- "([^":]+)"\s*', text)
+    if included:
+        text = (ROOT / included.group(1)).read_text(encoding="utf-8")
+    found = re.search(r"^# (.+)$", text, re.M)
+    assert found is not None, f"{page} has no `# ` title"
+    return found.group(1).strip()
+
+
+def test_nav_titles_are_the_page_titles() -> None:
+    """Each page is named in the navigation as it names itself.
+
+    The home page is `Home` in the navigation; its title is the project's name.
+    """
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = re.findall(r"^\s+- (?:\"(.+)\"|(.+)): (\S+\.md)$", config, re.M)
+    assert len(nav) > 20  # the pattern still reads the navigation
+    differ = {
+        path: (quoted or plain, _title(ROOT / "docs" / path))
+        for quoted, plain, path in nav
+        if path != "index.md" and (quoted or plain) != _title(ROOT / "docs" / path)
+    }
+    assert not differ, f"navigation title vs page title: {differ}"
