@@ -447,6 +447,7 @@ def save_plot(
             f"A = {some.amplitude[i].item():.2f}, φ = {some.phase[i].item():.2f}"
         )
         ax.set_xlabel("x")
+        ax.set_ylabel("y")
         ax.set_ylim(-5.5, 5.5)
     panels[0].legend(loc="lower left", fontsize="small")
 

@@ -5,6 +5,11 @@ one session. A block whose first line is `# not run: <reason>` is shown but skip
 (commands for several processes, say); the reason is part of the page. A plain `text`
 block right after a Python block is that block's printed output and must match it; a
 `text` block with a title (`text title="output"`) shows output without checking it.
+
+Each page runs as in a project of the reader's own: in an empty directory outside the
+repository, with the repository's root off `sys.path` (an editable install puts it
+there), so a page can import `paramdict` and the files it tells the reader to copy
+(`cp path/to/paramdict/examples/train_gpt.py .`), and nothing else of the checkout.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import io
 import operator
 import os
 import re
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -48,6 +54,44 @@ def _blocks(page: Path) -> list[tuple[int, str, str | None]]:
     return found
 
 
+# A bash line that copies a file of the checkout into the reader's directory.
+COPY = re.compile(r"^cp path/to/paramdict/(\S+) \.$", re.MULTILINE)
+BASH = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# What an editable install exposes besides the package: the checkout's own folders.
+REPOSITORY_ONLY = frozenset(
+    path.stem
+    for path in ROOT.iterdir()
+    if not path.name.startswith(".") and path.name != "paramdict"
+)
+
+
+def copied_files(page: Path) -> list[Path]:
+    """Return the files of the checkout that the page tells the reader to copy."""
+    text = page.read_text(encoding="utf-8")
+    return [ROOT / name for block in BASH.findall(text) for name in COPY.findall(block)]
+
+
+def repository_imports(code: str) -> set[str]:
+    """Return the top-level names `code` imports that only the checkout has."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.partition(".")[0])
+    return names & REPOSITORY_ONLY
+
+
+def test_repository_imports_are_found() -> None:
+    """`from examples import ...` is flagged; paramdict, torch and copies are not."""
+    code = "import torch\nimport train_gpt\nfrom paramdict import optim\n"
+    assert repository_imports(code) == set()
+    assert repository_imports(code + "from examples import train_gpt\n") == {"examples"}
+    assert repository_imports("import tests.optim.optim_cases as c\n") == {"tests"}
+
+
 # Pages that show what only a newer torch does: skipped with the reason on an older one.
 NEWER_TORCH = {
     "docs/migrating.md": ("2.13", "compares with torch 2.13's dicts in autograd.grad"),
@@ -63,6 +107,11 @@ def _page(page: Path) -> Any:
     return pytest.param(page, id=name, marks=needs)
 
 
+def _outside(paths: list[str]) -> list[str]:
+    """Return `paths` without the repository's root (the current one included)."""
+    return [p for p in paths if p and Path(p).resolve() != ROOT]
+
+
 def test_newer_torch_pages_exist() -> None:
     """Every page named in `NEWER_TORCH` is a docs page, so no skip is stale."""
     assert set(NEWER_TORCH) <= {str(p.relative_to(ROOT)) for p in PAGES}
@@ -75,6 +124,16 @@ def test_code_blocks_run(
     """Run the page's Python blocks in order in one namespace."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    # As a script in the reader's directory: that directory on the path, the
+    # checkout not, and the files the page says to copy beside the script.
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *_outside(sys.path)])
+    for source in copied_files(page):
+        shutil.copy(source, tmp_path)
+        monkeypatch.delitem(sys.modules, source.stem, raising=False)
+    imported = {
+        name for _, code, _ in _blocks(page) for name in repository_imports(code)
+    }
+    assert not imported, f"{page.name} imports {imported} from the checkout"
     torch.manual_seed(0)
     # A registered module, as for an imported file: `dataclasses` and pickling look
     # the defining module up in `sys.modules`.
@@ -97,6 +156,8 @@ def test_code_blocks_run(
                 f"{page.name}:{line}: the block prints something else than the "
                 "output shown after it"
             )
+    for source in copied_files(page):
+        sys.modules.pop(source.stem, None)  # imported from this test's directory
 
 
 def test_skipped_blocks_give_a_reason() -> None:
@@ -166,19 +227,65 @@ def _refuses(obj: object) -> bool:
     return getattr(obj, "__annotations__", {}).get("return") in ("NoReturn",)
 
 
+def _fields(cls: type) -> set[str]:
+    """Return the names `cls`'s docstring documents as arguments or fields.
+
+    Those are the rows of its `Args:` or `Attributes:` section and the names it
+    quotes in backticks, plus the options of each class it names as its own
+    ("`Adam`'s options").
+    """
+    import inspect
+
+    from paramdict import optim
+
+    doc = inspect.getdoc(cls) or ""
+    found = set(re.findall(r"`(\w+)`", doc))
+    sections = r"^(?:Args|Attributes):\n((?:(?: {4}.*)?\n)*)"
+    for section in re.finditer(sections, doc, re.M):
+        found.update(re.findall(r"^ {4}(\w+)(?: \(.*\))?:", section.group(1), re.M))
+    for other in re.findall(r"`(\w+)`'s", doc):
+        source = getattr(optim, other, None)
+        if isinstance(source, type) and source is not cls:
+            found |= _fields(source)
+    return found
+
+
 def test_every_public_name_is_in_the_reference() -> None:
-    """Each public name has a `:::` entry (or a members entry) in docs/api."""
+    """Each public name has a `:::` entry (or a members entry) in docs/api.
+
+    A member that a class inherits or overrides is documented once, on the base
+    class whose entry renders it (the optimizers share `Optimizer`'s `step`), and
+    a constructor argument or a state field is documented by its class's
+    docstring (see `_fields`); either way the class itself must have an entry.
+    """
     names, whole = _referenced()
     container = (ROOT / "docs" / "api" / "container.md").read_text(encoding="utf-8")
+    public = _public()
+    dotted = {obj: name for name, obj in public.items() if isinstance(obj, type)}
 
-    def covered(name: str, obj: object) -> bool:
+    def rendered(name: str) -> bool:
         parts = name.split(".")
         prefixes = {".".join(parts[:i]) for i in range(1, len(parts))}
-        if name in names or prefixes & whole:
-            return True
-        return _refuses(obj) and f"`{parts[-1]}`" in container
+        return name in names or bool(prefixes & whole)
 
-    missing = sorted(name for name, obj in _public().items() if not covered(name, obj))
+    def on_a_base(name: str) -> bool:
+        owner_name, _, member = name.rpartition(".")
+        owner = public.get(owner_name)
+        if not isinstance(owner, type) or owner_name not in names:
+            return False
+        if any(member in _fields(klass) for klass in owner.__mro__):
+            return True
+        return any(
+            base in dotted and rendered(f"{dotted[base]}.{member}")
+            for base in owner.__mro__[1:]
+        )
+
+    def covered(name: str, obj: object) -> bool:
+        if rendered(name) or on_a_base(name):
+            return True
+        return _refuses(obj) and f"`{name.rpartition('.')[2]}`" in container
+
+    missing = sorted(name for name, obj in public.items() if not covered(name, obj))
     assert not missing, f"not in the API reference: {missing}"
 
 
@@ -254,3 +361,30 @@ def test_public_docstrings_have_the_reference_sections() -> None:
         and not _documented_elsewhere(name, obj, public)
     }
     assert not gaps, f"docstrings lacking sections: {gaps}"
+
+
+def _title(page: Path) -> str:
+    """Return the page's `# ` title, following a snippet include to its file."""
+    text = page.read_text(encoding="utf-8")
+    included = re.fullmatch(r'--8<-- "([^":]+)"\s*', text)
+    if included:
+        text = (ROOT / included.group(1)).read_text(encoding="utf-8")
+    found = re.search(r"^# (.+)$", text, re.M)
+    assert found is not None, f"{page} has no `# ` title"
+    return found.group(1).strip()
+
+
+def test_nav_titles_are_the_page_titles() -> None:
+    """Each page is named in the navigation as it names itself.
+
+    The home page is `Home` in the navigation; its title is the project's name.
+    """
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = re.findall(r"^\s+- (?:\"(.+)\"|(.+)): (\S+\.md)$", config, re.M)
+    assert len(nav) > 20  # the pattern still reads the navigation
+    differ = {
+        path: (quoted or plain, _title(ROOT / "docs" / path))
+        for quoted, plain, path in nav
+        if path != "index.md" and (quoted or plain) != _title(ROOT / "docs" / path)
+    }
+    assert not differ, f"navigation title vs page title: {differ}"

@@ -2,9 +2,11 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from matplotlib.figure import Figure
 from torch import Tensor
 
 from examples import maml_sinusoid as demo
@@ -143,6 +145,32 @@ def test_quick_run_prints_table_and_writes_plot(
         assert row in out
     assert f"Wrote {path}" in out
     assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_plot_labels_every_axis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each panel of the plot names its x and y axes and has a title."""
+    saved: list[Figure] = []
+    savefig = Figure.savefig
+
+    def keep(self: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(self)
+        savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    model, params, _, tasks = _float64_setup()
+    errors = demo.evaluate(params, model, tasks, steps=2, inner_lr=0.01)
+    path = tmp_path / "plot.png"
+    assert demo.save_plot(path, params, model, tasks, errors, title="t", shown=3)
+    assert path.exists()
+    (fig,) = saved
+    axes = fig.get_axes()
+    assert len(axes) == 4  # three tasks and the error curve
+    for ax in axes:
+        assert ax.get_title()
+        assert ax.get_xlabel(), ax.get_title()
+        assert ax.get_ylabel(), ax.get_title()
 
 
 def test_runs_without_tqdm_and_matplotlib(

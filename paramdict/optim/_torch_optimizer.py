@@ -116,11 +116,17 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
         default=False, validator=check_flag, kw_only=True
     )
     state_type: ClassVar[type[Any]]
-    # The option that makes `init_state` fill each buffer it may leave empty,
-    # for the message when a state from another setting lacks it.
     buffer_options: ClassVar[Mapping[str, str]] = {}
-    # Fields of the state that `check_state` of the subclass checks itself.
+    """For each buffer `init_state` may leave empty, the option that fills it.
+
+    `Adam`'s is `{"max_exp_avg_sq": "amsgrad=True"}`: a state made under another
+    setting that lacks the buffer is refused with a message naming the option.
+    """
     own_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields of the state that the subclass's `check_state` checks itself.
+
+    The base check passes over them (`ASGD`'s `eta`, which has a rate's form).
+    """
 
     copies_fused: ClassVar[bool] = True
     """Whether `step` (on copies) takes the fused kernel under `fused=None`.
