@@ -61,6 +61,22 @@ def _attribute(value: object) -> Any:
     return (id(value), type(value))
 
 
+def _named_tensors(
+    m: nn.Module, kind: str, prefix: str = "", above: frozenset[int] = frozenset()
+) -> list[tuple[str, Tensor]]:
+    """`named_parameters` or `named_buffers` with duplicates, safe on cycles.
+
+    torch's own `remove_duplicate=False` walk never ends on a module that holds one
+    of its ancestors; here a module is not entered again below itself.
+    """
+    held: dict[str, Tensor | None] = getattr(m, kind)
+    out = [(prefix + n, t) for n, t in held.items() if t is not None]
+    for name, sub in m._modules.items():
+        if sub is not None and id(sub) not in above:
+            out += _named_tensors(sub, kind, f"{prefix}{name}.", above | {id(m)})
+    return out
+
+
 def _module_state(m: nn.Module) -> tuple[Any, ...]:
     mods = list(m.named_modules(remove_duplicate=True))
     return (
@@ -76,8 +92,8 @@ def _module_state(m: nn.Module) -> tuple[Any, ...]:
             )
             for name, sub in mods
         ],
-        [(n, _tensor_state(t)) for n, t in m.named_parameters(remove_duplicate=False)],
-        [(n, _tensor_state(t)) for n, t in m.named_buffers(remove_duplicate=False)],
+        [(n, _tensor_state(t)) for n, t in _named_tensors(m, "_parameters")],
+        [(n, _tensor_state(t)) for n, t in _named_tensors(m, "_buffers")],
         [
             (
                 name,
