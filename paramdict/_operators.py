@@ -276,10 +276,17 @@ class _Operators(_Pointwise):
             )
             raise TypeError(msg)
         check_fits(alpha, {v.dtype for v in values}, f"{what}'s `alpha`")
+        if holds_tensors(arg):
+            if not negate:
+                return self._run(torch._foreach_add, values, arg, alpha=alpha)
+            # `_foreach_add` with `-alpha`, not `_foreach_sub`: only `add` has the
+            # `.Tensor` overload that takes a shared 0-dim tensor in one launch on
+            # an accelerator (`_foreach.call`). Booleans are refused as `torch.sub`
+            # refuses them.
+            _no_bool_sub(self, arg)
+            return self._run(torch._foreach_add, values, arg, alpha=-alpha)
         # `_foreach_sub` for `sub`: as `torch.sub`, it refuses boolean operands.
         kernel = torch._foreach_sub if negate else torch._foreach_add
-        if holds_tensors(arg):
-            return self._run(kernel, values, arg, alpha=alpha)
         if isinstance(alpha, float):
             _no_float_alpha(self, arg, what)
         if isinstance(arg, list):

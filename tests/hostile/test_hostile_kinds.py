@@ -94,7 +94,7 @@ CASES = unique_ids(
             lambda: (_flags(), _p()),
             lambda p, q: p.sub(q, alpha=0.5),
             TypeError,
-            r"torch refuses the entry 'w'",
+            r"`sub` is not defined for the boolean entries \['w'\]",
         ),
         _c(
             "bool sub of a number",
