@@ -325,12 +325,12 @@ def explain(
 
 
 def _scalar_among(tensors: list[Tensor], attribute: str) -> str:
-    """`" (one a 0-dim operand)"` if a 0-dim operand differs from the entry there."""
-    value = tensors[0]
+    """`" (one a 0-dim operand)"` if a 0-dim operand differs from another there."""
     odd = [
         t
-        for t in tensors[1:]
-        if t.dim() == 0 and getattr(t, attribute) != getattr(value, attribute)
+        for t in tensors
+        if t.dim() == 0
+        and any(getattr(u, attribute) != getattr(t, attribute) for u in tensors)
     ]
     return " (one a 0-dim operand)" if odd else ""
 

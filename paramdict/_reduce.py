@@ -143,7 +143,7 @@ class _Reduce(_Container):
             ValueError: If the keys differ, or an entry's shape, dtype or device
                 differs from `other`'s (the message names the keys).
             TypeError: If a value of `other` is not a tensor, or an entry is
-                sparse (named).
+                sparse, or of a kind `torch.dot` does not take (boolean) (named).
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]), b=torch.tensor(3.0))
@@ -180,9 +180,15 @@ class _Reduce(_Container):
         mine, yours = _flattened(values), _flattened(theirs)
         if mine is not None and yours is not None:
             return torch.dot(mine, yours)
-        parts = [
-            torch.dot(a.reshape(-1), b.reshape(-1)) for a, b in zip(values, theirs)
-        ]
+        try:
+            parts = [
+                torch.dot(a.reshape(-1), b.reshape(-1)) for a, b in zip(values, theirs)
+            ]
+        except RuntimeError as err:  # a kind `torch.dot` does not take (bool)
+            explained = self._not_floating("dot")
+            if explained is None:
+                raise
+            raise explained from err
         return torch.stack(parts).sum()
 
     def norm(self, p: float = 2) -> Tensor:

@@ -110,6 +110,13 @@ CASES = unique_ids(
             TypeError,
             r"`sub` is not defined for the boolean entries \['w'\]",
         ),
+        _c(
+            "bool dot",
+            lambda: (_flags(),),
+            lambda p: p.dot(p),
+            TypeError,
+            r"`dot` needs floating point entries; \['w'\] are not",
+        ),
         # integers: a float `alpha` is refused by torch for integral results
         _c(
             "int add with a float alpha",
@@ -247,6 +254,14 @@ CASES = unique_ids(
             lambda p, t: p * t,
             ValueError,
             r"`\*` got a 0-dim tensor on meta, but the entries are on cpu",
+        ),
+        _c(
+            "meta 0-dim base of a power",
+            lambda: (_meta(), torch.tensor(2.0, device="meta")),
+            lambda p, t: t**p,
+            ValueError,
+            r"Entry 'b': tensors are on different devices \(cpu, meta\) \(one a "
+            r"0-dim operand\)",
         ),
         _c(
             "meta 0-dim alpha",
