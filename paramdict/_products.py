@@ -109,6 +109,23 @@ def check_floating(params: ParamDict, name: str, what: str) -> None:
         raise TypeError(msg)
 
 
+def check_devices(params: ParamDict, name: str, what: str) -> None:
+    """Raise a ValueError if some entries are meta tensors and others are not.
+
+    Products of meta tensors are meta tensors of the right shapes (as with
+    `torch.autograd`); a function of meta and real entries together has no
+    backward torch can run.
+    """
+    meta = sorted(k for k, v in params.items() if v.is_meta)
+    if meta and len(meta) != len(params):
+        msg = (
+            f"`{what}`: entries {meta!r} of `{name}` are meta tensors and the others "
+            "are not; torch cannot differentiate through both. Move them to one "
+            "kind of device first (`.to(device)`), all meta for shapes only."
+        )
+        raise ValueError(msg)
+
+
 def check_kinds(
     keys: Sequence[str],
     ours: Sequence[Tensor],
@@ -381,10 +398,10 @@ def hvp(
             `tangents` is not a mapping of dense tensors (complex exactly where
             `params` are), an entry is not a dense floating point tensor, a flag
             is not a bool, or `func` does not return a tensor.
-        ValueError: If `params` is empty, the keys, shapes or devices of
-            `tangents` differ from `params`' (the message names them), `func`
-            returns a non-scalar, or `func` does not depend on some entries and
-            `allow_unused` is false.
+        ValueError: If `params` is empty or mixes meta and other entries, the
+            keys, shapes or devices of `tangents` differ from `params`' (the
+            message names them), `func` returns a non-scalar, or `func` does not
+            depend on some entries and `allow_unused` is false.
 
     Example:
         >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
@@ -400,6 +417,7 @@ def hvp(
     check_paramdict(params, "params", what)
     check_entries(params, "params", what)
     check_floating(params, "params", what)
+    check_devices(params, "params", what)
     check_options(what, create_graph=create_graph, allow_unused=allow_unused)
     aligned(params, tangents, "tangents", what)
     operator = HessianOperator(
@@ -512,9 +530,9 @@ def vjp(
             entry is not a dense floating point tensor, a flag is not a bool,
             `func` returns neither a tensor nor a ParamDict, or `cotangents` is
             not of the output's kind (dense, complex exactly where it is).
-        ValueError: If `params` is empty, `cotangents`' keys, shapes or devices
-            differ from the output's, or `func` does not depend on some entries
-            and `allow_unused` is false.
+        ValueError: If `params` is empty or mixes meta and other entries,
+            `cotangents`' keys, shapes or devices differ from the output's, or
+            `func` does not depend on some entries and `allow_unused` is false.
 
     Example:
         >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
@@ -529,6 +547,7 @@ def vjp(
     check_paramdict(params, "params", what)
     check_entries(params, "params", what)
     check_floating(params, "params", what)
+    check_devices(params, "params", what)
     check_options(what, create_graph=create_graph, allow_unused=allow_unused)
     with torch.enable_grad():
         inputs = leaves(params, create_graph=create_graph)
@@ -596,9 +615,9 @@ def jvp(
             `tangents` is not a mapping of dense tensors (complex exactly where
             `params` are), an entry is not a dense floating point tensor, a flag
             is not a bool, or `func` returns neither a tensor nor a ParamDict.
-        ValueError: If `params` is empty, `tangents`' keys, shapes or devices
-            differ from `params`', or `func` does not depend on some entries and
-            `allow_unused` is false.
+        ValueError: If `params` is empty or mixes meta and other entries,
+            `tangents`' keys, shapes or devices differ from `params`', or `func`
+            does not depend on some entries and `allow_unused` is false.
 
     Example:
         >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
@@ -614,6 +633,7 @@ def jvp(
     check_paramdict(params, "params", what)
     check_entries(params, "params", what)
     check_floating(params, "params", what)
+    check_devices(params, "params", what)
     check_options(what, create_graph=create_graph, allow_unused=allow_unused)
     v = aligned(params, tangents, "tangents", what)
     with torch.enable_grad():

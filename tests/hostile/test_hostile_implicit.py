@@ -327,3 +327,24 @@ def test_an_error_of_the_function_given_says_where_it_came_from() -> None:
         hvp(broken, _theta(), _theta())
     notes = getattr(info.value, "__notes__", [])
     assert notes == ["(raised by `func`, the function given to `hvp`)"]
+
+
+@pytest.mark.parametrize("product", ["hvp", "vjp", "jvp"])
+def test_params_half_on_the_meta_device_are_named(product: str) -> None:
+    """Meta entries beside real ones are named: torch cannot differentiate both."""
+    p = _theta() | {"w": torch.ones(2, dtype=torch.float64, device="meta")}
+    calls = {
+        "hvp": lambda q: hvp(_quartic, q, q),
+        "vjp": lambda q: vjp(_quartic, q, torch.ones((), dtype=torch.float64)),
+        "jvp": lambda q: jvp(_quartic, q, q),
+    }
+    check(
+        Case(
+            product,
+            lambda: (p,),
+            calls[product],
+            ValueError,
+            rf"`{product}`: entries \['w'\] of `params` are meta tensors and the "
+            "others are not",
+        )
+    )
