@@ -408,10 +408,10 @@ class _Tensors(_Container):
             A new ParamDict of new tensors with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If an entry has a dtype normal samples cannot take (an
-                integer one), naming it; or `device` names no device, or
-                `requires_grad` asks for tensors of a dtype that cannot require
-                grad.
+            ValueError: If `dtype`, or an entry's dtype where `dtype` is None, is
+                one normal samples cannot take (an integer one), naming it; or
+                `device` names no device, or `requires_grad` asks for tensors of a
+                dtype that cannot require grad.
             TypeError: If `dtype` is not a torch.dtype, `device` not a device or
                 `requires_grad` not a bool.
 
@@ -421,6 +421,14 @@ class _Tensors(_Container):
             torch.Size([2, 3])
         """
         self._check_like("randn_like", dtype, device, requires_grad)
+        if isinstance(dtype, torch.dtype) and not (
+            dtype.is_floating_point or dtype.is_complex
+        ):
+            msg = (
+                f"`randn_like` draws normal samples, which a {dtype} tensor cannot "
+                "hold. Pass a floating point `dtype`."
+            )
+            raise ValueError(msg)
         # What `torch.randn_like` does; its `generator` argument is newer than 2.8.
         return self._each(
             lambda v: (

@@ -190,6 +190,13 @@ CASES = unique_ids(
             r"`ones_like`: `device` 'nowhere' is not a device",
         ),
         _c(
+            "randn_like int dtype",
+            lambda: (_p(),),
+            lambda p: p.randn_like(dtype=torch.int32),
+            ValueError,
+            r"`randn_like` draws normal samples, which a torch\.int32 tensor cannot",
+        ),
+        _c(
             "empty_like int requiring grad",
             lambda: (_p(),),
             lambda p: p.empty_like(dtype=torch.int32, requires_grad=True),
