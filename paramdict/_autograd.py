@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
+from ._checks import check_flag, first_sentence
 from ._container import _Container
 from ._foreach import holds_dtensors as _holds_dtensors
 
@@ -74,7 +75,19 @@ def _check_grad_outputs(loss: object, grad_outputs: object, what: str) -> None:
         )
         raise TypeError(msg)
     count = 1 if isinstance(loss, Tensor) else len(cast("Sequence[Tensor]", loss))
-    given = len(cast("Sequence[object]", grad_outputs))
+    items = cast("Sequence[object]", grad_outputs)
+    bad = [i for i, g in enumerate(items) if not (g is None or isinstance(g, Tensor))]
+    if isinstance(grad_outputs, str) or bad:
+        kinds = (
+            ", ".join(f"{type(items[i]).__name__} at position {i}" for i in bad)
+            or "a str"
+        )
+        msg = (
+            f"`{what}` takes tensors (or `None`) in `grad_outputs`, one per output "
+            f"of `loss`; got {kinds}."
+        )
+        raise TypeError(msg)
+    given = len(items)
     if given != count:
         msg = (
             f"`{what}`: `grad_outputs` does not fit `loss`: {given} "
@@ -88,14 +101,18 @@ def _explained(err: RuntimeError, what: str) -> Exception:
     text = str(err)
     if (
         "Mismatch in shape" in text
+        or "Mismatch in dtype" in text
+        or "invalid gradient at index" in text
+        or "Cannot copy out of meta tensor" in text
         or "grad can be implicitly created" in text
         or re.search(r"got \d+ tensors and \d+ gradients", text) is not None
         or "grad_tensors" in text
         or "grad_outputs" in text
     ):
         msg = (
-            f"`{what}`: `grad_outputs` does not fit `loss`: {text} Pass one tensor "
-            "of `loss`'s shape per output, or `None` for a scalar `loss`."
+            f"`{what}`: `grad_outputs` does not fit `loss`: {first_sentence(err)} "
+            "Pass one tensor of `loss`'s shape, dtype and device per output, or "
+            "`None` for a real scalar `loss`."
         )
         return ValueError(msg)
     if "backward through the graph a second time" in text:
@@ -106,6 +123,26 @@ def _explained(err: RuntimeError, what: str) -> Exception:
         )
         return ValueError(msg)
     return err
+
+
+def _reached(loss: Outputs, values: Sequence[Tensor]) -> list[bool]:
+    """Whether the graph of `loss` reaches each of `values` (a walk, no backward)."""
+    losses = [loss] if isinstance(loss, Tensor) else list(loss)
+    stack = [t.grad_fn for t in losses if t.grad_fn is not None]
+    seen: set[object] = set()
+    leaves: set[int] = {id(t) for t in losses if t.grad_fn is None}
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node
+        if variable is not None:
+            leaves.add(id(variable))
+        stack.extend(n for n, _ in node.next_functions if n is not None)
+    return [
+        v.grad_fn in seen if v.grad_fn is not None else id(v) in leaves for v in values
+    ]
 
 
 _FSDP2_GRAD = (
@@ -169,7 +206,11 @@ class _Autograd(_Container):
             ValueError: If `allow_unused` is false and some entries do not require
                 grad (checked before any work) or are not reached by `loss`; the
                 message names them (and, for DTensors, points to `backward`: the
-                graph of an FSDP2 model never reaches its sharded parameters).
+                graph of an FSDP2 model never reaches its sharded parameters). If
+                `grad_outputs` does not fit `loss` (shape, dtype, device), or the
+                graph was freed.
+            TypeError: If `loss` or `grad_outputs` holds something other than
+                tensors, or a flag is not a bool.
 
         Example:
             >>> w = torch.tensor([1.0, 2.0], requires_grad=True)
@@ -177,6 +218,10 @@ class _Autograd(_Container):
             >>> p.grad((p["w"] ** 2).sum())["w"]
             tensor([2., 4.])
         """
+        check_flag(retain_graph, "retain_graph", "grad", none_ok=True)
+        check_flag(create_graph, "create_graph", "grad")
+        check_flag(allow_unused, "allow_unused", "grad")
+        check_flag(is_grads_batched, "is_grads_batched", "grad")
         values = self._vals
         if not values:
             empty = _empty_error("grad")
@@ -304,10 +349,12 @@ class _Autograd(_Container):
             A new ParamDict of the accumulated `.grad` tensors (the very objects).
 
         Raises:
-            ValueError: If some entries do not require grad (checked before anything
-                runs, so nothing is accumulated), or if `loss` does not reach some
-                entries: their `.grad` is left as it was, and the message names them;
-                the reached entries have been accumulated, as torch would have done.
+            ValueError: If some entries do not require grad, or `loss` does not
+                reach some entries (the message names them), or `grad_outputs`
+                does not fit `loss`; every `.grad` is then left as it was (torch
+                would have accumulated into the entries it reached).
+            TypeError: If `loss` or `grad_outputs` holds something other than
+                tensors, or a flag is not a bool.
 
         Example:
             >>> w = torch.tensor([1.0, 2.0], requires_grad=True)
@@ -317,6 +364,8 @@ class _Autograd(_Container):
             >>> w.grad
             tensor([3., 3.])
         """
+        check_flag(retain_graph, "retain_graph", "backward", none_ok=True)
+        check_flag(create_graph, "create_graph", "backward")
         values = self._vals
         if not values:
             empty = _empty_error("backward")
@@ -333,6 +382,17 @@ class _Autograd(_Container):
         if not reaches:
             constant = _constant_error("backward", "Nothing was accumulated.")
             raise constant
+        sharded = _holds_dtensors(values)
+        # A non-leaf that does not retain its grad has none (reading it warns).
+        before = [v.grad if v.is_leaf or v.retains_grad else None for v in values]
+        if not sharded and any(g is not None for g in before):
+            # Gradients would accumulate into existing ones, which cannot be undone
+            # exactly: find unreached entries first (a walk over `loss`'s graph).
+            reached = _reached(loss, values)
+            if not all(reached):
+                raise self._unreached_error(
+                    [k for k, r in zip(self._keys, reached) if not r]
+                )
         try:
             torch.autograd.backward(
                 loss,
@@ -343,17 +403,25 @@ class _Autograd(_Container):
                 # parameters and writes their sharded `.grad`s from hooks, so the
                 # graph never reaches the DTensors themselves: run as
                 # `loss.backward()`.
-                inputs=None if _holds_dtensors(values) else values,
+                inputs=None if sharded else values,
             )
         except RuntimeError as err:
             raise _explained(err, "backward") from err
         grads = [v.grad for v in values]
         if any(g is None for g in grads):
-            unused = sorted(k for k, g in zip(self._keys, grads) if g is None)
-            msg = (
-                f"`loss` does not reach {unused!r}, so they have no `.grad`. Leave "
-                "them out with `.exclude(...)`, or use `.grad(loss, "
-                "allow_unused=True)` for zeros."
-            )
-            raise ValueError(msg)
+            unused = [k for k, g in zip(self._keys, grads) if g is None]
+            if not sharded:
+                # No entry had a `.grad` before (else the walk above refused): take
+                # back what this call gave the reached ones.
+                for value, old in zip(values, before):
+                    value.grad = old
+            raise self._unreached_error(unused)
         return self._from_parts(self._keys, grads)
+
+    def _unreached_error(self, unused: list[str]) -> ValueError:
+        msg = (
+            f"`loss` does not reach {sorted(unused)!r}, so they have no `.grad`; "
+            "nothing was accumulated. Leave them out with `.exclude(...)`, or use "
+            "`.grad(loss, allow_unused=True)` for zeros."
+        )
+        return ValueError(msg)

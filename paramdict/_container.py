@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from ._checks import describe_kind
+from ._checks import check_flag, describe_kind, is_number
 from ._pytree import rebuild
 
 if TYPE_CHECKING:
@@ -236,14 +236,22 @@ class _Container(dict[str, Tensor]):
             A new ParamDict of this class.
 
         Raises:
-            TypeError: If a key is not a `str` or `value` is not a tensor.
+            TypeError: If `keys` is not iterable, a key is not a `str` or `value`
+                is not a tensor.
 
         Example:
             >>> p = ParamDict.fromkeys(["w", "b"], torch.tensor(0.5))
             >>> list(p), p["w"] is p["b"]
             (['w', 'b'], True)
         """
-        return cls((k, value) for k in keys)
+        try:
+            names = list(keys)
+        except TypeError:
+            msg = (
+                f"`fromkeys` takes an iterable of str keys, got {type(keys).__name__}."
+            )
+            raise TypeError(msg) from None
+        return cls((k, value) for k in names)
 
     def copy(self) -> dict[str, Tensor]:
         """Return a shallow, mutable copy as a plain `dict` (the same tensor objects).
@@ -308,14 +316,20 @@ class _Container(dict[str, Tensor]):
         """Return whether `other` is a mapping with the same keys and equal tensors.
 
         Key order is ignored, as for `dict`. Two tensors are equal when they have
-        the same shape, dtype and device and `torch.equal` holds. The result is a
-        plain `bool` (it reads values, so it synchronizes with an accelerator).
+        the same shape, dtype, device and layout and the same values (sparse ones
+        compared as dense). The result is a plain `bool` (it reads values, so it
+        synchronizes with an accelerator).
+
+        Raises:
+            ValueError: If an entry to compare is a meta tensor, which holds no
+                values (the message names the keys).
         """
         if not isinstance(other, Mapping):
             return NotImplemented
         other = cast("Mapping[str, object]", other)
         if len(other) != len(self) or set(other.keys()) != set(self._keys):
             return False
+        pairs: list[tuple[Tensor, Tensor]] = []
         for key, value in self.items():
             theirs = other[key]
             if not isinstance(theirs, Tensor):
@@ -324,10 +338,24 @@ class _Container(dict[str, Tensor]):
                 theirs.shape != value.shape
                 or theirs.dtype != value.dtype
                 or theirs.device != value.device
-                or not torch.equal(value, theirs)
+                or theirs.layout != value.layout
             ):
                 return False
-        return True
+            pairs.append((value, theirs))
+        meta = sorted(k for k, (a, _) in zip(self._keys, pairs) if a.is_meta)
+        if meta:
+            msg = (
+                f"Cannot compare the entries {meta!r}: they are meta tensors, which "
+                "hold no values. Compare their shapes and dtypes instead, or move "
+                "them to a real device first (`.to(device)`)."
+            )
+            raise ValueError(msg)
+        return all(
+            torch.equal(a, b)
+            if a.layout == torch.strided
+            else torch.equal(a.to_dense(), b.to_dense())
+            for a, b in pairs
+        )
 
     def __ne__(self, other: object) -> bool:
         result = self.__eq__(other)
@@ -381,15 +409,29 @@ class _Container(dict[str, Tensor]):
             `bool` (it reads values, so it synchronizes with an accelerator).
 
         Raises:
-            ValueError: If the keys differ, or an entry's shape, dtype or device
-                differs from `other`'s (the message names the keys).
-            TypeError: If a value of `other` is not a tensor.
+            ValueError: If the keys differ, an entry's shape, dtype or device
+                differs from `other`'s, an entry is a meta tensor (no values), or
+                a tolerance is negative or NaN (the message names the keys or the
+                tolerance).
+            TypeError: If a value of `other` is not a tensor, an entry is sparse,
+                a tolerance is not a number or `equal_nan` is not a bool.
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
             >>> p.allclose({"w": torch.tensor([1.0, 2.0 + 1e-9])})
             True
         """
+        for name, tolerance in (("rtol", rtol), ("atol", atol)):
+            if not is_number(tolerance):
+                msg = (
+                    f"`allclose` takes a number as `{name}`, got "
+                    f"{type(tolerance).__name__}."
+                )
+                raise TypeError(msg)
+            if not tolerance >= 0:
+                msg = f"`allclose` takes `{name}` >= 0, got {tolerance!r}."
+                raise ValueError(msg)
+        check_flag(equal_nan, "equal_nan", "allclose")
         theirs = self._aligned(other, what="`allclose`")
         not_tensors = sorted(
             k for k, b in zip(self._keys, theirs) if not isinstance(b, Tensor)
@@ -409,6 +451,24 @@ class _Container(dict[str, Tensor]):
             msg = (
                 "`allclose` needs the same shape, dtype and device per entry; they "
                 f"differ for {', '.join(differ)}. Convert with `.to(...)` first."
+            )
+            raise ValueError(msg)
+        sparse = sorted(
+            k
+            for k, a, b in zip(self._keys, self.values(), theirs)
+            if a.layout != torch.strided or b.layout != torch.strided
+        )
+        if sparse:
+            msg = (
+                f"`allclose` compares dense tensors, as `torch.allclose` does; the "
+                f"entries {sparse!r} are not. Convert them with `.to_dense()` first."
+            )
+            raise TypeError(msg)
+        meta = sorted(k for k, a in zip(self._keys, self.values()) if a.is_meta)
+        if meta:
+            msg = (
+                f"`allclose` cannot compare the entries {meta!r}: they are meta "
+                "tensors, which hold no values. Move them to a real device first."
             )
             raise ValueError(msg)
         return all(

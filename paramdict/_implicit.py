@@ -28,11 +28,12 @@ from ._products import (
     check_callable,
     check_floating,
     check_paramdict,
+    evaluate,
     filled,
     grad_or_none,
     leaves,
 )
-from ._solve import CGInfo, cg
+from ._solve import CGInfo, cg, check_real
 
 __all__ = ["implicit_proximal", "implicit_root"]
 
@@ -144,6 +145,8 @@ def _check_pair(adapted: object, params: object, what: str) -> None:
         raise ValueError(msg)
     check_floating(adapted, "adapted", what)
     check_floating(params, "params", what)
+    check_real(adapted, "adapted", what)
+    check_real(params, "params", what)
     meta = sorted(
         {k for k, v in adapted.items() if v.is_meta}
         | {k for k, v in params.items() if v.is_meta}
@@ -250,8 +253,9 @@ def implicit_proximal(
         gradient reaching `params` is NaN (no solve is run).
 
     Raises:
-        TypeError: If `adapted` or `params` is not a ParamDict, `loss` or
-            `on_solve` is not callable, or a number is of the wrong kind.
+        TypeError: If `adapted` or `params` is not a ParamDict or holds
+            integer, sparse or complex tensors (named), `loss` or `on_solve` is
+            not callable, or a number is of the wrong kind.
         ValueError: If the keys differ, an entry of `adapted` does not have its
             param's shape (after leading batch dimensions), an entry is a meta
             tensor, `lam` is not positive, or a tolerance or `maxiter` is
@@ -342,7 +346,8 @@ def implicit_root(
         respect to `params`.
 
     Raises:
-        TypeError: If `adapted` or `params` is not a ParamDict, `optimality` or
+        TypeError: If `adapted` or `params` is not a ParamDict or holds
+            integer, sparse or complex tensors (named), `optimality` or
             `on_solve` is not callable, or a number is of the wrong kind.
         ValueError: If the keys differ, an entry of `adapted` does not have its
             param's shape (after leading batch dimensions), an entry is a meta
@@ -370,7 +375,7 @@ def implicit_root(
         with torch.enable_grad():
             phi = leaves(adapted, create_graph=False)
             theta = leaves(params, create_graph=False)
-            residual: object = optimality(phi, theta)
+            residual: object = evaluate(optimality, "optimality", what, phi, theta)
             if not isinstance(residual, Mapping):
                 msg = (
                     f"`{what}`: `optimality` must return a ParamDict keyed like "

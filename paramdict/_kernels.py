@@ -30,7 +30,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from ._checks import is_number
+from ._checks import check_int_range, describe_kind, first_sentence, is_number
 from ._container import _Container
 from ._foreach import call
 
@@ -44,10 +44,12 @@ __all__ = [
     "add_paired",
     "add_scaled",
     "apply",
+    "check_scalar_device",
     "hoisted",
     "holds_tensors",
     "operand",
     "operand_or_raise",
+    "rsub",
     "scalar_for",
     "where",
 ]
@@ -82,12 +84,14 @@ def operand(p: _Container, other: object, what: str) -> Any:
                 "values pass a mapping, e.g. `ParamDict.fromkeys(p, t)`."
             )
             raise TypeError(msg)
+        check_scalar_device(p, other, what)
         # Repeat it per entry for the list overloads: the foreach `.Tensor`
         # overloads neither differentiate with respect to the scalar tensor
         # ("inconsistent range for TensorList output") nor have vmap batching
         # rules, in torch 2.13.
         return [hoisted(other)] * len(p._keys)
     if is_number(other):
+        check_int_range(other, what)
         return other
     if isinstance(other, Mapping):
         values = p._aligned(other, what=what)
@@ -134,6 +138,26 @@ def hoisted(value: Tensor) -> Tensor:
     return value
 
 
+def check_scalar_device(p: _Container, scalar: Tensor, what: str) -> None:
+    """Refuse a 0-dim tensor on a device the entries cannot meet it on.
+
+    torch takes a CPU scalar with entries on any device, and a scalar on the
+    entries' own device; anything else (a meta scalar with CPU entries, a CUDA
+    scalar with CPU entries) it refuses per entry.
+    """
+    values = p._vals
+    if not values or scalar.is_cpu:
+        return
+    device = values[0].device
+    if scalar.device != device:
+        msg = (
+            f"{what} got a 0-dim tensor on {scalar.device}, but the entries are on "
+            f"{device} (where {p._keys[0]!r} is). Move it first: "
+            f"`.to({str(device)!r})`."
+        )
+        raise ValueError(msg)
+
+
 def operand_or_raise(p: _Container, other: object, what: str) -> Any:
     """Like `operand`, raising `TypeError` where `operand` gives `NotImplemented`."""
     arg = operand(p, other, what)
@@ -168,6 +192,8 @@ def scalar_for(values: list[Tensor], number: float) -> Any:
     dtype = first.dtype
     if not first.is_cpu or (dtype is not torch.float32 and dtype is not torch.float64):
         return number
+    if abs(number) > torch.finfo(dtype).max:
+        return number  # the entries' dtype cannot hold it; torch keeps it as double
     for value in values:
         if value.dtype is not dtype or not value.is_cpu:
             return number
@@ -194,26 +220,59 @@ def apply(p: _Container, fn: Composition, *args: Any, **kwargs: Any) -> list[Ten
     `fn` is `call` (one foreach kernel: `apply(p, call, torch._foreach_add, ...)`)
     or a composition of kernels from this module. An empty `p` gives an empty
     list (foreach kernels refuse empty lists); a kernel's error is re-raised as
-    one naming the entry whose operands do not fit together, where one is to
-    blame.
+    a `ValueError` or `TypeError` naming the entries to blame (`explain`).
+
+    A foreach kernel recorded by autograd marks every result as requiring grad
+    when any operand does; torch's per-tensor functions mark only the results
+    whose own operands do, and so does this (`_untracked`).
     """
     try:
-        return fn(*args, **kwargs)
-    except RuntimeError as err:
+        out = fn(*args, **kwargs)
+    except (RuntimeError, OverflowError) as err:
         if not p._keys:
             return []
-        explained = explain(p._keys, err, args)
-        if explained is err:
-            raise
-        raise explained from err
+        raise explain(p._keys, err, args, fn, kwargs) from err
+    if out and out[0].requires_grad and torch.is_grad_enabled():
+        _untracked(out, args, kwargs)
+    return out
+
+
+def _untracked(
+    out: list[Tensor], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Detach, in `out`, the results of entries none of whose operands require grad."""
+    n = len(out)
+    columns = [a for a in (*args, *kwargs.values()) if isinstance(a, list)]
+    shared = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+    if any(t.requires_grad for t in shared):
+        return  # one operand of every entry requires grad
+    for column in columns:
+        if len(column) == n and all(_requires_grad(t) for t in column):
+            return  # the common case: every entry has an operand that requires grad
+    for i in range(n):
+        if not any(_requires_grad(c[i]) for c in columns if len(c) == n):
+            out[i] = out[i].detach()
+
+
+def _requires_grad(value: object) -> bool:
+    return isinstance(value, Tensor) and value.requires_grad
 
 
 def explain(
-    keys: tuple[str, ...], err: RuntimeError, args: tuple[Any, ...]
+    keys: tuple[str, ...],
+    err: BaseException,
+    args: tuple[Any, ...],
+    fn: Composition | None = None,
+    kwargs: dict[str, Any] | None = None,
 ) -> Exception:
-    """Find the entry whose operands do not fit together; name it.
+    """Find the entries whose operands torch refuses; name them.
 
-    Returns `err` itself when no entry is to blame.
+    With `fn` given, the kernel is run again on each entry alone, and only the
+    entries it fails on are considered (with their own errors). Shapes that do
+    not broadcast, mixed devices or mixed dtypes are named as such; otherwise the
+    failing entries are named with torch's reason: a `TypeError` for a kind of
+    tensor the kernel does not take (sparse, boolean, integer, complex), a
+    `ValueError` for anything else.
     """
     lists = [a for a in args if isinstance(a, list) and len(a) == len(keys)]
     shared = [a for a in args if isinstance(a, Tensor)]
@@ -221,9 +280,16 @@ def explain(
         (key, [a[i] for a in lists if isinstance(a[i], Tensor)] + shared)
         for i, key in enumerate(keys)
     ]
+    failures = _failing(keys, fn, args, kwargs or {}) if fn is not None else {}
+    considered = sorted(failures) if failures else list(range(len(keys)))
+
+    def reason(i: int) -> str:
+        return first_sentence(failures.get(i, err))
+
     # Shapes first, then devices, then dtypes: a clash of the first kind anywhere
     # is a surer cause than one of the last kind.
-    for key, tensors in entries:
+    for i in considered:
+        key, tensors = entries[i]
         try:
             _broadcast_shapes(*(t.shape for t in tensors))
         except RuntimeError:
@@ -233,35 +299,95 @@ def explain(
                 "Per-entry values must broadcast to the entry's shape."
             )
             return ValueError(msg)
-    for key, tensors in entries:
+    for i in considered:
+        key, tensors = entries[i]
         devices = {t.device for t in tensors}
         if len(devices) > 1:
             shown = ", ".join(sorted(str(d) for d in devices))
             msg = (
-                f"Entry {key!r}: tensors are on different devices ({shown}). "
-                "Move them first, e.g. with `.to(device)`."
+                f"Entry {key!r}: tensors are on different devices ({shown})"
+                f"{_scalar_among(tensors, 'device')}. Move them first, e.g. with "
+                "`.to(device)`."
             )
             return ValueError(msg)
-    for key, tensors in entries:
+    for i in considered:
+        key, tensors = entries[i]
         dtypes = {t.dtype for t in tensors if t.dtype != torch.bool}
-        if len(dtypes) > 1:
+        if len(dtypes) > 1 and all(t.layout == torch.strided for t in tensors):
             shown = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
             msg = (
-                f"Entry {key!r}: the dtypes {shown} do not work together here "
-                f"({err}). Convert first, e.g. with `.to(dtype)`."
+                f"Entry {key!r}: the dtypes {shown}{_scalar_among(tensors, 'dtype')} "
+                f"do not work together here ({reason(i).rstrip('.')}). Convert "
+                "first, e.g. with `.to(dtype)`."
             )
             return ValueError(msg)
-    return err
+    tensors = [t for i in considered for t in entries[i][1]]
+    which = "entry" if len(considered) == 1 else "entries"
+    kinds = ", ".join(
+        f"{entries[i][0]!r} ({_kinds(entries[i][1])})"
+        for i in sorted(considered, key=lambda i: keys[i])
+    )
+    first = reason(min(considered, key=lambda i: keys[i]))
+    wrong_kind = isinstance(err, NotImplementedError) or any(
+        t.layout != torch.strided or not t.is_floating_point() for t in tensors
+    )
+    if wrong_kind:
+        msg = (
+            f"torch refuses the {which} {kinds} here: {first} Convert first "
+            "(`.to(dtype)`, `.to_dense()`), or leave them out with `.exclude(...)`."
+        )
+        return TypeError(msg)
+    msg = f"torch refuses the {which} {kinds} here: {first}"
+    return ValueError(msg)
 
 
-def add_paired(p: _Container, other: object, alpha: float) -> list[Tensor] | None:
+def _scalar_among(tensors: list[Tensor], attribute: str) -> str:
+    """`" (one a 0-dim operand)"` if a 0-dim operand differs from another there."""
+    odd = [
+        t
+        for t in tensors
+        if t.dim() == 0
+        and any(getattr(u, attribute) != getattr(t, attribute) for u in tensors)
+    ]
+    return " (one a 0-dim operand)" if odd else ""
+
+
+def _kinds(tensors: list[Tensor]) -> str:
+    return ", ".join(dict.fromkeys(describe_kind(t) for t in tensors))
+
+
+def _failing(
+    keys: tuple[str, ...],
+    fn: Composition,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> dict[int, BaseException]:
+    """The entries on which `fn` fails when run on them alone, with their errors."""
+    n = len(keys)
+
+    def one(arg: Any, i: int) -> Any:
+        return arg[i : i + 1] if isinstance(arg, list) and len(arg) == n else arg
+
+    failing: dict[int, BaseException] = {}
+    for i in range(n):
+        try:
+            fn(*(one(a, i) for a in args), **{k: one(v, i) for k, v in kwargs.items()})
+        except (RuntimeError, OverflowError) as err:
+            failing[i] = err
+    return failing
+
+
+def add_paired(
+    p: _Container, other: object, alpha: float, kernel: Kernel = torch._foreach_add
+) -> list[Tensor] | None:
     """Return the values of `p + alpha * other` in one kernel call, or `None`.
 
     The optimizer step `p.sub(g, alpha=lr)` comes here when `alpha` is a plain
-    number (checked by the caller); with `other` a ParamDict with the same keys
-    it goes straight to the kernel. In every other case, and when the kernel
-    refuses (an error to explain, or batched tensors under vmap), it returns
-    `None` for the general path.
+    number (checked by the caller), with `kernel` `torch._foreach_sub` (which,
+    as `torch.sub`, refuses boolean operands); with `other` a ParamDict with the
+    same keys it goes straight to the kernel. In every other case, and when the
+    kernel refuses (an error to explain, or batched tensors under vmap), it
+    returns `None` for the general path.
     """
     if not isinstance(other, _Container):
         return None
@@ -276,32 +402,40 @@ def add_paired(p: _Container, other: object, alpha: float) -> list[Tensor] | Non
             and torch.is_grad_enabled()
         ):
             # Recorded: `call` may run per entry, to keep less memory alive.
-            return call(torch._foreach_add, values, theirs, alpha=alpha)
-        # Not recorded: the kernel itself. Going through `call` costs 0.5 to 0.7 us
-        # more, 5% to 7% of the step on 8 x 1,600 entries.
-        return list(torch._foreach_add(values, theirs, alpha=alpha))
-    except RuntimeError:
+            out = call(kernel, values, theirs, alpha=alpha)
+        else:
+            # Not recorded: the kernel itself. Going through `call` costs 0.5 to
+            # 0.7 us more, 5% to 7% of the step on 8 x 1,600 entries.
+            out = list(kernel(values, theirs, alpha=alpha))
+    except (RuntimeError, OverflowError):  # explained by the general path
         return None
+    if out and out[0].requires_grad and torch.is_grad_enabled():
+        _untracked(out, (values, theirs), {})
+    return out
 
 
 # ---------------------------------------------------------------- compositions
 
 
-def add_scaled(values: list[Tensor], other: Any, alpha: Tensor) -> list[Tensor]:
+def add_scaled(
+    values: list[Tensor], other: Any, alpha: Tensor, negate: bool = False
+) -> list[Tensor]:
     """Return `values + alpha * other` for a 0-dim tensor `alpha`, kept in the graph.
 
-    With tensor entries this is one `addcmul` per entry, which rounds as
-    `torch.add(x, y, alpha=float(alpha))` does (a product then a sum rounds
-    differently), so a tensor `alpha` gives the arithmetic of a number.
+    With `negate`, `values - alpha * other`, which, as `torch.sub`, refuses
+    boolean entries. With tensor entries this is one `addcmul` per entry, which
+    rounds as `torch.add(x, y, alpha=float(alpha))` does (a product then a sum
+    rounds differently), so a tensor `alpha` gives the arithmetic of a number.
     """
     n = len(values)
     if holds_tensors(other):
-        return call(torch._foreach_addcmul, values, other, _scales(values, alpha))
+        scale = -alpha if negate else alpha
+        return call(torch._foreach_addcmul, values, other, _scales(values, scale))
     if isinstance(other, list):  # per-entry numbers
         scaled = call(torch._foreach_mul, [alpha] * n, other)
     else:
         scaled = [alpha * other] * n
-    return call(torch._foreach_add, values, scaled)
+    return call(torch._foreach_sub if negate else torch._foreach_add, values, scaled)
 
 
 def _scales(values: list[Tensor], alpha: Tensor) -> list[Tensor]:
@@ -331,6 +465,11 @@ def add_combined(
     """Return `values + value * combine(tensor1, tensor2)`, kept in the graph."""
     combined = call(combine, tensor1, tensor2)
     return call(torch._foreach_add, values, call(torch._foreach_mul, combined, value))
+
+
+def rsub(values: list[Tensor], number: float) -> list[Tensor]:
+    """Return `number - v` per entry (torch has no foreach kernel with it)."""
+    return [torch.rsub(v, number) for v in values]
 
 
 def where(conds: list[Tensor], values: list[Tensor], others: list[Any]) -> list[Tensor]:

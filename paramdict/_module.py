@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import Self
 
+from ._checks import check_flag, describe_kind, first_sentence
 from ._container import _Container
 
 __all__: list[str] = []
@@ -63,6 +64,42 @@ def _collect(
             above.add(id(sub))
             _collect(sub, f"{dot}{name}.", slots, seen, above)
             above.discard(id(sub))
+
+
+def _through(module: nn.Module, key: str) -> _Slot | None:
+    """The slot a dotted name reaches through submodules, cycles included.
+
+    `torch.func.functional_call` resolves names attribute by attribute, so with a
+    cycle (`m.l1.parent = m`) a name such as `l1.parent.l1.weight` reaches the
+    tensor that `named_parameters()` lists once as `l1.weight`; `_walk` stops at
+    the cycle and does not list it.
+    """
+    *path, name = key.split(".")
+    held = module
+    for part in path:
+        sub = held._modules.get(part)
+        if sub is None:
+            return None
+        held = sub
+    for table in (held._parameters, held._buffers):
+        if table.get(name) is not None:
+            return (table, name)
+    return None
+
+
+def _resolved(
+    module: nn.Module, keys: tuple[str, ...], slots: dict[str, _Slot]
+) -> tuple[dict[str, _Slot], list[str]]:
+    """The slot of every key (through cycles too), and the keys that have none."""
+    found: dict[str, _Slot] = {}
+    unknown: list[str] = []
+    for key in keys:
+        slot = slots.get(key) or _through(module, key)
+        if slot is None:
+            unknown.append(key)
+        else:
+            found[key] = slot
+    return found, unknown
 
 
 _SCRIPTED = torch.jit.ScriptModule
@@ -178,6 +215,39 @@ def _sharded_by_fsdp2(module: nn.Module, plan: _Plan, what: str) -> bool:
     raise TypeError(msg)
 
 
+def _misfit(
+    module: nn.Module,
+    plan: _Plan,
+    originals: list[tuple[dict[str, Any], str, Tensor]],
+    err: RuntimeError,
+) -> ValueError | None:
+    """The error naming the given entries unlike the module's own, if any.
+
+    When the forward fails with tensors of another shape, dtype, device or layout
+    in its slots, those are the likely cause; without any, the error is the
+    module's own and is raised as it is.
+    """
+    unlike = sorted(
+        f"{key!r} ({describe_kind(value)} vs {describe_kind(original)})"
+        for (key, _, _, value), (_, _, original) in zip(plan, originals)
+        if value is not original
+        and (
+            value.shape != original.shape
+            or value.dtype != original.dtype
+            or value.device != original.device
+            or value.layout != original.layout
+        )
+    )
+    if not unlike:
+        return None
+    msg = (
+        f"`call`: {type(module).__name__}'s forward failed ({first_sentence(err)}) "
+        f"with entries unlike the module's own tensors: {', '.join(unlike)}. Give "
+        "tensors of the module's shapes, dtypes and devices, or leave these out."
+    )
+    return ValueError(msg)
+
+
 class _ModuleIO(_Container):
     """`from_module`, `call`, `swapped_into` and `to_module` (see `ParamDict`)."""
 
@@ -219,7 +289,9 @@ class _ModuleIO(_Container):
         The same as `torch.func.functional_call(module, self, args, kwargs)`: the
         module is left as it was and the output is differentiable with respect to
         these values. Entries may cover a subset of the module's tensors; the rest
-        are the module's own.
+        are the module's own. In a module that holds one of its ancestors, a name
+        through the cycle (`l1.parent.l1.weight` for `l1.weight`) reaches the same
+        tensor, as with `functional_call`.
 
         Eagerly the tensors are swapped into the module's slots for the duration of
         the call (as `swapped_into` does), which costs a small fraction of
@@ -244,7 +316,10 @@ class _ModuleIO(_Container):
                 LayerNorm or affine InstanceNorm is differentiated again (a
                 second-order step, which torch gets silently wrong: run the
                 tasks in a loop), raised by that backward. First-order use
-                (per-sample gradients) is not affected.
+                (per-sample gradients) is not affected. If the forward fails (a
+                `RuntimeError`) while entries of another shape, dtype, device or
+                layout than the module's own are swapped in, the message names
+                them (otherwise the module's own error is raised as it is).
             TypeError: If `module` is not an `nn.Module` or is a TorchScript module
                 (refused before anything runs), if the module is sharded by FSDP2
                 (`fully_shard`) and the tensors are not its own (the module is not
@@ -285,6 +360,16 @@ class _ModuleIO(_Container):
                 for key, held, name, value in plan
                 if held.get(name) is not value and key in self
             ]
+        except RuntimeError as err:
+            misfit = _misfit(module, plan, originals, err)
+            if misfit is None:
+                if sys.version_info >= (3, 11):
+                    err.add_note(
+                        f"(raised by the forward of {type(module).__name__}, run by "
+                        "`call`)"
+                    )
+                raise
+            raise misfit from err
         finally:
             _restore(originals)
         if replaced:
@@ -311,25 +396,37 @@ class _ModuleIO(_Container):
             ValueError: For a key the module lacks, or disagreeing tied entries.
         """
         slots, tied = _walk(module)
-        try:
-            plan: _Plan = [(key, *slots[key], value) for key, value in self.items()]
-        except KeyError:
-            error = self._unexpected_in(slots, module, what)
-            assert error is not None  # some key was not found
-            raise error from None
-        if not tied:
-            return plan
+        resolved, unknown = _resolved(module, self._keys, slots)
+        if unknown:
+            raise ValueError(_unexpected_message(module, unknown, what))
+        cyclic = len(resolved) != 0 and any(k not in slots for k in resolved)
+        if not tied and not cyclic:
+            return [(key, *resolved[key], value) for key, value in self.items()]
         by_tensor: dict[int, list[str]] = {}
         for name, slot in slots.items():
             by_tensor.setdefault(id(_tensor_at(slot)), []).append(name)
-        plan = []
+        plan: _Plan = []
+        claimed: dict[tuple[int, str], tuple[str, Tensor]] = {}
         disagree: set[str] = set()
         for key, value in self.items():
-            for alias in by_tensor[id(_tensor_at(slots[key]))]:
-                if alias == key or alias not in self:
-                    plan.append((alias, *slots[alias], value))
-                elif ties_agree and dict.__getitem__(self, alias) is not value:  # pyright: ignore[reportUnknownMemberType]
-                    disagree.update((key, alias))
+            own = resolved[key]
+            for alias in by_tensor[id(_tensor_at(own))]:
+                if alias != key and alias in self:  # given itself: its entry puts it
+                    theirs: Tensor = dict.__getitem__(self, alias)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+                    if ties_agree and theirs is not value:
+                        disagree.update((key, alias))
+                    continue
+                held, name = slots[alias]
+                where = (id(held), name)
+                if where in claimed:  # two names through a cycle, one slot
+                    first, theirs = claimed[where]
+                    if ties_agree and theirs is not value:
+                        disagree.update((first, key))
+                    continue
+                claimed[where] = (key, value)
+                # A name through a cycle answers for its slot's own name.
+                mine = held is own[0] and name == own[1] and alias not in self
+                plan.append((key if mine else alias, held, name, value))
         if disagree:
             msg = (
                 f"{what}: {sorted(disagree)!r} are tied in {type(module).__name__} "
@@ -339,14 +436,14 @@ class _ModuleIO(_Container):
             raise ValueError(msg)
         return plan
 
-    def _tied_disagree(self, slots: dict[str, _Slot]) -> list[str]:
+    def _tied_disagree(self, resolved: dict[str, _Slot]) -> list[str]:
         """The given names that are tied in the module but hold different values."""
         first: dict[int, tuple[str, Tensor]] = {}
         disagree: set[str] = set()
         for key, value in self.items():
-            if key not in slots:
+            if key not in resolved:
                 continue
-            tensor_id = id(_tensor_at(slots[key]))
+            tensor_id = id(_tensor_at(resolved[key]))
             seen = first.setdefault(tensor_id, (key, value))
             other = seen[1]
             if seen[0] != key and other is not value and not _same_values(other, value):
@@ -424,7 +521,8 @@ class _ModuleIO(_Container):
                 sparse or on the meta device, or tied names (one tensor under several
                 names) are given different values; the message names the keys, and
                 the module is left unchanged.
-            TypeError: If `module` is not an `nn.Module`.
+            TypeError: If `module` is not an `nn.Module`, or `strict` is not a
+                bool.
 
         Example:
             >>> model = torch.nn.Linear(2, 1)
@@ -434,13 +532,14 @@ class _ModuleIO(_Container):
             0.0
         """
         _check_module(module, "`to_module`", swaps=False)
+        check_flag(strict, "strict", "to_module")
         slots = _slots(module)
-        unexpected = [k for k in self._keys if k not in slots]
+        resolved, unexpected = _resolved(module, self._keys, slots)
         problems: list[str] = []
         if unexpected:
             problems.append(f"unexpected {sorted(unexpected)!r}")
         if strict:
-            covered = {id(_tensor_at(slots[k])) for k in self._keys if k in slots}
+            covered = {id(_tensor_at(slot)) for slot in resolved.values()}
             missing = sorted(
                 {
                     name
@@ -453,15 +552,15 @@ class _ModuleIO(_Container):
                 problems.append(f"missing {missing!r}")
         bad: dict[str, list[str]] = {}
         for key, value in self.items():
-            if key not in slots:
+            if key not in resolved:
                 continue
-            target = _tensor_at(slots[key])
+            target = _tensor_at(resolved[key])
             reason = _cannot_copy(value, target)
             if reason is not None:
                 bad.setdefault(reason[0], []).append(f"{key!r} ({reason[1]})")
         for what, entries in sorted(bad.items()):
             problems.append(f"{what} for " + ", ".join(sorted(entries)))
-        disagree = self._tied_disagree(slots)
+        disagree = self._tied_disagree(resolved)
         if disagree:
             problems.append(
                 f"{disagree!r} are tied (one tensor under several names) but hold "
@@ -482,4 +581,4 @@ class _ModuleIO(_Container):
             raise ValueError(msg)
         with torch.no_grad():
             for key, value in self.items():
-                _tensor_at(slots[key]).copy_(value)
+                _tensor_at(resolved[key]).copy_(value)

@@ -404,10 +404,10 @@ def watched(module: nn.Module, values: Mapping[str, Tensor]) -> Callable[..., An
     stack = _functorch.get_interpreter_stack()
     if not any(i.key() == _VMAP for i in stack):
         return module
-    names = {
-        id(tensor): key
-        for named in (module.named_parameters, module.named_buffers)
-        for key, tensor in named(remove_duplicate=False)
-    }
+    from ._module import _slots  # `_module` loads this module when it runs
+
+    # Through the slots, not `named_parameters(remove_duplicate=False)`: that walk
+    # never ends on a module that holds one of its ancestors.
+    names = {id(held[name]): key for key, (held, name) in _slots(module).items()}
     names.update((id(tensor), key) for key, tensor in values.items())
     return functools.partial(_Watch(stack, names).run, module)

@@ -17,6 +17,7 @@ per entry instead, to keep less memory alive for the backward pass (see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,21 +25,62 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from ._checks import is_number
+from ._checks import check_fits, is_number
 from ._kernels import (
     Kernel,
     add_combined,
     add_paired,
     add_scaled,
     apply,
+    check_scalar_device,
     holds_tensors,
     operand,
     operand_or_raise,
+    rsub,
     scalar_for,
 )
 from ._pointwise import Operand, _Pointwise
 
 __all__ = ["Operand"]
+
+
+def _no_bool_sub(p: _Pointwise, arg: Any) -> None:
+    """Refuse boolean operands of a subtraction, naming them, as `torch.sub` does."""
+    theirs = arg if holds_tensors(arg) else [None] * len(p._keys)
+    flags = sorted(
+        k
+        for k, v, o in zip(p._keys, p._vals, theirs)
+        if v.dtype == torch.bool or (o is not None and o.dtype == torch.bool)
+    )
+    if flags:
+        msg = (
+            f"`sub` is not defined for the boolean entries {flags!r}, as torch "
+            "refuses `-` with a bool tensor. Use `^` / `logical_xor()` for masks, or "
+            "convert them first (`.to(dtype)`)."
+        )
+        raise TypeError(msg)
+
+
+def _no_float_alpha(p: _Pointwise, numbers: Any, what: str) -> None:
+    """Refuse a float `alpha` for entries whose result stays integral, as torch does.
+
+    The numbers are folded into `alpha * number` before the kernel runs, so the
+    kernel never sees `alpha` to refuse it.
+    """
+    per_key = numbers if isinstance(numbers, list) else [numbers] * len(p._keys)
+    integral = sorted(
+        k
+        for k, v, x in zip(p._keys, p._vals, per_key)
+        if not torch.result_type(v, x).is_floating_point
+        and not torch.result_type(v, x).is_complex
+    )
+    if integral:
+        msg = (
+            f"{what}'s `alpha` is a float, but the entries {integral!r} stay "
+            "integral, and torch refuses a float `alpha` for them. Pass an int "
+            "`alpha`, or convert them first (`.to(dtype)`)."
+        )
+        raise TypeError(msg)
 
 
 class _Operators(_Pointwise):
@@ -68,9 +110,17 @@ class _Operators(_Pointwise):
             return NotImplemented
         if holds_tensors(arg):
             return self._run(torch._foreach_sub, arg, self._vals)
-        # No foreach kernel takes numbers on the left: negate, then add.
-        neg = self._run(torch._foreach_neg, self._vals)
-        return neg._run(torch._foreach_add, neg._vals, arg)
+        values = self._vals
+        if isinstance(arg, list) or (
+            math.isfinite(arg) and not any(v.is_complex() for v in values)
+        ):
+            # No foreach kernel takes numbers on the left: negate, then add (the
+            # same values as `number - v` for real entries).
+            neg = self._run(torch._foreach_neg, values)
+            return neg._run(torch._foreach_add, neg._vals, arg)
+        # Complex entries or a non-finite number: `-v + c` can make imaginary
+        # parts NaN (or -0.0) where `c - v` does not; one `torch.rsub` per entry.
+        return self._derive(apply(self, rsub, values, arg))
 
     def _scale(self, op: Kernel, arg: Any) -> Self:
         """Run `_foreach_mul` or `_foreach_div` with an argument from `_operand`."""
@@ -122,6 +172,13 @@ class _Operators(_Pointwise):
         return self._run(torch._foreach_neg, self._vals)
 
     def __pos__(self) -> Self:
+        flags = sorted(k for k, v in self.items() if v.dtype == torch.bool)
+        if flags:  # as torch refuses `+t` for a boolean tensor
+            msg = (
+                f"`+p` is not defined for the boolean entries {flags!r}, as torch "
+                "refuses `+` on a bool tensor. Convert them first (`.to(dtype)`)."
+            )
+            raise TypeError(msg)
         return self
 
     def __abs__(self) -> Self:
@@ -143,8 +200,12 @@ class _Operators(_Pointwise):
             A new ParamDict with the same keys.
 
         Raises:
-            ValueError: If a mapping's keys differ or an entry does not broadcast.
-            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+            ValueError: If a mapping's keys differ, an entry does not broadcast, or
+                a number is one torch refuses (an int beyond 64 bits, an `alpha`
+                the entries' dtype cannot hold).
+            TypeError: If `other` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, integer with a float
+                `alpha`, ...): the message names the entries.
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
@@ -161,7 +222,7 @@ class _Operators(_Pointwise):
         """Return `self - alpha * other`, like `torch.sub`; `self` is unchanged.
 
         The fused SGD step `params.sub(grads, alpha=lr)` is one
-        `torch._foreach_add` call when `lr` is a number; a 0-dim tensor `lr`
+        `torch._foreach_sub` call when `lr` is a number; a 0-dim tensor `lr`
         (Meta-SGD) stays differentiable.
 
         Args:
@@ -172,8 +233,12 @@ class _Operators(_Pointwise):
             A new ParamDict with the same keys.
 
         Raises:
-            ValueError: If a mapping's keys differ or an entry does not broadcast.
-            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+            ValueError: If a mapping's keys differ, an entry does not broadcast, or
+                a number is one torch refuses (an int beyond 64 bits, an `alpha`
+                the entries' dtype cannot hold).
+            TypeError: If `other` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (boolean, as `torch.sub` does,
+                sparse, ...): the message names the entries.
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
@@ -182,7 +247,7 @@ class _Operators(_Pointwise):
             tensor([0., 1.])
         """
         if type(alpha) is float or type(alpha) is int:
-            out = add_paired(self, other, -alpha)
+            out = add_paired(self, other, alpha, torch._foreach_sub)
             if out is not None:
                 return self._derive(out)
         return self._axpy(other, alpha, "`sub`", negate=True)
@@ -200,22 +265,33 @@ class _Operators(_Pointwise):
                     f"tensor of shape {tuple(alpha.shape)}."
                 )
                 raise TypeError(msg)
-            return self._derive(
-                apply(self, add_scaled, values, arg, -alpha if negate else alpha)
-            )
+            check_scalar_device(self, alpha, f"{what}'s `alpha`")
+            if negate:
+                _no_bool_sub(self, arg)
+            return self._derive(apply(self, add_scaled, values, arg, alpha, negate))
         if not is_number(alpha):
             msg = (
                 f"{what}: `alpha` must be a number or a 0-dim tensor, got "
                 f"{type(alpha).__name__}."
             )
             raise TypeError(msg)
-        if negate:
-            alpha = -alpha
+        check_fits(alpha, {v.dtype for v in values}, f"{what}'s `alpha`")
         if holds_tensors(arg):
-            return self._run(torch._foreach_add, values, arg, alpha=alpha)
+            if not negate:
+                return self._run(torch._foreach_add, values, arg, alpha=alpha)
+            # `_foreach_add` with `-alpha`, not `_foreach_sub`: only `add` has the
+            # `.Tensor` overload that takes a shared 0-dim tensor in one launch on
+            # an accelerator (`_foreach.call`). Booleans are refused as `torch.sub`
+            # refuses them.
+            _no_bool_sub(self, arg)
+            return self._run(torch._foreach_add, values, arg, alpha=-alpha)
+        # `_foreach_sub` for `sub`: as `torch.sub`, it refuses boolean operands.
+        kernel = torch._foreach_sub if negate else torch._foreach_add
+        if isinstance(alpha, float):
+            _no_float_alpha(self, arg, what)
         if isinstance(arg, list):
-            return self._run(torch._foreach_add, values, [alpha * a for a in arg])
-        return self._run(torch._foreach_add, values, alpha * arg)
+            return self._run(kernel, values, [alpha * a for a in arg])
+        return self._run(kernel, values, alpha * arg)
 
     def mul(self, other: Operand, /) -> Self:
         """Return `self * other`, like `torch.mul`; `self` is unchanged.
@@ -227,8 +303,11 @@ class _Operators(_Pointwise):
             A new ParamDict with the same keys.
 
         Raises:
-            ValueError: If a mapping's keys differ or an entry does not broadcast.
-            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+            ValueError: If a mapping's keys differ, an entry does not broadcast, or
+                an int is beyond 64 bits.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, boolean, ...): the
+                message names the entries.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 2.0])).mul(3)["w"]
@@ -246,8 +325,11 @@ class _Operators(_Pointwise):
             A new ParamDict with the same keys.
 
         Raises:
-            ValueError: If a mapping's keys differ or an entry does not broadcast.
-            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+            ValueError: If a mapping's keys differ, an entry does not broadcast, or
+                an int is beyond 64 bits.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, boolean, ...): the
+                message names the entries.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 2.0])).div(2)["w"]
@@ -265,8 +347,11 @@ class _Operators(_Pointwise):
             A new ParamDict with the same keys.
 
         Raises:
-            ValueError: If a mapping's keys differ or an entry does not broadcast.
-            TypeError: If `exponent` is not a number, 0-dim tensor or mapping.
+            ValueError: If a mapping's keys differ, an entry does not broadcast, or
+                an int is beyond 64 bits.
+            TypeError: If `exponent` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, boolean, ...): the
+                message names the entries.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 2.0])).pow(2)["w"]
@@ -288,17 +373,22 @@ class _Operators(_Pointwise):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If the keys differ or an entry does not broadcast.
-            TypeError: If `weight` is not a number, 0-dim tensor or mapping.
+            ValueError: If the keys differ, an entry does not broadcast, or a
+                number `weight` is one the entries' dtype cannot hold.
+            TypeError: If `weight` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, boolean, ...): the
+                message names the entries.
 
         Example:
             >>> m = ParamDict(w=torch.tensor([0.0, 0.0]))
             >>> m.lerp({"w": torch.tensor([1.0, 2.0])}, 0.1)["w"]
             tensor([0.1000, 0.2000])
         """
-        ends = self._aligned(end, what="`lerp`")
-        w = operand_or_raise(self, weight, "`lerp`")
+        ends = self._aligned(end, what="`lerp`'s `end`")
+        w = operand_or_raise(self, weight, "`lerp`'s `weight`")
         values = self._vals
+        if is_number(w):  # torch converts it to the entries' dtype
+            check_fits(w, {v.dtype for v in values}, "`lerp`'s `weight`")
         if isinstance(w, list) and not holds_tensors(w):
             # Per-key numbers become 0-dim tensors: every supported torch has the
             # tensor-list kernel, the number-list one exists from torch 2.6 on.
@@ -316,10 +406,12 @@ class _Operators(_Pointwise):
         value: float | Tensor | Mapping[str, float],
         what: str,
     ) -> Self:
-        a = self._aligned(t1, what=what)
-        b = self._aligned(t2, what=what)
-        v = operand_or_raise(self, value, what)
+        a = self._aligned(t1, what=f"{what}'s `tensor1`")
+        b = self._aligned(t2, what=f"{what}'s `tensor2`")
+        v = operand_or_raise(self, value, f"{what}'s `value`")
         values = self._vals
+        if is_number(v):  # torch converts it to the entries' dtype
+            check_fits(v, {x.dtype for x in values}, f"{what}'s `value`")
         if holds_tensors(v):
             # A tensor `value` stays differentiable: form the product, then scale.
             combine = (
@@ -349,7 +441,11 @@ class _Operators(_Pointwise):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If the keys differ or an entry does not broadcast.
+            ValueError: If the keys differ, an entry does not broadcast, or a
+                number `value` is one the entries' dtype cannot hold.
+            TypeError: If `value` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, boolean, ...): the
+                message names the entries.
 
         Example:
             >>> v = ParamDict(w=torch.tensor([1.0]))
@@ -378,7 +474,11 @@ class _Operators(_Pointwise):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If the keys differ or an entry does not broadcast.
+            ValueError: If the keys differ, an entry does not broadcast, or a
+                number `value` is one the entries' dtype cannot hold.
+            TypeError: If `value` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, boolean, ...): the
+                message names the entries.
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0]))

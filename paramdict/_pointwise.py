@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
+from ._checks import check_fits, is_number
 from ._container import _Container
 from ._foreach import call
 from ._kernels import Kernel, apply, operand_or_raise, where
@@ -42,6 +43,10 @@ class _Pointwise(_Container):
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
 
+        Raises:
+            TypeError: If torch refuses an entry's kind here (a sparse or boolean
+                entry, ...): the message names it and gives torch's reason.
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0, 9.0])).sqrt()["w"]
             tensor([2., 3.])
@@ -57,10 +62,21 @@ class _Pointwise(_Container):
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
 
+        Raises:
+            TypeError: If an entry is sparse (`torch.rsqrt` takes dense tensors),
+                or torch refuses an entry's kind here: the message names it.
+
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).rsqrt()["w"]
             tensor([0.5000])
         """
+        sparse = sorted(k for k, v in self.items() if v.layout != torch.strided)
+        if sparse:  # `pow` would keep a sparse tensor's zeros, not make them inf
+            msg = (
+                f"`rsqrt` takes dense entries, as `torch.rsqrt` does; {sparse!r} are "
+                "not. Convert them with `.to_dense()` first."
+            )
+            raise TypeError(msg)
         return self._run(torch._foreach_pow, self._vals, -0.5)
 
     def exp(self) -> Self:
@@ -68,6 +84,10 @@ class _Pointwise(_Container):
 
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            TypeError: If torch refuses an entry's kind here (a sparse or boolean
+                entry, ...): the message names it and gives torch's reason.
 
         Example:
             >>> ParamDict(w=torch.tensor([0.0])).exp()["w"]
@@ -81,6 +101,10 @@ class _Pointwise(_Container):
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
 
+        Raises:
+            TypeError: If torch refuses an entry's kind here (a sparse or boolean
+                entry, ...): the message names it and gives torch's reason.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0])).log()["w"]
             tensor([0.])
@@ -92,6 +116,10 @@ class _Pointwise(_Container):
 
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            TypeError: If torch refuses an entry's kind here (a sparse or boolean
+                entry, ...): the message names it and gives torch's reason.
 
         Example:
             >>> ParamDict(w=torch.tensor([-2.0, 0.0, 3.0])).sign()["w"]
@@ -105,6 +133,10 @@ class _Pointwise(_Container):
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
 
+        Raises:
+            TypeError: If torch refuses an entry's kind here (a sparse or boolean
+                entry, ...): the message names it and gives torch's reason.
+
         Example:
             >>> ParamDict(w=torch.tensor([-2.0, 3.0])).abs()["w"]
             tensor([2., 3.])
@@ -117,6 +149,10 @@ class _Pointwise(_Container):
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
 
+        Raises:
+            TypeError: If torch refuses an entry's kind here (a sparse or boolean
+                entry, ...): the message names it and gives torch's reason.
+
         Example:
             >>> ParamDict(w=torch.tensor([1.0])).neg()["w"]
             tensor([-1.])
@@ -128,6 +164,10 @@ class _Pointwise(_Container):
 
         Returns:
             A new ParamDict with the same keys; `self` is unchanged.
+
+        Raises:
+            TypeError: If torch refuses an entry's kind here (a sparse or boolean
+                entry, ...): the message names it and gives torch's reason.
 
         Example:
             >>> ParamDict(w=torch.tensor([4.0])).reciprocal()["w"]
@@ -150,7 +190,11 @@ class _Pointwise(_Container):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If neither bound is given, or a mapping's keys differ.
+            ValueError: If neither bound is given, a mapping's keys differ, or a
+                number bound is one the entries' dtype cannot hold.
+            TypeError: If a bound is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, complex, ...): the
+                message names the entries.
 
         Example:
             >>> ParamDict(w=torch.tensor([-2.0, 0.5, 3.0])).clamp(-1, 1)["w"]
@@ -159,19 +203,20 @@ class _Pointwise(_Container):
         if min is None and max is None:
             msg = "`clamp` needs at least one of `min` and `max`."
             raise ValueError(msg)
+        bounds = [
+            (kernel, operand_or_raise(self, bound, f"`clamp`'s `{name}`"), name)
+            for kernel, bound, name in (
+                (torch._foreach_clamp_min, min, "min"),
+                (torch._foreach_clamp_max, max, "max"),
+            )
+            if bound is not None
+        ]
+        for _, arg, name in bounds:
+            if is_number(arg):  # torch converts it to the entries' dtype
+                check_fits(arg, {v.dtype for v in self._vals}, f"`clamp`'s `{name}`")
         out: Self = self
-        if min is not None:
-            out = out._run(
-                torch._foreach_clamp_min,
-                out._vals,
-                operand_or_raise(out, min, "`clamp`"),
-            )
-        if max is not None:
-            out = out._run(
-                torch._foreach_clamp_max,
-                out._vals,
-                operand_or_raise(out, max, "`clamp`"),
-            )
+        for kernel, arg, _ in bounds:
+            out = out._run(kernel, out._vals, arg)
         return out
 
     def maximum(self, other: Operand, /) -> Self:
@@ -184,14 +229,19 @@ class _Pointwise(_Container):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If a mapping's keys differ or an entry does not broadcast.
-            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+            ValueError: If a mapping's keys differ, an entry does not broadcast, or
+                a number is one the entries' dtype cannot hold.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, complex, ...): the
+                message names the entries.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 5.0])).maximum(2)["w"]
             tensor([2., 5.])
         """
         arg = operand_or_raise(self, other, "`maximum`")
+        if is_number(arg):  # torch converts it to the entries' dtype
+            check_fits(arg, {v.dtype for v in self._vals}, "`maximum`")
         return self._run(torch._foreach_maximum, self._vals, arg)
 
     def minimum(self, other: Operand, /) -> Self:
@@ -204,14 +254,19 @@ class _Pointwise(_Container):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If a mapping's keys differ or an entry does not broadcast.
-            TypeError: If `other` is not a number, 0-dim tensor or mapping.
+            ValueError: If a mapping's keys differ, an entry does not broadcast, or
+                a number is one the entries' dtype cannot hold.
+            TypeError: If `other` is not a number, 0-dim tensor or mapping, or
+                torch refuses an entry's kind here (sparse, complex, ...): the
+                message names the entries.
 
         Example:
             >>> ParamDict(w=torch.tensor([1.0, 5.0])).minimum(2)["w"]
             tensor([1., 2.])
         """
         arg = operand_or_raise(self, other, "`minimum`")
+        if is_number(arg):  # torch converts it to the entries' dtype
+            check_fits(arg, {v.dtype for v in self._vals}, "`minimum`")
         return self._run(torch._foreach_minimum, self._vals, arg)
 
     def where(self, condition: Mapping[str, Tensor], /, other: Operand) -> Self:
@@ -227,14 +282,18 @@ class _Pointwise(_Container):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If the keys differ or an entry does not broadcast.
+            ValueError: If the keys differ, an entry does not broadcast, or a
+                number `other` is one the entries' dtype cannot hold.
+            TypeError: If `condition` holds other than boolean tensors, `other` is
+                not a number, 0-dim tensor or mapping, or torch refuses an entry's
+                kind here (sparse, ...): the message names the entries.
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, -1.0]))
             >>> p.where({"w": torch.tensor([True, False])}, 0.0)["w"]
             tensor([1., 0.])
         """
-        conds = self._aligned(condition, what="`where`")
+        conds = self._aligned(condition, what="`where`'s `condition`")
         not_bool = sorted(
             k
             for k, c in zip(self._keys, conds)
@@ -247,6 +306,8 @@ class _Pointwise(_Container):
                 "v > 0)`."
             )
             raise TypeError(msg)
-        arg = operand_or_raise(self, other, "`where`")
+        arg = operand_or_raise(self, other, "`where`'s `other`")
+        if is_number(arg):  # torch converts it to the entries' dtype
+            check_fits(arg, {v.dtype for v in self._vals}, "`where`'s `other`")
         others = arg if isinstance(arg, list) else [arg] * len(self)
         return self._derive(apply(self, where, conds, self._vals, others))

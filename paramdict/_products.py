@@ -15,12 +15,14 @@ immutable", pytorch#112013), which is exactly the Hessian-vector case.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast, overload
 
 import torch
 from torch import Tensor
 
+from ._checks import check_flag, describe_kind
 from ._container import key_mismatch_message
 from ._paramdict import ParamDict
 
@@ -28,9 +30,24 @@ __all__ = ["hvp", "jvp", "vjp"]
 
 P = TypeVar("P", bound=ParamDict)
 Q = TypeVar("Q", bound=ParamDict)
+T = TypeVar("T")
 
 
 # ------------------------------------------------------------------ checks
+
+
+def evaluate(fn: Callable[..., T], name: str, what: str, *args: Any) -> T:
+    """Return `fn(*args)`; an error it raises is the caller's, passed on as it is.
+
+    On Python 3.11+ the error gets a note saying it came from `name`, so that it
+    is not taken for one of `what`'s own refusals.
+    """
+    try:
+        return fn(*args)
+    except Exception as err:
+        if sys.version_info >= (3, 11):
+            err.add_note(f"(raised by `{name}`, the function given to `{what}`)")
+        raise
 
 
 def check_callable(fn: object, name: str, what: str) -> None:
@@ -53,8 +70,27 @@ def check_paramdict(value: object, name: str, what: str) -> None:
         raise TypeError(msg)
 
 
+def check_entries(params: ParamDict, name: str, what: str) -> None:
+    """Raise a ValueError if `params` is empty: there is nothing to differentiate.
+
+    As `torch.autograd.grad` refuses empty `inputs`, and before `func` runs on a
+    ParamDict without the keys it reads.
+    """
+    if not params:
+        msg = (
+            f"`{what}` needs at least one entry in `{name}` to differentiate with "
+            "respect to, but it is empty. Check the selection that built it."
+        )
+        raise ValueError(msg)
+
+
 def check_floating(params: ParamDict, name: str, what: str) -> None:
-    """Raise a TypeError naming the entries of `params` that are not floating."""
+    """Raise a TypeError naming the entries of `params` that cannot be differentiated.
+
+    They must be dense, floating point (or complex) tensors: not integer or
+    boolean, not sparse. (Meta tensors are fine here: the products of meta
+    tensors are meta tensors of the right shapes, as with `torch.autograd`.)
+    """
     bad = sorted(
         k for k, v in params.items() if not (v.is_floating_point() or v.is_complex())
     )
@@ -64,6 +100,77 @@ def check_floating(params: ParamDict, name: str, what: str) -> None:
             "cannot be differentiated. Leave them out with `.exclude(...)`."
         )
         raise TypeError(msg)
+    sparse = sorted(k for k, v in params.items() if v.layout != torch.strided)
+    if sparse:
+        msg = (
+            f"`{what}`: entries {sparse!r} of `{name}` are sparse; `{what}` takes "
+            "dense tensors. Convert them with `.to_dense()` first."
+        )
+        raise TypeError(msg)
+
+
+def check_devices(params: ParamDict, name: str, what: str) -> None:
+    """Raise a ValueError if some entries are meta tensors and others are not.
+
+    Products of meta tensors are meta tensors of the right shapes (as with
+    `torch.autograd`); a function of meta and real entries together has no
+    backward torch can run.
+    """
+    meta = sorted(k for k, v in params.items() if v.is_meta)
+    if meta and len(meta) != len(params):
+        msg = (
+            f"`{what}`: entries {meta!r} of `{name}` are meta tensors and the others "
+            "are not; torch cannot differentiate through both. Move them to one "
+            "kind of device first (`.to(device)`), all meta for shapes only."
+        )
+        raise ValueError(msg)
+
+
+def check_kinds(
+    keys: Sequence[str],
+    ours: Sequence[Tensor],
+    given: Sequence[Tensor],
+    name: str,
+    what: str,
+    against: str,
+) -> None:
+    """Raise naming the keys where `given` cannot pair with `ours` in autograd.
+
+    Each must be dense (`TypeError`), on its partner's device, and complex exactly
+    where its partner is (`ValueError`): what torch's backward refuses, with a
+    message that names neither the key nor the argument.
+    """
+    pairs = list(zip(keys, ours, given))
+    sparse = sorted(k for k, _, g in pairs if g.layout != torch.strided)
+    if sparse:
+        msg = (
+            f"`{what}`: `{name}` has sparse tensors at {sparse!r}; it takes dense "
+            "ones. Convert them with `.to_dense()` first."
+        )
+        raise TypeError(msg)
+    wrong = sorted(
+        k
+        for k, o, g in pairs
+        if g.device != o.device or g.is_complex() != o.is_complex()
+    )
+    if wrong:
+        by_key = {k: (o, g) for k, o, g in pairs}
+        detail = ", ".join(
+            f"{k!r}: {describe_kind(by_key[k][1])} vs {describe_kind(by_key[k][0])}"
+            for k in wrong
+        )
+        msg = (
+            f"`{what}`: `{name}` does not fit {against} at {wrong!r} ({detail}): "
+            "each must be on its entry's device, and complex exactly where the "
+            "entry is. Convert with `.to(...)` first."
+        )
+        raise ValueError(msg)
+
+
+def check_options(what: str, **flags: object) -> None:
+    """Raise a TypeError naming the first flag that is not a bool."""
+    for name, value in flags.items():
+        check_flag(value, name, what)
 
 
 def aligned(
@@ -96,6 +203,7 @@ def aligned(
         msg = f"`{what}`: `{name}` holds non-tensors at {not_tensors!r}."
         raise TypeError(msg)
     values = [cast("Tensor", given[k]) for k in params]
+    check_kinds(list(params), list(params.values()), values, name, what, against)
     if shapes:
         wrong = sorted(k for k, v in zip(params, values) if v.shape != params[k].shape)
         if wrong:
@@ -229,7 +337,7 @@ class HessianOperator:
         self._create_graph = create_graph
         with torch.enable_grad():
             self._leaves = leaves(params, create_graph=create_graph)
-            loss = _scalar_loss(func(self._leaves), what)
+            loss = _scalar_loss(evaluate(func, "func", what, self._leaves), what)
             self.loss = loss.detach()
             values = list(self._leaves.values())
             if not loss.requires_grad:
@@ -287,9 +395,11 @@ def hvp(
 
     Raises:
         TypeError: If `func` is not callable, `params` is not a ParamDict,
-            `tangents` is not a mapping of tensors, an entry is not floating
-            point, or `func` does not return a tensor.
-        ValueError: If the keys or shapes of `tangents` differ from `params`' (the
+            `tangents` is not a mapping of dense tensors (complex exactly where
+            `params` are), an entry is not a dense floating point tensor, a flag
+            is not a bool, or `func` does not return a tensor.
+        ValueError: If `params` is empty or mixes meta and other entries, the
+            keys, shapes or devices of `tangents` differ from `params`' (the
             message names them), `func` returns a non-scalar, or `func` does not
             depend on some entries and `allow_unused` is false.
 
@@ -305,7 +415,10 @@ def hvp(
     what = "hvp"
     check_callable(func, "func", what)
     check_paramdict(params, "params", what)
+    check_entries(params, "params", what)
     check_floating(params, "params", what)
+    check_devices(params, "params", what)
+    check_options(what, create_graph=create_graph, allow_unused=allow_unused)
     aligned(params, tangents, "tangents", what)
     operator = HessianOperator(
         func, params, create_graph=create_graph, allow_unused=allow_unused, what=what
@@ -346,6 +459,19 @@ def _matching(
         msg = (
             f"`{what}`: `{name}` has shape {tuple(given.shape)}, the function's "
             f"output {tuple(first.shape)}; they must match."
+        )
+        raise ValueError(msg)
+    if given.layout != torch.strided:
+        msg = (
+            f"`{what}`: `{name}` is a sparse tensor; it takes a dense one. Convert "
+            "it with `.to_dense()` first."
+        )
+        raise TypeError(msg)
+    if given.device != first.device or given.is_complex() != first.is_complex():
+        msg = (
+            f"`{what}`: `{name}` ({describe_kind(given)}) does not fit the "
+            f"function's output ({describe_kind(first)}): it must be on the same "
+            "device, and complex exactly where the output is."
         )
         raise ValueError(msg)
     return [given]
@@ -401,9 +527,11 @@ def vjp(
 
     Raises:
         TypeError: If `func` is not callable, `params` is not a ParamDict, an
-            entry is not floating point, `func` returns neither a tensor nor a
-            ParamDict, or `cotangents` is not of the output's kind.
-        ValueError: If `cotangents`' keys or shapes differ from the output's, or
+            entry is not a dense floating point tensor, a flag is not a bool,
+            `func` returns neither a tensor nor a ParamDict, or `cotangents` is
+            not of the output's kind (dense, complex exactly where it is).
+        ValueError: If `params` is empty or mixes meta and other entries,
+            `cotangents`' keys, shapes or devices differ from the output's, or
             `func` does not depend on some entries and `allow_unused` is false.
 
     Example:
@@ -417,10 +545,13 @@ def vjp(
     what = "vjp"
     check_callable(func, "func", what)
     check_paramdict(params, "params", what)
+    check_entries(params, "params", what)
     check_floating(params, "params", what)
+    check_devices(params, "params", what)
+    check_options(what, create_graph=create_graph, allow_unused=allow_unused)
     with torch.enable_grad():
         inputs = leaves(params, create_graph=create_graph)
-        outs, out_dict = _outputs(func(inputs), what)
+        outs, out_dict = _outputs(evaluate(func, "func", what, inputs), what)
         cot = _matching(out_dict, outs[0], cotangents, "cotangents", what)
         found = grad_or_none(
             outs, list(inputs.values()), cot, create_graph=create_graph
@@ -481,9 +612,11 @@ def jvp(
 
     Raises:
         TypeError: If `func` is not callable, `params` is not a ParamDict,
-            `tangents` is not a mapping of tensors, an entry is not floating
-            point, or `func` returns neither a tensor nor a ParamDict.
-        ValueError: If `tangents`' keys or shapes differ from `params`', or `func`
+            `tangents` is not a mapping of dense tensors (complex exactly where
+            `params` are), an entry is not a dense floating point tensor, a flag
+            is not a bool, or `func` returns neither a tensor nor a ParamDict.
+        ValueError: If `params` is empty or mixes meta and other entries,
+            `tangents`' keys, shapes or devices differ from `params`', or `func`
             does not depend on some entries and `allow_unused` is false.
 
     Example:
@@ -498,12 +631,15 @@ def jvp(
     what = "jvp"
     check_callable(func, "func", what)
     check_paramdict(params, "params", what)
+    check_entries(params, "params", what)
     check_floating(params, "params", what)
+    check_devices(params, "params", what)
+    check_options(what, create_graph=create_graph, allow_unused=allow_unused)
     v = aligned(params, tangents, "tangents", what)
     with torch.enable_grad():
         inputs = leaves(params, create_graph=create_graph)
         values = list(inputs.values())
-        outs, out_dict = _outputs(func(inputs), what)
+        outs, out_dict = _outputs(evaluate(func, "func", what, inputs), what)
         dummies = [torch.zeros_like(o).requires_grad_() for o in outs]
         # J^T u, linear in the dummy u; kept in the graph to differentiate again.
         transposed = grad_or_none(outs, values, dummies, create_graph=True)

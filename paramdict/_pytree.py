@@ -62,20 +62,34 @@ def _name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def rebuild(name: object, entries: object, /) -> _Container:
+def rebuild(*args: object) -> _Container:
     """Build the ParamDict class registered as `name` from `entries` (unpickling).
 
+    Called as `rebuild(name, entries)` by the unpickler: a file names this
+    function and its arguments, so every argument is checked before anything is
+    built, and every refusal says what the file holds.
+
     Args:
-        name: The class's full name, as `register` recorded it.
-        entries: A plain `dict` of the entries.
+        *args: `(name, entries)`: the class's full name, as `register` recorded
+            it, and a plain `dict` of the entries, str keys to tensors.
 
     Returns:
         `cls(entries)`, checked as every construction is.
 
     Raises:
-        TypeError: If `name` is not a registered ParamDict class (import the module
-            that defines a subclass before loading it), or `entries` is not a dict.
+        TypeError: If the file gives other than two arguments, `name` is not a
+            registered ParamDict class (import the module that defines a
+            subclass before loading it), or `entries` is not a dict of str keys
+            and tensor values; the message names the bad keys.
     """
+    if len(args) != 2:
+        msg = (
+            "A pickled ParamDict is `rebuild(name, entries)`, two arguments; this "
+            f"file gives {len(args)}. It was not written by saving a ParamDict, or "
+            "was changed since."
+        )
+        raise TypeError(msg)
+    name, entries = args
     cls = _CLASSES.get(name) if isinstance(name, str) else None
     if cls is None:
         msg = (
@@ -87,6 +101,28 @@ def rebuild(name: object, entries: object, /) -> _Container:
         msg = (
             f"A pickled {cls.__name__} holds a plain dict of its entries, got "
             f"{type(entries).__name__}."
+        )
+        raise TypeError(msg)
+    given = cast("dict[object, object]", entries)
+    keys = ", ".join(repr(k) for k in given if not isinstance(k, str))
+    values = ", ".join(
+        f"{k!r}: {type(v).__name__}"
+        for k, v in sorted(((str(k), v) for k, v in given.items()), key=lambda e: e[0])
+        if not isinstance(v, Tensor)
+    )
+    if keys or values:
+        detail = "; ".join(
+            part
+            for part in (
+                f"keys that are not str: {keys}" if keys else "",
+                f"values that are not tensors: {values}" if values else "",
+            )
+            if part
+        )
+        msg = (
+            f"A pickled {cls.__name__} holds str keys and tensor values; this file "
+            f"holds {detail}. It was not written by saving a {cls.__name__}, or was "
+            "changed since."
         )
         raise TypeError(msg)
     return cls(cast("dict[str, Tensor]", entries))

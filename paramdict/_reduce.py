@@ -17,7 +17,7 @@ import torch._C._nn  # typed by torch, but only as a named submodule
 from torch import Tensor
 from typing_extensions import Self
 
-from ._checks import is_float_or_complex, is_number, norm_order
+from ._checks import check_int_range, is_float_or_complex, is_number, norm_order
 from ._container import _Container
 from ._foreach import call
 
@@ -90,6 +90,27 @@ class _Reduce(_Container):
         )
         raise ValueError(msg)
 
+    def _dense(self, what: str, *others: list[Tensor]) -> None:
+        """Refuse sparse entries (of `self` or `others`), naming them.
+
+        The reductions flatten every entry, which torch does for dense tensors
+        only.
+        """
+        sparse = sorted(
+            {
+                k
+                for column in (self._vals, *others)
+                for k, v in zip(self._keys, column)
+                if v.layout != torch.strided
+            }
+        )
+        if sparse:
+            msg = (
+                f"`{what}` combines dense tensors; the entries {sparse!r} are sparse. "
+                "Convert them with `.to_dense()` first."
+            )
+            raise TypeError(msg)
+
     def _not_floating(self, what: str) -> TypeError | None:
         bad = sorted(k for k, v in self.items() if not is_float_or_complex(v))
         if not bad:
@@ -121,6 +142,8 @@ class _Reduce(_Container):
         Raises:
             ValueError: If the keys differ, or an entry's shape, dtype or device
                 differs from `other`'s (the message names the keys).
+            TypeError: If a value of `other` is not a tensor, or an entry is
+                sparse, or of a kind `torch.dot` does not take (boolean) (named).
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]), b=torch.tensor(3.0))
@@ -135,6 +158,7 @@ class _Reduce(_Container):
             msg = f"`dot` takes a mapping of tensors; {not_tensors!r} are not tensors."
             raise TypeError(msg)
         values = self._on_one_device("dot", theirs)
+        self._dense("dot", theirs)
         differ = sorted(
             k
             for k, a, b in zip(self._keys, values, theirs)
@@ -156,9 +180,15 @@ class _Reduce(_Container):
         mine, yours = _flattened(values), _flattened(theirs)
         if mine is not None and yours is not None:
             return torch.dot(mine, yours)
-        parts = [
-            torch.dot(a.reshape(-1), b.reshape(-1)) for a, b in zip(values, theirs)
-        ]
+        try:
+            parts = [
+                torch.dot(a.reshape(-1), b.reshape(-1)) for a, b in zip(values, theirs)
+            ]
+        except RuntimeError as err:  # a kind `torch.dot` does not take (bool)
+            explained = self._not_floating("dot")
+            if explained is None:
+                raise
+            raise explained from err
         return torch.stack(parts).sum()
 
     def norm(self, p: float = 2) -> Tensor:
@@ -182,7 +212,7 @@ class _Reduce(_Container):
             ValueError: If `p` is not positive, or the entries are on more than one
                 device (the message names the strays).
             TypeError: If `p` is not a number, or some entries are not floating
-                point (named).
+                point or are sparse (named).
 
         Example:
             >>> p = ParamDict(w=torch.tensor([3.0, 0.0]), b=torch.tensor(-4.0))
@@ -191,7 +221,11 @@ class _Reduce(_Container):
             >>> p.norm(math.inf)
             tensor(4.)
         """
-        order = norm_order(p, "norm")
+        return self._norm(p, "norm")
+
+    def _norm(self, p: object, what: str) -> Tensor:
+        order = norm_order(p, what)
+        self._dense(what)
         values = self._vals
         flat = _flattened(values) if values else None
         if flat is not None:
@@ -199,7 +233,7 @@ class _Reduce(_Container):
                 return torch.zeros((), dtype=flat.dtype)
             # torch builds `vector_norm` with `_add_docstr`, which leaves it untyped.
             return cast(Tensor, torch.linalg.vector_norm(flat, order))  # pyright: ignore[reportUnknownMemberType]
-        values = self._on_one_device("norm")
+        values = self._on_one_device(what)
         if order == math.inf:
             # The max of nothing is undefined; empty entries change nothing.
             values = [v for v in values if v.numel()]
@@ -208,7 +242,7 @@ class _Reduce(_Container):
         try:
             norms = call(torch._foreach_norm, values, order)
         except RuntimeError as err:
-            explained = self._not_floating("norm")
+            explained = self._not_floating(what)
             if explained is None:
                 raise
             raise explained from err
@@ -259,6 +293,7 @@ class _Reduce(_Container):
 
         Raises:
             ValueError: If the entries are on more than one device (named).
+            TypeError: If some entries are sparse (named).
 
         Example:
             >>> p = ParamDict(w=torch.tensor([1.0, 2.0]))
@@ -266,6 +301,7 @@ class _Reduce(_Container):
             (True, False)
         """
         values = self._on_one_device("isfinite")
+        self._dense("isfinite")
         flat = _flattened(values) if values else None
         if flat is not None:
             return bool(torch.isfinite(flat).all())
@@ -294,10 +330,12 @@ class _Reduce(_Container):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If `max_norm` is negative or NaN, `p` is not positive, or
-                the entries are on more than one device. (A 0-dim tensor `max_norm`
-                is not read, so it is not checked.)
-            TypeError: If `max_norm` is not a number or a 0-dim tensor.
+            ValueError: If `max_norm` is negative or NaN or an int beyond 64 bits,
+                a 0-dim tensor `max_norm` is on a device other than the entries'
+                (it is not read, so its value is not checked), `p` is not
+                positive, or the entries are on more than one device.
+            TypeError: If `max_norm` is not a number or a 0-dim tensor, or some
+                entries are not floating point or are sparse (named).
 
         Example:
             >>> g = ParamDict(w=torch.tensor([3.0, 0.0]), b=torch.tensor(-4.0))
@@ -313,6 +351,14 @@ class _Reduce(_Container):
                     f"got a tensor of shape {tuple(limit.shape)}."
                 )
                 raise TypeError(msg)
+            devices = {v.device for v in self._vals}
+            if not limit.is_cpu and devices and devices != {limit.device}:
+                msg = (
+                    f"`clip_norm` got `max_norm` on {limit.device}, but the entries "
+                    f"are on {', '.join(sorted(map(str, devices)))}. Move it first "
+                    "(`.to(device)`)."
+                )
+                raise ValueError(msg)
         elif not is_number(limit):
             msg = (
                 "`clip_norm` takes a number or a 0-dim tensor as `max_norm`, got "
@@ -322,7 +368,9 @@ class _Reduce(_Container):
         elif not float(limit) >= 0:  # also refuses NaN
             msg = f"`clip_norm` takes a non-negative `max_norm`, got {limit!r}."
             raise ValueError(msg)
-        total = self.norm(p)
+        else:
+            check_int_range(limit, "`clip_norm`'s `max_norm`")
+        total = self._norm(p, "clip_norm")
         values = self._vals
         if not values:
             return self._derive(())
@@ -345,6 +393,7 @@ class _Reduce(_Container):
         Raises:
             ValueError: If the entries do not share one device and one dtype (the
                 message names the strays).
+            TypeError: If some entries are sparse (named).
 
         Example:
             >>> p = ParamDict(w=torch.tensor([[1.0, 2.0]]), b=torch.tensor(3.0))
@@ -354,6 +403,7 @@ class _Reduce(_Container):
         values = self._on_one_device("to_vector")
         if not values:
             return torch.empty(0)
+        self._dense("to_vector")
         dtype = values[0].dtype
         stray = sorted(k for k, v in zip(self._keys, values) if v.dtype != dtype)
         if stray:

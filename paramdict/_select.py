@@ -162,13 +162,21 @@ class _Select(_Container):
             `self`'s order; `self` is unchanged.
 
         Raises:
-            TypeError: If `pred` returns a tensor (the message names the key).
+            TypeError: If `pred` is not callable, or returns a tensor (the message
+                names the key).
 
         Example:
             >>> p = ParamDict(w=torch.ones(2, 2), b=torch.ones(2))
             >>> list(p.filter(lambda key, value: value.dim() > 1))
             ['w']
         """
+        given: object = pred  # checked at run time
+        if not callable(given):
+            msg = (
+                "`filter` takes a function of the key and the value as `pred`, got "
+                f"{type(given).__name__}."
+            )
+            raise TypeError(msg)
         keep: list[bool] = []
         for key, value in self.items():
             verdict = pred(key, value)

@@ -14,7 +14,13 @@ from typing import NamedTuple, TypeVar
 from torch import Tensor
 
 from ._paramdict import ParamDict
-from ._products import aligned, check_callable, check_paramdict
+from ._products import (
+    aligned,
+    check_callable,
+    check_floating,
+    check_paramdict,
+    evaluate,
+)
 
 __all__ = ["CGInfo", "cg"]
 
@@ -46,6 +52,22 @@ class CGInfo(NamedTuple):
     tolerance: float
 
 
+def check_real(values: ParamDict, name: str, what: str) -> None:
+    """Raise a TypeError naming the complex entries of `values`.
+
+    `cg`'s inner products do not conjugate: on complex vectors the iteration
+    would run and return a wrong answer.
+    """
+    complex_ = sorted(k for k, v in values.items() if v.is_complex())
+    if complex_:
+        msg = (
+            f"`{what}`: entries {complex_!r} of `{name}` are complex, but `cg` "
+            "solves real systems. Split them into real and imaginary parts "
+            "(`torch.view_as_real`) first."
+        )
+        raise TypeError(msg)
+
+
 def _check_number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         msg = f"`cg`: `{name}` must be a number, got {type(value).__name__}."
@@ -58,7 +80,7 @@ def _check_number(value: object, name: str) -> float:
 
 def _applied(matvec: Callable[[P], Mapping[str, Tensor]], x: P, b: P) -> P:
     """Return `matvec(x)` as a ParamDict like `b`, checking its keys and shapes."""
-    out = matvec(x)
+    out = evaluate(matvec, "matvec", "cg", x)
     values = aligned(b, out, "matvec(x)", "cg", against="`b`")
     return b._derive(values)
 
@@ -100,11 +122,12 @@ def cg(
 
     Raises:
         TypeError: If `matvec` is not callable, `b` is not a ParamDict, a
-            tolerance is not a number, or `x0` or `matvec`'s result is not a
-            mapping of tensors.
+            tolerance is not a number, `b` holds integer, sparse or complex
+            tensors (`cg` solves real systems), or `x0` or `matvec`'s result is
+            not a mapping of dense tensors.
         ValueError: If a tolerance is negative or not finite, `maxiter` is
-            negative, `b` holds meta tensors, or the keys or shapes of `x0` or
-            `matvec`'s result differ from `b`'s (the message names them).
+            negative, `b` holds meta tensors, or the keys, shapes or devices of
+            `x0` or `matvec`'s result differ from `b`'s (the message names them).
 
     Example:
         >>> b = ParamDict(w=torch.tensor([1.0, 2.0]))
@@ -135,6 +158,8 @@ def cg(
             "device (`b.to(device)`)."
         )
         raise ValueError(msg)
+    check_floating(b, "b", "cg")
+    check_real(b, "b", "cg")
     b_norm = float(b.norm()) if len(b) else 0.0
     tolerance = max(rtol * b_norm, atol)
     if x0 is None:

@@ -46,9 +46,10 @@ class _Stack(_Container):
         Raises:
             ValueError: If `paramdicts` is empty, the keys differ (naming the
                 position and the keys), or the values of a key differ in shape,
-                dtype or device (naming the key).
-            TypeError: If an element is not a mapping, a key is not a `str` or a
-                value is not a tensor.
+                dtype, device or layout (naming the key).
+            TypeError: If `paramdicts` is a single mapping or not iterable, an
+                element is not a mapping, a key is not a `str` or a value is not a
+                tensor.
 
         Example:
             >>> models = [torch.nn.Linear(3, 2) for _ in range(4)]
@@ -60,6 +61,14 @@ class _Stack(_Container):
             >>> out.shape
             torch.Size([4, 5, 2])
         """
+        kind = type(paramdicts).__name__
+        if isinstance(paramdicts, Mapping):  # iterating it would give its keys
+            msg = (
+                "`stack` takes an iterable of mappings as `paramdicts`, got one "
+                f"mapping ({kind}). Pass a list of them, e.g. "
+                "`ParamDict.stack([p, q])`."
+            )
+            raise TypeError(msg)
         try:
             members: list[object] = list(paramdicts)  # checked below
         except TypeError:
@@ -103,11 +112,11 @@ class _Stack(_Container):
             if not all(isinstance(v, Tensor) for v in column):
                 msg = f"`stack` takes mappings of tensors; {key!r} is not always one."
                 raise TypeError(msg)
-            kinds = {describe_kind(v) for v in column}
+            kinds = {describe_kind(v) for v in column}  # layouts included
             if len(kinds) > 1:
                 msg = (
-                    "`stack` needs the same shape, dtype and device for each key; "
-                    f"{key!r} has {', '.join(sorted(kinds))}."
+                    "`stack` needs the same shape, dtype, device and layout for each "
+                    f"key; {key!r} has {', '.join(sorted(kinds))}."
                 )
                 raise ValueError(msg)
             out.append(torch.stack(column))

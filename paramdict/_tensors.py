@@ -16,7 +16,13 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from ._checks import is_float_or_complex
+from ._checks import (
+    check_flag,
+    check_int_range,
+    describe_kind,
+    first_sentence,
+    is_float_or_complex,
+)
 from ._container import _Container
 
 __all__ = ["Device"]
@@ -40,15 +46,71 @@ class _Tensors(_Container):
     __slots__ = ()
 
     def _each(self, fn: Callable[[Tensor], Tensor], what: str) -> Self:
-        """Apply `fn` to every value, naming the entry if torch refuses one."""
+        """Apply `fn` to every value, naming the entry if torch refuses one.
+
+        torch's `RuntimeError` becomes a `ValueError`, its `TypeError` (arguments
+        of the wrong kind) a `TypeError`, each naming the entry.
+        """
         out: list[Tensor] = []
         for key, value in self.items():
             try:
                 out.append(fn(value))
-            except RuntimeError as err:
-                msg = f"`{what}` failed for the entry {key!r}: {err}"
-                raise ValueError(msg) from err
+            except (RuntimeError, TypeError) as err:
+                kind = TypeError if isinstance(err, TypeError) else ValueError
+                msg = (
+                    f"`{what}` failed for the entry {key!r} "
+                    f"({describe_kind(value)}): {first_sentence(err)}"
+                )
+                raise kind(msg) from err
         return self._derive(out)
+
+    def _check_like(
+        self, what: str, dtype: object, device: object, requires_grad: object
+    ) -> None:
+        """Check the options of the `*_like` methods before anything is made."""
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            msg = (
+                f"`{what}` takes a torch.dtype (e.g. `torch.float32`) or None as "
+                f"`dtype`, got {dtype!r}."
+            )
+            raise TypeError(msg)
+        if device is not None:
+            if isinstance(device, bool) or not isinstance(
+                device, (torch.device, str, int)
+            ):
+                msg = (
+                    f"`{what}` takes a torch.device, a str or an int as `device`, "
+                    f"got {type(device).__name__}."
+                )
+                raise TypeError(msg)
+            try:
+                torch.device(device)
+            except RuntimeError as err:
+                msg = (
+                    f"`{what}`: `device` {device!r} is not a device: "
+                    f"{first_sentence(err)}"
+                )
+                raise ValueError(msg) from None
+        check_flag(requires_grad, "requires_grad", what)
+        if not requires_grad:
+            return
+        if isinstance(dtype, torch.dtype):
+            if not (dtype.is_floating_point or dtype.is_complex):
+                msg = (
+                    f"`{what}` cannot make {dtype} tensors that require grad: only "
+                    "floating point and complex ones can. Pass `requires_grad=False` "
+                    "or a floating point `dtype`."
+                )
+                raise ValueError(msg)
+            return
+        bad = sorted(k for k, v in self.items() if not is_float_or_complex(v))
+        if bad:
+            msg = (
+                f"`{what}` cannot make tensors that require grad like the entries "
+                f"{bad!r}: only floating point and complex tensors can. Pass "
+                "`requires_grad=False` or a floating point `dtype`."
+            )
+            raise ValueError(msg)
 
     # ------------------------------------------------------------ graph and copies
 
@@ -86,9 +148,9 @@ class _Tensors(_Container):
             >>> q["w"] is p["w"], torch.equal(q["w"], p["w"])
             (False, True)
         """
-        return self._derive(
-            [v.clone(memory_format=memory_format) for v in self.values()]
-        )
+        if memory_format is torch.preserve_format:  # sparse tensors take no format
+            return self._derive([v.clone() for v in self.values()])
+        return self._each(lambda v: v.clone(memory_format=memory_format), "clone")
 
     @overload
     def to(
@@ -141,7 +203,10 @@ class _Tensors(_Container):
             A new ParamDict with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If torch refuses the conversion of an entry (named).
+            ValueError: If torch refuses the conversion of an entry (named, with
+                torch's reason).
+            TypeError: If torch refuses the arguments (named with the first
+                entry).
 
         Example:
             >>> p = ParamDict(w=torch.ones(2))
@@ -172,12 +237,14 @@ class _Tensors(_Container):
                 tensor cannot require grad, and a non-leaf tensor (the result of an
                 operation) cannot stop requiring it. The message names the entries;
                 no flag has changed.
+            TypeError: If `requires_grad` is not a bool.
 
         Example:
             >>> p = ParamDict(w=torch.ones(2))
             >>> p.requires_grad_() is p, p["w"].requires_grad
             (True, True)
         """
+        check_flag(requires_grad, "requires_grad", "requires_grad_")
         if requires_grad:
             bad = sorted(k for k, v in self.items() if not is_float_or_complex(v))
             reason = "only floating point and complex tensors can require grad"
@@ -212,10 +279,18 @@ class _Tensors(_Container):
         Returns:
             A new ParamDict of new tensors with the same keys; `self` is unchanged.
 
+        Raises:
+            TypeError: If `dtype` is not a torch.dtype, `device` not a device
+                (a torch.device, str or int) or `requires_grad` not a bool.
+            ValueError: If `device` names no device, `requires_grad` asks for
+                tensors of a dtype that cannot require grad, or torch refuses an
+                entry (named, with torch's reason).
+
         Example:
             >>> ParamDict(w=torch.ones(2)).zeros_like()["w"]
             tensor([0., 0.])
         """
+        self._check_like("zeros_like", dtype, device, requires_grad)
         return self._each(
             lambda v: torch.zeros_like(
                 v, dtype=dtype, device=device, requires_grad=requires_grad
@@ -240,10 +315,18 @@ class _Tensors(_Container):
         Returns:
             A new ParamDict of new tensors with the same keys; `self` is unchanged.
 
+        Raises:
+            TypeError: If `dtype` is not a torch.dtype, `device` not a device
+                (a torch.device, str or int) or `requires_grad` not a bool.
+            ValueError: If `device` names no device, `requires_grad` asks for
+                tensors of a dtype that cannot require grad, or torch refuses an
+                entry (named, with torch's reason).
+
         Example:
             >>> ParamDict(w=torch.zeros(2)).ones_like()["w"]
             tensor([1., 1.])
         """
+        self._check_like("ones_like", dtype, device, requires_grad)
         return self._each(
             lambda v: torch.ones_like(
                 v, dtype=dtype, device=device, requires_grad=requires_grad
@@ -274,7 +357,12 @@ class _Tensors(_Container):
             A new ParamDict of new tensors with the same keys; `self` is unchanged.
 
         Raises:
-            TypeError: If `fill_value` is not a number.
+            TypeError: If `fill_value` is not a number, `dtype` is not a
+                torch.dtype, `device` not a device or `requires_grad` not a bool.
+            ValueError: If `fill_value` is an int beyond 64 bits, `device` names
+                no device, `requires_grad` asks for tensors of a dtype that cannot
+                require grad, or torch refuses an entry (named, with torch's
+                reason).
 
         Example:
             >>> ParamDict(w=torch.zeros(2)).full_like(0.1)["w"]
@@ -288,6 +376,8 @@ class _Tensors(_Container):
                 "tensor value."
             )
             raise TypeError(msg)
+        check_int_range(fill_value, "`full_like`'s `fill_value`")
+        self._check_like("full_like", dtype, device, requires_grad)
         return self._each(
             lambda v: torch.full_like(
                 v, fill_value, dtype=dtype, device=device, requires_grad=requires_grad
@@ -318,14 +408,27 @@ class _Tensors(_Container):
             A new ParamDict of new tensors with the same keys; `self` is unchanged.
 
         Raises:
-            ValueError: If an entry has a dtype normal samples cannot take (an
-                integer one), naming it.
+            ValueError: If `dtype`, or an entry's dtype where `dtype` is None, is
+                one normal samples cannot take (an integer one), naming it; or
+                `device` names no device, or `requires_grad` asks for tensors of a
+                dtype that cannot require grad.
+            TypeError: If `dtype` is not a torch.dtype, `device` not a device or
+                `requires_grad` not a bool.
 
         Example:
             >>> g = torch.Generator().manual_seed(0)
             >>> ParamDict(w=torch.zeros(2, 3)).randn_like(generator=g)["w"].shape
             torch.Size([2, 3])
         """
+        self._check_like("randn_like", dtype, device, requires_grad)
+        if isinstance(dtype, torch.dtype) and not (
+            dtype.is_floating_point or dtype.is_complex
+        ):
+            msg = (
+                f"`randn_like` draws normal samples, which a {dtype} tensor cannot "
+                "hold. Pass a floating point `dtype`."
+            )
+            raise ValueError(msg)
         # What `torch.randn_like` does; its `generator` argument is newer than 2.8.
         return self._each(
             lambda v: (
@@ -354,10 +457,18 @@ class _Tensors(_Container):
             A new ParamDict of new tensors with the same keys, holding arbitrary
             values; `self` is unchanged.
 
+        Raises:
+            TypeError: If `dtype` is not a torch.dtype, `device` not a device
+                (a torch.device, str or int) or `requires_grad` not a bool.
+            ValueError: If `device` names no device, `requires_grad` asks for
+                tensors of a dtype that cannot require grad, or torch refuses an
+                entry (named, with torch's reason).
+
         Example:
             >>> ParamDict(w=torch.zeros(2, 3)).empty_like()["w"].shape
             torch.Size([2, 3])
         """
+        self._check_like("empty_like", dtype, device, requires_grad)
         return self._each(
             lambda v: torch.empty_like(
                 v, dtype=dtype, device=device, requires_grad=requires_grad
@@ -370,6 +481,10 @@ class _Tensors(_Container):
     def _gather(
         self, fn: Callable[..., _T], others: tuple[Mapping[str, Any], ...], what: str
     ) -> list[_T]:
+        given: object = fn  # checked at run time
+        if not callable(given):
+            msg = f"`{what}` takes a function as `fn`, got {type(given).__name__}."
+            raise TypeError(msg)
         columns = [self._aligned(o, what=f"`{what}`") for o in others]
         rows = zip(self._keys, self.values(), *columns)
         out: list[_T] = []
@@ -428,9 +543,10 @@ class _Tensors(_Container):
 
         Raises:
             ValueError: If the keys of an `others` mapping differ (named).
-            TypeError: If `fn` returns something other than a tensor (the message
-                names the entries). An exception raised by `fn` propagates
-                unchanged (with a note naming the entry on Python 3.11+).
+            TypeError: If `fn` is not callable, or returns something other than a
+                tensor (the message names the entries). An exception raised by
+                `fn` propagates unchanged (with a note naming the entry on
+                Python 3.11+).
 
         Example:
             >>> p = ParamDict(w=torch.tensor([0.0, 1.0]))
@@ -498,6 +614,9 @@ class _Tensors(_Container):
 
         Raises:
             ValueError: If the keys of an `others` mapping differ (named).
+            TypeError: If `fn` is not callable. An exception raised by `fn`
+                propagates unchanged (with a note naming the entry on Python
+                3.11+).
 
         Example:
             >>> p = ParamDict(w=torch.zeros(2, 3), b=torch.zeros(2))

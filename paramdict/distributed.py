@@ -164,7 +164,8 @@ def _fingerprint(call: str, entries: list[_Entry]) -> int:
 
 def _scratch_device(p: ParamDict, group: dist.ProcessGroup | None) -> torch.device:
     for value in p.values():
-        return value.device
+        if not value.is_meta:  # meta entries are refused after the agreement
+            return value.device
     if str(dist.get_backend(group)) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -278,6 +279,14 @@ def _check_plain(p: ParamDict, name: str) -> None:
         "`redistribute`/`full_tensor`; pass `.to_local()` shards or dense copies "
         "instead, or leave the entries out.",
     )
+    meta = sorted(k for k, v in p.items() if v.is_meta)
+    if meta:
+        msg = (
+            f"`{name}` sends values, and the entries {meta!r} are meta tensors, "
+            "which hold none. Move them to a real device first (`.to(device)`), or "
+            "leave them out."
+        )
+        raise ValueError(msg)
 
 
 # ---------------------------------------------------------------- collectives
@@ -312,12 +321,13 @@ def all_reduce(
     Raises:
         TypeError: If `p` is not a ParamDict, `op` is not one of the names above, or
             some entries cannot be reduced that way (integer entries with `"mean"`,
-            complex ones with `"max"`/`"min"`, sparse tensors, DTensors); the message
-            names the entries.
+            complex ones with `"max"`/`"min"`/`"product"`, sparse tensors,
+            DTensors); the message names the entries.
         ValueError: If no process group is initialized, this process is not in
             `group`, `bucket_cap_mb` is not positive, or the processes disagree on
             keys, order, shapes, dtypes, devices or options; the message names the
-            keys and ranks, and every process raises it.
+            keys and ranks, and every process raises it. If some entries are meta
+            tensors, which hold no values (named).
 
     Example:
         >>> import torch.distributed as dist
@@ -355,13 +365,15 @@ def all_reduce(
             'floating-point or complex entries for `op="mean"`',
             'Reduce them with `op="sum"` and divide, or leave them out.',
         )
-    elif op in ("max", "min"):
+    elif op in ("max", "min", "product"):
+        # torch.distributed reduces complex tensors by "sum" (and "mean") only.
         _check_entries(
             p,
             name,
             lambda v: not v.is_complex(),
             f'real entries for `op="{op}"`',
-            "Compare absolute values or real parts instead.",
+            "Reduce real and imaginary parts apart (`torch.view_as_real`), or "
+            "leave them out.",
         )
     reduce_op = getattr(dist.ReduceOp, _REDUCE_OPS[op])
     values = list(p.values())
@@ -472,7 +484,8 @@ def all_gather(
         ValueError: If no process group is initialized, this process is not in
             `group`, `bucket_cap_mb` is not positive, or the processes disagree on
             keys, order, shapes, dtypes, devices or options; the message names the
-            keys and ranks, and every process raises it.
+            keys and ranks, and every process raises it. If some entries are meta
+            tensors, which hold no values (named).
 
     Example:
         >>> import torch.distributed as dist

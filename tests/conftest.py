@@ -14,6 +14,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=150, deadline=None)
+# For the fuzzer of public entry points (`tests/hostile/fuzz.py`), which runs a
+# small count per entry point in CI: a long local run, e.g.
+# `HYPOTHESIS_PROFILE=fuzz-long python -m pytest tests/hostile/test_fuzz_*.py`.
+settings.register_profile(
+    "fuzz-long",
+    max_examples=1000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # One intra-op thread, in this process and in the processes the tests start, unless

@@ -375,10 +375,11 @@ def test_entry_on_another_device_is_named(name: str) -> None:
 
 
 def test_zero_dim_operand_on_another_device_is_named() -> None:
-    """A shared 0-dim tensor on another device names the first entry it meets."""
+    """A shared 0-dim tensor on another device is named with both devices."""
     p = _make(0)
     with pytest.raises(
-        ValueError, match=r"Entry 'w': tensors are on different devices"
+        ValueError,
+        match=r"`sub` got a 0-dim tensor on meta, but the entries are on cpu",
     ):
         p.sub(torch.ones((), dtype=F64, device="meta"))
 
@@ -532,8 +533,8 @@ def test_inputs_are_never_mutated() -> None:
     ("call", "expected"),
     [
         (lambda p, q: p.add(q), ["_foreach_add"]),
-        (lambda p, q: p.sub(q, alpha=0.1), ["_foreach_add"]),
-        (lambda p, q: p.sub(0.5), ["_foreach_add"]),
+        (lambda p, q: p.sub(q, alpha=0.1), ["_foreach_sub"]),
+        (lambda p, q: p.sub(0.5), ["_foreach_sub"]),
         (lambda p, q: p.mul(q), ["_foreach_mul"]),
         (lambda p, q: p.div(0.5), ["_foreach_div"]),
         (lambda p, q: p.pow(2), ["_foreach_pow"]),

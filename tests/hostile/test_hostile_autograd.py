@@ -188,11 +188,86 @@ def test_backward_accumulates_nothing_when_it_refuses() -> None:
     assert all(v.grad is None for v in p.values())
 
 
-def test_backward_with_an_unreached_entry_names_it_as_torch_accumulates() -> None:
-    """As torch does, reached entries accumulate; the unreached one is named."""
+@pytest.mark.parametrize("earlier", [False, True], ids=["no grads", "grads"])
+def test_backward_with_an_unreached_entry_accumulates_nothing(earlier: bool) -> None:
+    """An unreached entry is named, and no `.grad` changes (torch's would)."""
     p = _leaves()
     u = torch.ones(2, requires_grad=True)
-    with pytest.raises(ValueError, match=r"does not reach \['u'\]"):
+    if earlier:  # accumulating into existing gradients must not start either
+        for value in p.values():
+            value.grad = torch.full_like(value, 7.0)
+    before = {k: None if v.grad is None else v.grad.clone() for k, v in p.items()}
+    with pytest.raises(ValueError, match=r"does not reach \['u'\](?s:.*)nothing"):
         (p | {"u": u}).backward((p["w"] * p["b"]).sum())
     assert u.grad is None
-    torch.testing.assert_close(p["b"].grad, torch.tensor(3.0))
+    for key, value in p.items():
+        if before[key] is None:
+            assert value.grad is None, key
+        else:
+            assert value.grad is not None
+            torch.testing.assert_close(value.grad, before[key])
+
+
+def _loss(q: ParamDict) -> torch.Tensor:
+    return (q["w"] ** 3).sum() + q["b"] ** 3
+
+
+def _c(name: str, build: Any, call: Any, error: Any, match: str) -> Case:
+    return Case(name, build, call, error, match)
+
+
+OPTIONS = unique_ids(
+    [
+        _c(
+            "grad create_graph str",
+            lambda: (_leaves(),),
+            lambda p: p.grad(_loss(p), create_graph="yes"),
+            TypeError,
+            r"`grad` takes True or False as `create_graph`, got 'yes'",
+        ),
+        _c(
+            "grad allow_unused None",
+            lambda: (_leaves(),),
+            lambda p: p.grad(_loss(p), allow_unused=None),
+            TypeError,
+            r"`grad` takes True or False as `allow_unused`, got None",
+        ),
+        _c(
+            "backward retain_graph 1",
+            lambda: (_leaves(),),
+            lambda p: p.backward(_loss(p), retain_graph=1),
+            TypeError,
+            r"`backward` takes True or False or None as `retain_graph`, got 1",
+        ),
+        _c(
+            "grad grad_outputs str",
+            lambda: (_leaves(),),
+            lambda p: p.grad(_loss(p), grad_outputs=["x"]),
+            TypeError,
+            r"`grad` takes tensors \(or `None`\) in `grad_outputs`(?s:.*)str at "
+            r"position 0",
+        ),
+        _c(
+            "grad grad_outputs meta",
+            lambda: (_leaves(),),
+            lambda p: p.grad(_loss(p), grad_outputs=torch.ones((), device="meta")),
+            ValueError,
+            r"`grad`: `grad_outputs` does not fit `loss`",
+        ),
+        _c(
+            "backward grad_outputs complex",
+            lambda: (_leaves(),),
+            lambda p: p.backward(
+                _loss(p), grad_outputs=torch.ones((), dtype=torch.complex64)
+            ),
+            ValueError,
+            r"`backward`: `grad_outputs` does not fit `loss`",
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize("case", [c.param() for c in OPTIONS])
+def test_options_of_the_wrong_kind_are_named(case: Case) -> None:
+    """Options of the wrong kind are named before anything runs; no `.grad` changes."""
+    check(case)

@@ -126,6 +126,15 @@ def _cases() -> list[Case]:
                 r"dense tensors.*\['s'\]",
             )
         )
+        cases.append(
+            Case(
+                f"{name} meta entry",
+                lambda: (_p() | {"m": torch.ones(2, device="meta")},),
+                fn,
+                ValueError,
+                r"the entries \['m'\] are meta tensors, which hold none",
+            )
+        )
     for bad, (op, match) in _BAD_OPS.items():
         cases.append(
             Case(
@@ -143,6 +152,13 @@ def _cases() -> list[Case]:
             lambda p: all_reduce(p, op="mean"),
             TypeError,
             r"\['n'\]",
+        ),
+        Case(
+            "all_reduce product of complex",
+            lambda: (ParamDict(c=torch.ones(2, dtype=torch.complex64)),),
+            lambda p: all_reduce(p, op="product"),
+            TypeError,
+            r"real entries for `op=\"product\"`; \['c'\] are not",
         ),
         Case(
             "all_reduce max of complex",

@@ -10,6 +10,7 @@ or without `allow_unused=True`, because the implicit backward carries no graph.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ import torch
 from _unchanged import Case, check
 from torch import Tensor
 
-from paramdict import ParamDict, cg, hvp, implicit_proximal, implicit_root, vjp
+from paramdict import ParamDict, cg, hvp, implicit_proximal, implicit_root, jvp, vjp
 
 
 def _theta(**kwargs: Any) -> ParamDict:
@@ -203,3 +204,147 @@ def test_first_derivative_matches_the_closed_form() -> None:
     for key, phi in theta.items():
         expected = 1 / (3 * phi.detach() ** 2 + 1)
         torch.testing.assert_close(grads[key].detach(), expected)
+
+
+_AWAY: dict[str, Callable[[Tensor], Tensor]] = {
+    "meta": lambda v: torch.empty_like(v, device="meta"),
+    "sparse": lambda v: v.to_sparse(),
+    "complex": lambda v: v.to(torch.complex64),
+}
+_AWAY_ERRORS = {
+    "meta": (ValueError, r"does not fit params at \['w'\] \('w': float32\[2\] meta"),
+    "sparse": (TypeError, r"has sparse tensors at \['w'\]"),
+    "complex": (ValueError, r"does not fit params at \['w'\] \('w': complex64\[2\]"),
+}
+
+
+@pytest.mark.parametrize("kind", list(_AWAY))
+@pytest.mark.parametrize("product", ["hvp", "jvp"])
+def test_tangents_torch_cannot_pair_are_named(product: str, kind: str) -> None:
+    """Tangents on the meta device, sparse or complex for real params: named."""
+    p = _theta()
+    error, match = _AWAY_ERRORS[kind]
+    funcs = {"hvp": lambda v: hvp(_quartic, p, v), "jvp": lambda v: jvp(_quartic, p, v)}
+    check(
+        Case(
+            kind,
+            lambda: (p.ones_like() | {"w": _AWAY[kind](torch.ones(2))},),
+            funcs[product],
+            error,
+            rf"`{product}`: `tangents` {match}",
+        )
+    )
+
+
+@pytest.mark.parametrize("kind", list(_AWAY))
+def test_cotangents_torch_cannot_pair_are_named(kind: str) -> None:
+    """A cotangent on the meta device, sparse or complex for a real output: named."""
+    p = _theta()
+    error = TypeError if kind == "sparse" else ValueError
+    check(
+        Case(
+            kind,
+            lambda: (_AWAY[kind](torch.ones(2)),),
+            lambda u: vjp(lambda q: q["w"] ** 2, p, u),
+            error,
+            r"`vjp`: `cotangents` (is a sparse tensor|\((float32\[2\] meta|"
+            r"complex64\[2\] cpu)\) does not fit the function's output)",
+        )
+    )
+
+
+@pytest.mark.parametrize("kind", ["sparse", "complex"])
+def test_cg_and_implicit_refuse_what_cg_cannot_solve(kind: str) -> None:
+    """`cg` solves real dense systems: sparse or complex entries are named."""
+    b = _theta() | {"w": _AWAY[kind](torch.ones(2))}
+    match = r"entries \['w'\] of `b` are (sparse|complex)"
+    with pytest.raises(TypeError, match=match):
+        cg(lambda v: v, b)
+    theta = _theta(requires_grad=True)
+    adapted = theta.detach() | {"w": _AWAY[kind](torch.ones(2))}
+    with pytest.raises(TypeError, match=r"entries \['w'\] of `adapted` are"):
+        implicit_proximal(adapted, theta, loss=_quartic, lam=1.0)
+
+
+def _c(name: str, build: Any, call: Any, error: Any, match: str) -> Case:
+    return Case(name, build, call, error, match)
+
+
+def _cube(q: ParamDict) -> Tensor:
+    return (q["w"] ** 3).sum() + (q["b"] ** 3).sum()
+
+
+def _first(q: ParamDict) -> Tensor:
+    return q["w"]
+
+
+# Options of the wrong kind, typed as anything to pass them.
+_YES: Any = "yes"
+_NONE: Any = None
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        c.param()
+        for c in [
+            _c(
+                "hvp create_graph str",
+                lambda: (_theta(),),
+                lambda p: hvp(_cube, p, p, create_graph=_YES),
+                TypeError,
+                r"`hvp` takes True or False as `create_graph`",
+            ),
+            _c(
+                "vjp allow_unused None",
+                lambda: (_theta(),),
+                lambda p: vjp(_first, p, torch.ones(2), allow_unused=_NONE),
+                TypeError,
+                r"`vjp` takes True or False as `allow_unused`",
+            ),
+            _c(
+                "jvp of nothing",
+                lambda: (ParamDict(),),
+                lambda p: jvp(lambda q: q["w"], p, p),
+                ValueError,
+                r"`jvp` needs at least one entry in `params`",
+            ),
+        ]
+    ],
+)
+def test_product_options_of_the_wrong_kind_are_named(case: Case) -> None:
+    """Flags that are not bools and an empty `params` are named; nothing changes."""
+    check(case)
+
+
+def test_an_error_of_the_function_given_says_where_it_came_from() -> None:
+    """What the function given to `hvp` raises is passed on, with a note naming it."""
+
+    def broken(q: ParamDict) -> torch.Tensor:
+        return q["missing"].sum()
+
+    with pytest.raises(KeyError, match="missing") as info:
+        hvp(broken, _theta(), _theta())
+    notes = getattr(info.value, "__notes__", [])
+    assert notes == ["(raised by `func`, the function given to `hvp`)"]
+
+
+@pytest.mark.parametrize("product", ["hvp", "vjp", "jvp"])
+def test_params_half_on_the_meta_device_are_named(product: str) -> None:
+    """Meta entries beside real ones are named: torch cannot differentiate both."""
+    p = _theta() | {"w": torch.ones(2, dtype=torch.float64, device="meta")}
+    calls = {
+        "hvp": lambda q: hvp(_quartic, q, q),
+        "vjp": lambda q: vjp(_quartic, q, torch.ones((), dtype=torch.float64)),
+        "jvp": lambda q: jvp(_quartic, q, q),
+    }
+    check(
+        Case(
+            product,
+            lambda: (p,),
+            calls[product],
+            ValueError,
+            rf"`{product}`: entries \['w'\] of `params` are meta tensors and the "
+            "others are not",
+        )
+    )

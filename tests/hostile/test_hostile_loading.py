@@ -124,8 +124,8 @@ _WITH_CLASS: dict[str, tuple[Callable[[], tuple[Any, ...]], str]] = {
 
 # Forgeries through `rebuild`, the one loading entry point: both loaders reach it.
 _THROUGH_REBUILD: dict[str, tuple[Callable[[], tuple[Any, ...]], str]] = {
-    "int key": (lambda: (rebuild, (_NAME, {1: torch.ones(2)})), "keys must be str"),
-    "None key": (lambda: (rebuild, (_NAME, {None: torch.ones(2)})), "must be str"),
+    "int key": (lambda: (rebuild, (_NAME, {1: torch.ones(2)})), "not str: 1"),
+    "None key": (lambda: (rebuild, (_NAME, {None: torch.ones(2)})), "not str: None"),
     "None value": (lambda: (rebuild, (_NAME, {"w": None})), "'w': NoneType"),
     "int value": (lambda: (rebuild, (_NAME, {"w": 3})), "'w': int"),
     "str value": (lambda: (rebuild, (_NAME, {"w": "x"})), "'w': str"),
@@ -150,7 +150,7 @@ _THROUGH_REBUILD: dict[str, tuple[Callable[[], tuple[Any, ...]], str]] = {
     ),
     "too many arguments": (
         lambda: (rebuild, (_NAME, _ones(), _ones())),
-        "positional argument",
+        r"`rebuild\(name, entries\)`, two arguments; this file gives 3",
     ),
 }
 

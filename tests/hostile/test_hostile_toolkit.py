@@ -351,7 +351,7 @@ SELECTION = [
         lambda: (_p(),),
         lambda q: q.filter("w"),
         TypeError,
-        "callable|not callable",
+        "`filter` takes a function of the key and the value as `pred`, got str",
     ),
     _c(
         "prefixed trailing dot",
