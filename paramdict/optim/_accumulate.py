@@ -13,7 +13,7 @@ from typing_extensions import override
 
 from .._container import key_mismatch_message
 from .._paramdict import ParamDict
-from ._binding import Plan, copied
+from ._binding import Plan, copied, relaid_as
 from ._hyper import check_count, check_counter, host_numbers, new_counter
 from ._optimizer import Optimizer
 from ._registry import register_state
@@ -286,6 +286,9 @@ class MultiSteps(Optimizer[MultiStepsState]):
         self.check_state(params, state)
         inner = self.optimizer._plan(params, state.inner_state, in_place=in_place)
         every_k, mean = self.every_k, self.reduction == "mean"
+        # The accumulator is handed to the inner plan as its gradients: in the
+        # strides it takes them in, decided for the bound buffers.
+        relay = relaid_as(inner, state.acc_grads) is not state.acc_grads
 
         def prepare(
             params: ParamDict, state: MultiStepsState
@@ -313,7 +316,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
                     return state
                 if mean:
                     acc.div_(every_k)
-                inner_commit(acc)
+                inner_commit(relaid_as(inner, acc) if relay else acc)
                 counter.zero_()
                 return state
 
@@ -339,7 +342,7 @@ def _selected(
     # The sum, or on a step the mean it was divided into (as `step_` keeps it).
     acc.copy_(update.where(ParamDict.fromkeys(update, apply), total))
     stepped, inner_state = copied(params, state.inner_state, recorded=False)
-    inner(stepped, inner_state)(update)
+    inner(stepped, inner_state)(relaid_as(inner, update))
     params.copy_(stepped.where(ParamDict.fromkeys(params, apply), params))
     for old, new in zip(
         pytree.tree_leaves(state.inner_state), pytree.tree_leaves(inner_state)

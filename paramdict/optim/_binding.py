@@ -41,7 +41,7 @@ from ._validate import (
 if TYPE_CHECKING:
     from ._optimizer import Optimizer
 
-__all__ = ["Bound", "Composed", "Facts", "Plan", "copied"]
+__all__ = ["Bound", "Composed", "Facts", "Plan", "copied", "relaid", "relaid_as"]
 
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
@@ -366,7 +366,7 @@ class Bound(Generic[S]):
             keys = addresses(aligned._vals)
             refuse_shared_grads(params, self.state, aligned, self._owned, keys)
         if self._relayout:
-            aligned = _relaid(aligned, getattr(self._plan, "grad_strides"))  # noqa: B009
+            aligned = relaid(aligned, getattr(self._plan, "grad_strides"))  # noqa: B009
         return aligned
 
     def step_(self, grads: Mapping[str, Tensor], /) -> S:
@@ -473,8 +473,21 @@ class Bound(Generic[S]):
         return copies, new_state
 
 
-def _relaid(grads: ParamDict, targets: list[Strides | None]) -> ParamDict:
-    """`grads` with each entry in the strides a fused kernel needs (`targets`)."""
+def relaid_as(plan: object, grads: ParamDict) -> ParamDict:
+    """`grads` in the strides `plan` takes its gradients in (`grad_strides`).
+
+    For a wrapper that hands a plan gradients of its own making (an
+    accumulator): the plan's commit reads them as `Bound.grads` lays them out.
+    """
+    targets: list[Strides | None] | None = getattr(plan, "grad_strides", None)
+    return grads if targets is None else relaid(grads, targets)
+
+
+def relaid(grads: ParamDict, targets: list[Strides | None]) -> ParamDict:
+    """`grads` with each entry in the strides a fused kernel needs (`targets`).
+
+    `grads` itself where every entry has them.
+    """
     out: list[Tensor] = []
     for g, target in zip(grads._vals, targets):
         if target is None or _strides(g) == target:
@@ -482,6 +495,8 @@ def _relaid(grads: ParamDict, targets: list[Strides | None]) -> ParamDict:
         else:
             made = torch.empty_strided(g.shape, target, dtype=g.dtype, device=g.device)
             out.append(made.copy_(g))
+    if all(map(operator.is_, out, grads._vals)):
+        return grads
     return grads._derive(out)
 
 

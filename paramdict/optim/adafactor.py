@@ -60,19 +60,23 @@ class AdafactorState(NamedTuple):
 
 
 def _norm(x: Tensor) -> Tensor:
-    """Return the 2-norm of all of `x`."""
-    return cast(Tensor, x.norm(2))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+    """Return the 2-norm of all of `x`, summed in row-major order (any layout)."""
+    return cast(Tensor, x.contiguous().norm(2))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
 
 
 def _row_mean(g: Tensor) -> Tensor:
-    """Return the mean square of each row of `g` (torch's `norm(dim=-1)**2 / n`)."""
-    norm = cast(Tensor, torch.norm(g, dim=-1, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+    """Return the mean square of each row of `g` (torch's `norm(dim=-1)**2 / n`).
+
+    Reduced in row-major order whatever `g`'s layout (a reduction's rounding
+    follows the order it meets the elements in), as `_col_mean` is.
+    """
+    norm = cast(Tensor, torch.norm(g.contiguous(), dim=-1, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
     return norm.square().div(g.size(-1))
 
 
 def _col_mean(g: Tensor) -> Tensor:
     """Return the mean square of each column of `g`."""
-    norm = cast(Tensor, torch.norm(g, dim=-2, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+    norm = cast(Tensor, torch.norm(g.contiguous(), dim=-2, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
     return norm.square().div(g.size(-2))
 
 
@@ -421,8 +425,9 @@ def _host_norms(values: list[Tensor]) -> list[float]:
 
     `torch._foreach_norm` runs `norm`'s kernel entry by entry on the CPU (the
     same bits); the norms are stacked, each upcast exactly to their common dtype.
+    Each is summed in row-major order, whatever the entry's layout.
     """
-    norms = torch.stack(torch._foreach_norm(values))
+    norms = torch.stack(torch._foreach_norm([v.contiguous() for v in values]))
     return cast("list[float]", norms.tolist())  # pyright: ignore[reportUnknownMemberType]
 
 

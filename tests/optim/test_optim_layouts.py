@@ -92,10 +92,12 @@ def _entries(case: Case) -> dict[str, tuple[int, ...]]:
     return SHAPES
 
 
-def _values(shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, Tensor]:
+def _values(
+    shapes: dict[str, tuple[int, ...]], seed: int, dtype: torch.dtype = F64
+) -> dict[str, Tensor]:
     generator = torch.Generator().manual_seed(seed)
     return {
-        k: torch.randn(s, generator=generator, dtype=F64) for k, s in shapes.items()
+        k: torch.randn(s, generator=generator, dtype=dtype) for k, s in shapes.items()
     }
 
 
@@ -273,6 +275,122 @@ def _module_run(
 def test_layouts_match_torch(case: Case, mode: str) -> None:
     """Three steps on random layouts equal torch.optim; no byte outside changes."""
     _check(case, mode)
+
+
+# ------------------------------------------------- the same bytes in every layout
+
+
+def _leaves(state: Any, prefix: str = "state") -> dict[str, Tensor]:
+    """Every tensor of `state` by its path (buffers entry by entry)."""
+    if isinstance(state, Tensor):
+        return {prefix: state}
+    if isinstance(state, ParamDict):
+        return {f"{prefix}[{k!r}]": v for k, v in state.items()}
+    if isinstance(state, tuple):
+        names = getattr(state, "_fields", range(len(state)))
+        out: dict[str, Tensor] = {}
+        for name, field in zip(names, state, strict=True):
+            out |= _leaves(field, f"{prefix}.{name}")
+        return out
+    return {}
+
+
+def _bytes_run(
+    opt: optim.Optimizer[Any],
+    mode: str,
+    start: dict[str, Tensor],
+    grads: list[dict[str, Placed]],
+    layout: Callable[[str], str],
+) -> dict[str, Tensor]:
+    """Steps of `opt` in `mode` with params and state laid out by `layout`."""
+    params = ParamDict(
+        {k: Placed(v, layout(f"param {k}")).tensor for k, v in start.items()}
+    )
+    state = opt.init(params)
+    state = _buffers_mapped(
+        state,
+        lambda b: ParamDict(
+            {k: Placed(v, layout(f"state {k}")).tensor for k, v in b.items()}
+        ),
+    )
+    if mode == "module":
+        new = _module_run(opt, params, state, grads)
+        return {f"param {k}": v for k, v in new.items()}
+    for step_grads in grads:
+        g = ParamDict({k: step_grads[k].tensor for k in params})
+        if mode.startswith("step_"):
+            params, state = opt.step_(params, g, state)
+        else:
+            params, state = opt.step(params, g, state)
+    out = {f"param {k}": v.detach().clone() for k, v in params.items()}
+    return out | {k: v.detach().clone() for k, v in _leaves(state).items()}
+
+
+def _bits(t: Tensor) -> Tensor:
+    """`t`'s elements as integers of their width (NaNs and signed zeros kept)."""
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.contiguous().view(width[t.element_size()])
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(data=st.data())
+def _check_bytes(
+    make: Callable[[], optim.Optimizer[Any]],
+    shapes: dict[str, tuple[int, ...]],
+    mode: str,
+    data: st.DataObject,
+) -> None:
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    start = _values(shapes, seed, torch.float32)
+    grad_layout = st.sampled_from(GRAD_LAYOUTS)
+    grads = [
+        {
+            k: Placed(v, data.draw(grad_layout, label=f"grad {i} {k}"))
+            for k, v in _values(shapes, seed + 1 + i, torch.float32).items()
+        }
+        for i in range(STEPS)
+    ]
+    # The same gradients' values (an expanded gradient repeats its first row), dense.
+    dense_grads = [
+        {k: Placed(p.tensor.contiguous(), "contiguous") for k, p in g.items()}
+        for g in grads
+    ]
+    layout = st.sampled_from(LAYOUTS)
+    runs = [
+        _bytes_run(make(), mode, start, dense_grads, lambda _: "contiguous"),
+        _bytes_run(
+            make(), mode, start, grads, lambda label: data.draw(layout, label=label)
+        ),
+    ]
+    dense, drawn = runs
+    assert drawn.keys() == dense.keys()
+    differ = [
+        k
+        for k in dense
+        if dense[k].dtype != drawn[k].dtype
+        or not torch.equal(_bits(dense[k]), _bits(drawn[k]))
+    ]
+    assert not differ, f"bytes differ from the dense run's at {differ}"
+
+
+@pytest.mark.parametrize(("case", "mode"), _configs())
+def test_layouts_give_the_bytes_of_dense_tensors(case: Case, mode: str) -> None:
+    """A layout never changes a number: every mode's float32 bytes are dense's."""
+    _check_bytes(lambda: case.ours(**_options(case, mode)), _entries(case), mode)
+
+
+@pytest.mark.parametrize("mode", ["step", "step_"])
+@pytest.mark.parametrize("name", ["groups", "clip", "multisteps"])
+def test_wrappers_on_layouts_give_the_bytes_of_dense_tensors(
+    name: str, mode: str
+) -> None:
+    """ParamGroups, ClipGradNorm and MultiSteps: float32 bytes of dense tensors."""
+    _check_bytes(lambda: _ours_wrapped(name), SHAPES, mode)
 
 
 # ---------------------------------------------------------------- an einsum layer
