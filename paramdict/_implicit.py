@@ -22,8 +22,7 @@ from torch import Tensor
 
 from ._container import key_mismatch_message
 from ._paramdict import ParamDict
-from ._products import (
-    HessianOperator,
+from ._product_checks import (
     aligned,
     check_callable,
     check_floating,
@@ -32,6 +31,9 @@ from ._products import (
     filled,
     grad_or_none,
     leaves,
+)
+from ._products import (
+    HessianOperator,
 )
 from ._solve import CGInfo, cg, check_real
 

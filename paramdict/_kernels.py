@@ -232,9 +232,20 @@ def apply(p: _Container, fn: Composition, *args: Any, **kwargs: Any) -> list[Ten
         if not p._keys:
             return []
         raise explain(p._keys, err, args, fn, kwargs) from err
-    if out and out[0].requires_grad and torch.is_grad_enabled():
+    if out and out[0].requires_grad and _eager_grad():
         _untracked(out, args, kwargs)
     return out
+
+
+def _eager_grad() -> bool:
+    """Grad mode is on, and not while `torch.compile` traces.
+
+    Traced, an operand written in place by a recorded kernel does not show the
+    `requires_grad` it took (torch 2.13's fake tensors keep the old flag), so
+    `_untracked` would cut the graph there; the compiled graph's outputs take
+    their flags from autograd instead.
+    """
+    return torch.is_grad_enabled() and not torch.compiler.is_compiling()
 
 
 def _untracked(
@@ -409,7 +420,7 @@ def add_paired(
             out = list(kernel(values, theirs, alpha=alpha))
     except (RuntimeError, OverflowError):  # explained by the general path
         return None
-    if out and out[0].requires_grad and torch.is_grad_enabled():
+    if out and out[0].requires_grad and _eager_grad():
         _untracked(out, (values, theirs), {})
     return out
 

@@ -6,19 +6,19 @@ from typing import Any
 
 from ._autograd import _Autograd
 from ._inplace import _InPlace
+from ._likes import _Likes
 from ._module import _ModuleIO
 from ._operators import _Operators
 from ._pytree import register
 from ._reduce import _Reduce
 from ._select import _Select
 from ._stack import _Stack
-from ._tensors import _Tensors
 
 __all__ = ["ParamDict"]
 
 
 class ParamDict(
-    _Operators, _InPlace, _Reduce, _Select, _Tensors, _Stack, _Autograd, _ModuleIO
+    _Operators, _InPlace, _Reduce, _Select, _Likes, _Stack, _Autograd, _ModuleIO
 ):
     """An immutable mapping from names to tensors that keeps parameters keyed.
 

@@ -14,7 +14,7 @@ from typing import NamedTuple, TypeVar
 from torch import Tensor
 
 from ._paramdict import ParamDict
-from ._products import (
+from ._product_checks import (
     aligned,
     check_callable,
     check_floating,
