@@ -201,8 +201,14 @@ def state_layout(state: object) -> tuple[object, ...] | None:
 def _fields(state: Any) -> list[tuple[str, object]]:
     if not isinstance(state, ScheduleState):
         return list(zip(state._fields, state))
-    names = ["last_epoch", "base_lr", "lr", "momentum"]
-    out: list[tuple[str, object]] = list(zip(names, state[:4]))
+    # By name, not `state[:4]`: torch 2.6's dynamo fails inside on a named
+    # tuple's slice, even where it may break the graph.
+    out: list[tuple[str, object]] = [
+        ("last_epoch", state.last_epoch),
+        ("base_lr", state.base_lr),
+        ("lr", state.lr),
+        ("momentum", state.momentum),
+    ]
     out += [(f"counters[{i}]", c) for i, c in enumerate(state.counters)]
     return out
 
