@@ -12,7 +12,8 @@ module both import: its rows hold pytest marks and references written for the te
 where the file is. `tests/` is not a package (pytest puts `tests/optim` on
 `sys.path`), so the file is loaded by its path, under the name the tests import it
 by (`optim_cases`): a process that runs both, as the benchmarks' tests do, holds one
-table and one class of each reference. The file imports pytest (the `test` extra);
+table and one class of each reference. It imports the tests' `_torch_versions`
+from `tests/`, which is on `sys.path` while it loads, and pytest (the `test` extra);
 it is loaded only when an optimizer section runs or `--optimizers` names some, so the
 other sections run without pytest.
 """
@@ -103,6 +104,8 @@ def _load() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     # Registered before it runs: its dataclasses look their module up by name.
     sys.modules[name] = module
+    tests = str(PATH.parents[1])  # its own imports (`_torch_versions`), as pytest's
+    sys.path.insert(0, tests)
     try:
         spec.loader.exec_module(module)
     except ModuleNotFoundError as err:
@@ -116,6 +119,8 @@ def _load() -> ModuleType:
     except BaseException:
         del sys.modules[name]
         raise
+    finally:
+        sys.path.remove(tests)
     return module
 
 

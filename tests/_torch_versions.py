@@ -2,7 +2,9 @@
 
 The suite runs on every torch from the oldest that ``pyproject.toml`` declares to the
 newest release. Tests of a feature that only a newer torch has are skipped on older
-ones with :func:`needs_torch`, which names the release; tests that make a TorchScript
+ones with :func:`needs_torch`, which names the release, and a torch.optim class that
+an older torch lacks comes from :func:`torch_optimizer`, whose stand-in skips the
+test that makes one; tests that make a TorchScript
 module to check that it is refused go through :func:`script` and :func:`trace`,
 which expect the deprecation warnings that torch 2.14 gives.
 """
@@ -19,7 +21,15 @@ import pytest
 import torch
 from torch import nn
 
-__all__ = ["TORCH", "needs_torch", "script", "torch_at_least", "trace"]
+__all__ = [
+    "ONE_GRAPH",
+    "TORCH",
+    "needs_torch",
+    "script",
+    "torch_at_least",
+    "torch_optimizer",
+    "trace",
+]
 
 
 def _release(version: str) -> tuple[int, int]:
@@ -43,6 +53,37 @@ def needs_torch(major: int, minor: int, what: str) -> pytest.MarkDecorator:
         not torch_at_least(major, minor),
         reason=f"{what} needs torch>={major}.{minor} (found {torch.__version__})",
     )
+
+
+ONE_GRAPH = needs_torch(
+    2,
+    8,
+    "torch.compile(fullgraph=True) through a ParamDict (older dynamo breaks the "
+    "graph on dict subclasses and named tuples; without fullgraph the results "
+    "are the same)",
+)
+"""Skip a test that compiles a ParamDict program in one graph on torch before 2.8."""
+
+
+def torch_optimizer(name: str, major: int, minor: int) -> type[torch.optim.Optimizer]:
+    """Return ``torch.optim.<name>``, which torch ``major.minor`` added.
+
+    On an older torch, return a stand-in of that name whose construction skips the
+    test, naming the release: a table row can name the class at import time, and
+    only the tests that compare with it are skipped.
+    """
+    found = getattr(torch.optim, name, None)
+    if found is not None:
+        return found  # type: ignore[no-any-return]  # torch.optim's class by name
+    found_version = f"found {torch.__version__}"
+    reason = f"torch.optim.{name} needs torch>={major}.{minor} ({found_version})"
+
+    class Missing(torch.optim.Optimizer):
+        def __init__(self, params: Any, **kwargs: Any) -> None:
+            pytest.skip(reason)
+
+    Missing.__name__ = Missing.__qualname__ = name
+    return Missing
 
 
 @contextlib.contextmanager

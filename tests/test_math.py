@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 from _helpers import CountOps, MyParams
+from _torch_versions import ONE_GRAPH
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import Tensor
@@ -796,11 +797,7 @@ def test_scaling_by_a_number_is_bitwise_torch(
             assert torch.equal(out[k], want)
 
 
-@pytest.mark.skipif(
-    torch.__version__ < "2.8",
-    reason="torch.compile(fullgraph=True) traces a ParamDict from torch 2.8 on; older "
-    "dynamo graph-breaks on dict subclasses (results stay correct)",
-)
+@ONE_GRAPH
 def test_an_optimizer_step_compiles_without_graph_breaks() -> None:
     """Fused math and reductions compile with `fullgraph=True` and match eager."""
 

@@ -3,16 +3,10 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import ONE_GRAPH
 from torch import nn
 
 from paramdict import ParamDict
-
-# Dynamo traces dict subclasses such as ParamDict in one graph from torch 2.8 on.
-needs_dict_subclass_tracing = pytest.mark.skipif(
-    torch.__version__ < "2.8",
-    reason="torch.compile(fullgraph=True) traces a ParamDict from torch 2.8 on; older "
-    "dynamo graph-breaks on dict subclasses (results stay correct)",
-)
 
 
 class Counter(nn.Module):
@@ -134,7 +128,7 @@ def test_functional_call_accepts_paramdict_under_torch_func() -> None:
     torch.testing.assert_close(out[1], torch.func.functional_call(model, p * 2, (x,)))
 
 
-@needs_dict_subclass_tracing
+@ONE_GRAPH
 def test_functional_call_accepts_paramdict_under_compile() -> None:
     """`functional_call` on a ParamDict compiles with `fullgraph=True`."""
     model = _mlp()

@@ -5,18 +5,12 @@ import pickle
 import pytest
 import torch
 from _helpers import MyParams
+from _torch_versions import ONE_GRAPH
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils import _pytree as pytree
 
 from paramdict import ParamDict
-
-# Dynamo traces dict subclasses such as ParamDict in one graph from torch 2.8 on.
-needs_dict_subclass_tracing = pytest.mark.skipif(
-    torch.__version__ < "2.8",
-    reason="torch.compile(fullgraph=True) traces a ParamDict from torch 2.8 on; older "
-    "dynamo graph-breaks on dict subclasses (results stay correct)",
-)
 
 
 def _p() -> ParamDict:
@@ -112,7 +106,7 @@ def _step(p: ParamDict, g: ParamDict, lr: float) -> ParamDict:
     return abs(q - lr * g) / 2 + (q * g) ** 2 - (1 - q)
 
 
-@needs_dict_subclass_tracing
+@ONE_GRAPH
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compile_fullgraph_builds_and_combines_paramdicts(backend: str) -> None:
     """Building ParamDicts and doing arithmetic compiles with no graph break."""

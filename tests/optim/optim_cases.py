@@ -17,18 +17,22 @@ import attrs
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import needs_torch, torch_optimizer
 from torch import Tensor, nn
 
 from paramdict import ParamDict, optim
 
 STEPS = 100
 
+# torch.optim's classes that are newer than the oldest torch supported: on an older
+# torch, making one skips the test (`torch_optimizer`), and the tests of the class
+# itself are marked.
+TorchMuon = torch_optimizer("Muon", 2, 9)
+_MUON = needs_torch(2, 9, "torch.optim.Muon")
+
 
 # torch.optim.Adam's `decoupled_weight_decay`, newer than the oldest torch supported.
-_DECOUPLED = pytest.mark.skipif(
-    torch.__version__ < "2.7",
-    reason="torch.optim.Adam takes `decoupled_weight_decay` from torch 2.7 on",
-)
+_DECOUPLED = needs_torch(2, 7, "torch.optim.Adam's `decoupled_weight_decay`")
 
 
 @dataclass(frozen=True)
@@ -114,8 +118,8 @@ def torch_muon_on_weights(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
     params = list(params)
     if params and isinstance(params[0], dict):
         groups = [g for g in params if all(p.dim() == 2 for p in g["params"])]
-        return torch.optim.Muon(groups, **kwargs)
-    return torch.optim.Muon([p for p in params if p.dim() == 2], **kwargs)
+        return TorchMuon(groups, **kwargs)
+    return TorchMuon([p for p in params if p.dim() == 2], **kwargs)
 
 
 class TorchLion(torch.optim.Optimizer):
@@ -377,9 +381,10 @@ TABLE: list[Case] = [
         },
         (),
         {"weight_decay": 0.05},
-        classes=(optim.Muon, torch.optim.Muon),
+        classes=(optim.Muon, TorchMuon),
         matrices_only=True,
         bfloat16=True,
+        marks={"class": _MUON},
         bench=Bench({"lr": 1e-3}),
     ),
     Case(

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from optim_cases import TABLE, Case
 from torch._dynamo.testing import CompileCounter
 from torch.optim import lr_scheduler as tls
@@ -220,6 +221,7 @@ def test_plateau_through_step_schedule_matches_torch() -> None:
     ],
     ids=lambda s: type(s).__name__,
 )
+@ONE_GRAPH
 def test_compiled_scheduled_step_compiles_once(schedule: optim.LRSchedule) -> None:
     """A compiled Adam step with a schedule runs 50 steps from one frame, as eager."""
     torch._dynamo.reset()

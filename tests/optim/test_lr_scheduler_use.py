@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from torch._dynamo.testing import CompileCounter
 from torch.optim import lr_scheduler as tls
 
@@ -94,6 +95,7 @@ SCHEDULES = [
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: type(s).__name__)
+@ONE_GRAPH
 def test_compiled_step_compiles_once(schedule: optim.LRSchedule) -> None:
     """A compiled `step` runs 50 steps from one graph, with eager's values."""
     torch._dynamo.reset()
@@ -106,6 +108,7 @@ def test_compiled_step_compiles_once(schedule: optim.LRSchedule) -> None:
     assert counter.frame_count == 1
 
 
+@ONE_GRAPH
 def test_plateau_compiles_once() -> None:
     """A compiled `ReduceLROnPlateau.step` does not specialize on the metric."""
     torch._dynamo.reset()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
@@ -191,10 +192,7 @@ def test_failing_wrapped_step_writes_nothing() -> None:
         assert torch.equal(got, want)
 
 
-@pytest.mark.skipif(
-    torch.__version__ < "2.8",
-    reason="torch.compile traces a ParamDict in one graph from torch 2.8 on",
-)
+@ONE_GRAPH
 def test_compiled_step_takes_the_where_form_and_equals_eager() -> None:
     """Compiled, one graph serves every call and equals the eager rule bitwise."""
     torch._dynamo.reset()
@@ -215,7 +213,9 @@ def test_compiled_step_takes_the_where_form_and_equals_eager() -> None:
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("form", ["step", "step_", "traced"])
+@pytest.mark.parametrize(
+    "form", ["step", "step_", pytest.param("traced", marks=ONE_GRAPH)]
+)
 def test_first_micro_batch_is_written_as_backward_writes_grad(form: str) -> None:
     """A first gradient of -0.0 stays -0.0 in the sum, as in torch's `.grad`."""
     opt = optim.MultiSteps(optim.SGD(lr=0.1), every_k=3)

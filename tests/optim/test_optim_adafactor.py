@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import ONE_GRAPH
 from optim_cases import batches, forward, make_model
 
 from paramdict import ParamDict, optim
@@ -186,10 +187,7 @@ def test_host_numbers_equal_the_tensor_form(
             assert torch.equal(_bits(got), _bits(want)), form
 
 
-@pytest.mark.skipif(
-    torch.__version__ < "2.8",
-    reason="torch.compile traces a ParamDict in one graph from torch 2.8 on",
-)
+@ONE_GRAPH
 @pytest.mark.parametrize(
     "shapes", [[(3,), (4,)], [(2, 3), (3, 2)]], ids=["vectors", "matrices"]
 )

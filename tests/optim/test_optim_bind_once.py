@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from torch import nn
 
 from paramdict import ParamDict, optim
@@ -129,6 +130,7 @@ def test_module_conversion_after_a_step_is_refused_by_key() -> None:
         assert torch.equal(kept, now)
 
 
+@ONE_GRAPH
 def test_a_compiled_step_keeps_no_binding() -> None:
     """A binding is an eager shortcut: a compiled `step` neither keeps nor reads one."""
     params, grads, opt, state = _setup()

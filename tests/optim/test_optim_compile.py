@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import ONE_GRAPH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from optim_cases import batches, configured, make_model
@@ -21,11 +22,7 @@ from torch import Tensor
 
 from paramdict import ParamDict, optim
 
-pytestmark = pytest.mark.skipif(
-    torch.__version__ < "2.8",
-    reason="torch.compile traces a ParamDict in one graph from torch 2.8 on; older "
-    "dynamo graph-breaks on dict subclasses",
-)
+pytestmark = ONE_GRAPH
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import ONE_GRAPH
 from optim_cases import batches, forward, make_model
 from torch import Tensor, nn
 from torch.optim import lr_scheduler as tls
@@ -124,6 +125,7 @@ def test_shared_schedule_matches_torch(in_place: bool) -> None:
     assert int(state[0].schedule.last_epoch) == 6
 
 
+@ONE_GRAPH
 def test_compiled_shared_schedule_equals_eager() -> None:
     """A compiled step of the recipe equals the eager one."""
     torch._dynamo.reset()
@@ -261,6 +263,7 @@ def test_torch_groups_with_other_rates_refuse_one_shared_schedule() -> None:
 
 
 @pytest.mark.parametrize("by_pattern", [False, True], ids=["predicate", "pattern"])
+@ONE_GRAPH
 def test_fresh_groups_compile_once(by_pattern: bool) -> None:
     """A compiled step of groups never routed eagerly runs again without recompiling."""
     torch._dynamo.reset()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from optim_cases import TABLE, Case, unfused
@@ -558,6 +559,7 @@ def test_collectives_keep_each_element_in_place(data: st.DataObject) -> None:
         torch.testing.assert_close(dict(result), expected, rtol=0, atol=0)
 
 
+@ONE_GRAPH
 def test_compiled_step_on_layouts_matches_torch() -> None:
     """`torch.compile(opt.step)` on transposed gradients and a sliced parameter."""
     start = _values({"w": (3, 4), "v": (4, 3)}, 5)

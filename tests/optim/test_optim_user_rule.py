@@ -15,6 +15,7 @@ from typing import Any, ClassVar, NamedTuple
 import attrs
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from torch import Tensor
 
 from paramdict import ParamDict, optim
@@ -152,6 +153,7 @@ def test_a_schedule_equals_the_reference_with_its_rates() -> None:
     _close(new, expected)
 
 
+@ONE_GRAPH
 def test_compiled_with_fullgraph_equals_the_reference() -> None:
     """`torch.compile(opt.step, fullgraph=True)`: one graph, the reference's values."""
     torch._dynamo.reset()

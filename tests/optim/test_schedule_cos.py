@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from torch._dynamo.utils import counters
 from torch.optim import lr_scheduler as tls
 
@@ -98,6 +99,7 @@ _CASES: list[tuple[optim.LRSchedule, Make, int]] = [
     ("schedule", "make", "steps"),
     [pytest.param(*case, id=type(case[0]).__name__) for case in _CASES],
 )
+@ONE_GRAPH
 def test_inductor_schedule_equals_torch_bitwise(
     schedule: optim.LRSchedule, make: Make, steps: int
 ) -> None:
