@@ -62,10 +62,11 @@ def to_torch_state_dict(
         A dict with `state` (by integer index, or by name) and `param_groups`.
 
     Raises:
-        TypeError: If `opt` has no torch.optim counterpart or a setting is not
-            one number per group.
-        ValueError: If `names` and the state's keys or groups differ; the
-            message names them.
+        TypeError: If `opt` has no torch.optim counterpart (in the installed
+            torch) or a setting is not one number per group.
+        ValueError: If `names` and the state's keys or groups differ, or `opt`
+            uses a setting the installed torch's class lacks; the message names
+            them.
 
     Example:
         >>> import torch

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 # pyright: reportPrivateUsage=false
 # (ParamGroups' routing and members, of this package)
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard, TypeVar, cast
 
@@ -42,10 +41,32 @@ _NO_STEP = frozenset({"SGD", "Muon"})
 """The optimizers whose torch state keeps no step count."""
 
 
+_CLASS_SINCE = {"Muon": "2.9"}
+"""torch.optim's classes newer than the oldest torch supported, with the release
+that added each: on an older torch their states do not convert."""
+
+_SETTING_SINCE = {
+    ("Adam", "decoupled_weight_decay"): (
+        "2.7",
+        "use `optim.AdamW`, the same update, whose counterpart is torch.optim.AdamW",
+    )
+}
+"""Settings of torch.optim's classes newer than the oldest torch supported: the
+release that added each, and the way around it. On an older torch a paramdict
+optimizer that uses one (a value other than False) has no torch counterpart."""
+
+
 def _torch_class(opt: object) -> type[torch.optim.Optimizer]:
     """Return torch.optim's class of the same name as `opt`'s."""
     name = type(opt).__name__
     cls = getattr(torch.optim, name, None)
+    if cls is None and name in _CLASS_SINCE and isinstance(opt, TorchOptimizer):
+        msg = (
+            f"{name}'s state converts to torch.optim.{name}, which torch "
+            f"{_CLASS_SINCE[name]} added; this torch is {torch.__version__}. "
+            f"Install torch>={_CLASS_SINCE[name]} to convert it."
+        )
+        raise TypeError(msg)
     if (
         name == "LBFGS"
         or not isinstance(opt, TorchOptimizer)
@@ -62,14 +83,16 @@ def _torch_class(opt: object) -> type[torch.optim.Optimizer]:
 
 def _defaults(cls: type[torch.optim.Optimizer]) -> dict[str, Any]:
     """Return the group settings torch's `cls` starts from (its `defaults`)."""
-    return dict(_defaults_of(cls.__name__))
+    if cls not in _DEFAULTS:
+        maker: Any = cls
+        probe = torch.zeros(2, 2, requires_grad=True)
+        _DEFAULTS[cls] = dict(maker([probe]).defaults)
+    return dict(_DEFAULTS[cls])
 
 
-@functools.cache
-def _defaults_of(name: str) -> dict[str, Any]:
-    maker: Any = getattr(torch.optim, name)
-    probe = torch.zeros(2, 2, requires_grad=True)
-    return dict(maker([probe]).defaults)
+_DEFAULTS: dict[type[torch.optim.Optimizer], dict[str, Any]] = {}
+"""Each torch.optim class's `defaults`, keyed by the class, not its name (two
+classes of one name keep their own)."""
 
 
 def _group_names(names: Names) -> list[list[str]]:
@@ -100,8 +123,11 @@ def _cycled(opt: TorchOptimizer[Any], name: str) -> bool:
 
 def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:
     """Return the group settings of torch's class for `opt`'s configuration."""
+    cls = _torch_class(opt)
+    defaults = _defaults(cls)
+    _check_settings_exist(opt, cls, defaults)
     group: dict[str, Any] = {}
-    for name, default in _defaults(_torch_class(opt)).items():
+    for name, default in defaults.items():
         if name in _FLAGS:
             # paramdict's `fused=True` and `differentiable=True` are torch's.
             group[name] = True if getattr(opt, name, None) is True else default
@@ -125,6 +151,23 @@ def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:
             raise TypeError(msg)
         group[name] = value
     return group
+
+
+def _check_settings_exist(
+    opt: TorchOptimizer[Any], cls: type[torch.optim.Optimizer], defaults: Any
+) -> None:
+    """Raise if `opt` uses a setting that this torch's `cls` does not have yet."""
+    for (name, setting), (since, instead) in _SETTING_SINCE.items():
+        if cls.__name__ == name and setting not in defaults:
+            if getattr(opt, setting, False) is False:
+                continue
+            msg = (
+                f"{type(opt).__name__}({setting}=True) converts to torch.optim."
+                f"{name}({setting}=True), which torch {since} added; this torch "
+                f"is {torch.__version__}. Install torch>={since} to convert it, or "
+                f"{instead}."
+            )
+            raise ValueError(msg)
 
 
 def _schedule_settings(schedule: object, slot: Any) -> dict[str, float]:
@@ -311,10 +354,12 @@ def load_torch_state_dict(
         The state, as `opt.init(params)` returns it, at torch's step.
 
     Raises:
-        TypeError: If `opt` has no torch.optim counterpart or `names` is malformed.
+        TypeError: If `opt` has no torch.optim counterpart (in the installed
+            torch) or `names` is malformed.
         ValueError: If the groups, settings, parameters or buffers do not fit
-            `opt` and `params`, or a scheduled `lr` has no `scheduler`; the
-            message names them.
+            `opt` and `params`, a scheduled `lr` has no `scheduler`, or `opt`
+            uses a setting the installed torch's class lacks; the message
+            names them.
 
     Example:
         >>> import torch

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _torch_versions import needs_torch
-from optim_cases import batches, make_model
+from optim_cases import TorchMuon, batches, make_model
 from torch import Tensor
 
 from paramdict import ParamDict, optim
@@ -94,7 +94,7 @@ def test_muon_on_matrices_adamw_on_the_rest() -> None:
     state = opt.init(params)
     matrices = [p for p in model.parameters() if p.dim() == 2]
     others = [p for p in model.parameters() if p.dim() != 2]
-    theirs = [torch.optim.Muon(matrices, lr=0.02), torch.optim.AdamW(others, lr=3e-4)]
+    theirs = [TorchMuon(matrices, lr=0.02), torch.optim.AdamW(others, lr=3e-4)]
     for x, y in batches(torch.float64, steps=10):
         loss = _loss(params, params, x, y)
         params, state = opt.step(params, params.grad(loss), state)

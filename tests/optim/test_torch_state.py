@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from optim_cases import (
     TABLE,
+    TorchMuon,
     assert_matches,
     batches,
     forward,
@@ -154,7 +155,7 @@ def test_muon_runs_move_both_ways(kwargs: dict[str, Any]) -> None:
 def torch_muon(model: nn.Module, kwargs: dict[str, Any]) -> torch.optim.Optimizer:
     """Return torch's Muon on the model's weights."""
     named = dict(model.named_parameters())
-    return torch.optim.Muon([named[k] for k in WEIGHTS], **kwargs)
+    return TorchMuon([named[k] for k in WEIGHTS], **kwargs)
 
 
 def grouped() -> optim.ParamGroups[Any]:
