@@ -19,7 +19,8 @@ function per entry instead (same values, same gradients):
   `addcdiv` and `addcmul` with per-entry numbers run in place on fresh clones (the
   in-place kernels have rules, and are what `torch.optim` runs, so the rounding is
   theirs); `maximum` and `minimum` with a number run per entry. `call` learns this
-  from the kernel's refusal, so plain tensors pay nothing for it.
+  from the kernel's refusal, so plain tensors pay nothing for it (torch 2.6 has
+  fewer rules, and refuses some kernels with an `AssertionError`).
 
 One more form is chosen for speed alone: on an accelerator, a 0-dim tensor that
 `operand` repeated per entry (`[t] * n`, the form autograd and vmap need) goes to
@@ -50,12 +51,14 @@ __all__ = ["call", "call_", "copy_", "holds_dtensors"]
 ForeachOp = Callable[..., Sequence[Tensor]]
 
 
+# With a number, `clamp`: the values of `clamp_min` and `clamp_max`, and a DTensor
+# sharding rule from torch 2.6 on (theirs came later).
 def _max(x: Tensor, y: Any) -> Tensor:
-    return torch.maximum(x, y) if isinstance(y, Tensor) else torch.clamp_min(x, y)
+    return torch.maximum(x, y) if isinstance(y, Tensor) else torch.clamp(x, min=y)
 
 
 def _min(x: Tensor, y: Any) -> Tensor:
-    return torch.minimum(x, y) if isinstance(y, Tensor) else torch.clamp_max(x, y)
+    return torch.minimum(x, y) if isinstance(y, Tensor) else torch.clamp(x, max=y)
 
 
 def _addcmul(x: Tensor, a: Tensor, b: Tensor, value: Any = 1) -> Tensor:
@@ -293,12 +296,15 @@ def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
         return list(op(args[0], scalar, **extra))
     try:
         return list(op(*args, **kwargs))
-    except RuntimeError:
+    except (RuntimeError, AssertionError) as err:
         # `NotImplementedError`, a `RuntimeError`, for a kernel without a sharding
-        # rule; only DTensors get there.
+        # rule (torch 2.6 fails an assertion instead for `addcdiv` with one number);
+        # only DTensors get there.
         if _holds_dtensors(args):
             return _sharded(op, args, kwargs)
-        if not _is_batched([*args, *kwargs.values()]):
+        if isinstance(err, AssertionError) or not _is_batched(
+            [*args, *kwargs.values()]
+        ):
             raise
     return _per_entry(op, args, kwargs)
 
@@ -314,7 +320,7 @@ def copy_(targets: list[Tensor], sources: list[Tensor]) -> None:
     """
     try:
         torch._foreach_copy_(targets, sources)
-    except RuntimeError:
+    except (RuntimeError, AssertionError):  # torch 2.6's DTensor: an assertion
         if not _holds_dtensors([targets, sources]):
             raise
         for target, source in zip(targets, sources):
@@ -388,5 +394,9 @@ def call_(
             or _is_batched([*args, *kwargs.values()])
             or "derivative for" in str(err)
         ):
+            raise
+    except AssertionError:
+        # torch 2.6's DTensor fails an assertion for some kernels without a rule.
+        if not _holds_dtensors(args):
             raise
     _per_entry_(op, args, kwargs)
