@@ -440,6 +440,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Run]:
     )
     parser.add_argument("--quiet", action="store_true", help="print the summary only")
     args = parser.parse_args(argv)
+    # `torch.__version__` compares as a version, not as text.
+    if args.compile and torch.__version__ < "2.8":
+        parser.error(
+            "--compile traces the step in one graph (fullgraph=True), which needs "
+            f"torch>=2.8 (this is {torch.__version__}); run with --no-compile."
+        )
     cfg = Config(
         steps=args.steps,
         checkpoint_at=args.checkpoint_at or args.steps // 2,

@@ -6,7 +6,9 @@ import io
 
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from torch._dynamo.utils import counters
+from torch.torch_version import TorchVersion
 
 from examples import train_gpt as gpt
 from paramdict import ParamDict
@@ -156,6 +158,7 @@ def test_checkpoint_loads_with_weights_only(data: tuple[torch.Tensor, int]) -> N
     assert int(saved["ema"].n_averaged) == 2
 
 
+@ONE_GRAPH
 def test_compiled_step_is_one_graph_with_eager_numbers(
     data: tuple[torch.Tensor, int], torch_run: gpt.Run
 ) -> None:
@@ -195,3 +198,15 @@ def test_command_line_prints_the_comparison(capsys: pytest.CaptureFixture[str]) 
         "torch.optim, resumed",
     }
     assert out.count("bitwise") == 4
+
+
+def test_compile_on_a_torch_before_2_8_points_to_no_compile(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On torch 2.6, `--compile` (the default) stops at once, naming 2.8 and the fix."""
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.6.0"))
+    with pytest.raises(SystemExit) as stopped:
+        gpt.main(["--steps", "4", "--quiet"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "needs torch>=2.8 (this is 2.6.0); run with --no-compile" in err
