@@ -15,11 +15,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from _torch_versions import needs_torch
 
 from benchmarks import _device, _runner, _table, optim_scale
 from benchmarks import optim as small
 from benchmarks._report import OURS, Config, Row
 from paramdict import ParamDict, optim
+
+# The table drops Muon's row on a torch without torch.optim.Muon (nothing to time
+# it against): the tests that expect the row need that torch.
+TORCH_MUON = needs_torch(
+    2, 9, "torch.optim.Muon, which the benchmarks time Muon against"
+)
 
 TINY_GPT2 = [
     ("wte.weight", (40, 8)),
@@ -48,6 +55,7 @@ def _config() -> Config:
     )
 
 
+@TORCH_MUON
 def test_both_sections_time_the_table_s_optimizers() -> None:
     """Each section's optimizers are the table's rows plus its own extra rows.
 
@@ -78,6 +86,7 @@ def test_both_sections_time_the_table_s_optimizers() -> None:
     }
 
 
+@TORCH_MUON
 def test_the_optim_section_times_every_row_of_the_table() -> None:
     """A run of the section at a tiny size has a row for each row of the table."""
     section = small.measure(_config())
@@ -158,9 +167,15 @@ def test_torch_paths_are_read_from_torch_s_signatures() -> None:
     assert optim_scale.torch_paths("Adam") == [optim_scale.FUSED, optim_scale.FOREACH]
     assert optim_scale.torch_paths("RAdam") == [optim_scale.FOREACH]
     assert optim_scale.torch_paths("Lion") == [optim_scale.FOREACH]  # TorchLion's
+
+
+@TORCH_MUON
+def test_muon_s_torch_path_is_its_loop() -> None:
+    """torch.optim.Muon takes neither `fused` nor `foreach`: its loop is timed."""
     assert optim_scale.torch_paths("Muon") == [optim_scale.FOR_LOOP]
 
 
+@TORCH_MUON
 def test_compiled_candidates_cover_every_optimizer_that_compiles() -> None:
     """At 50 x 400,000 every optimizer but Muon gets both compiled candidates."""
     for entry in _table.entries():
@@ -172,6 +187,7 @@ def test_compiled_candidates_cover_every_optimizer_that_compiles() -> None:
     assert [e.name for e in _table.entries() if e.matrices_only] == ["Muon"]
 
 
+@TORCH_MUON
 def test_model_scale_muon_rows_agree_and_carry_their_targets(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -294,6 +310,7 @@ def test_muon_matrices_keep_each_size_s_element_count() -> None:
     ]
 
 
+@TORCH_MUON
 def test_optimizers_option_picks_rows(tmp_path: Path) -> None:
     """`--optimizers Muon,LBFGS` times only those two in the optim section."""
     picked = ["--optimizers", "Muon,LBFGS"]
