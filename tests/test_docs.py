@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import needs_torch
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
@@ -94,17 +95,21 @@ def test_repository_imports_are_found() -> None:
 
 # Pages that show what only a newer torch does: skipped with the reason on an older one.
 NEWER_TORCH = {
-    "docs/migrating.md": ("2.13", "compares with torch 2.13's dicts in autograd.grad"),
-    "docs/optim.md": ("2.8", "compiles a step with fullgraph=True (torch 2.8 on)"),
-    "docs/tutorials/compile.md": ("2.8", "compiles with fullgraph=True (torch 2.8 on)"),
+    "docs/migrating.md": ((2, 13), "which compares with autograd.grad's dict inputs,"),
+    "docs/optim.md": ((2, 8), "which compiles a step with fullgraph=True,"),
+    "docs/tutorials/compile.md": ((2, 8), "which compiles with fullgraph=True,"),
+    "docs/tutorials/schedules.md": ((2, 8), "which compiles a schedule in one graph,"),
 }
 
 
 def _page(page: Path) -> Any:
     name = str(page.relative_to(ROOT))
-    version, reason = NEWER_TORCH.get(name, ("0", ""))
-    needs = pytest.mark.skipif(torch.__version__ < version, reason=reason)
-    return pytest.param(page, id=name, marks=needs)
+    if name not in NEWER_TORCH:
+        return pytest.param(page, id=name)
+    (major, minor), what = NEWER_TORCH[name]
+    return pytest.param(
+        page, id=name, marks=needs_torch(major, minor, f"{name}, {what}")
+    )
 
 
 def _outside(paths: list[str]) -> list[str]:

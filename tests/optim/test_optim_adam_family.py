@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import pytest
 import torch
+from _torch_versions import needs_torch
 
 from paramdict import ParamDict, optim
 
@@ -18,11 +19,17 @@ def test_adamw_is_an_adam_with_decoupled_decay_fixed() -> None:
     """AdamW derives from Adam, its decay always decoupled and not an argument."""
     opt = optim.AdamW(lr=0.1)
     assert isinstance(opt, optim.Adam)
-    assert issubclass(torch.optim.AdamW, torch.optim.Adam)
     assert opt.decoupled_weight_decay is True
     assert opt.weight_decay == 1e-2
     assert "decoupled_weight_decay" not in inspect.signature(optim.AdamW).parameters
     assert "decoupled_weight_decay" not in repr(opt)
+
+
+@needs_torch(2, 7, "torch.optim.AdamW as a subclass of Adam")
+def test_torch_adamw_is_an_adam_too() -> None:
+    """torch.optim.AdamW derives from torch.optim.Adam, as ours from ours."""
+    assert issubclass(torch.optim.AdamW, torch.optim.Adam)
+    assert issubclass(optim.AdamW, optim.Adam)
 
 
 def test_adamw_refuses_decoupled_weight_decay_as_torch_does() -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import needs_torch
 from torch import Tensor
 
 from paramdict import ParamDict, optim
@@ -52,6 +53,13 @@ def _inputs(info: Any) -> list[Any]:
     return list(func(device="cpu"))
 
 
+# Ours stops the strong-Wolfe line search at `max_eval` evaluations, as torch 2.13's
+# LBFGS does; torch 2.6's lets it run its own 25 (the releases between unchecked).
+_BOUNDED_LINE_SEARCH = needs_torch(
+    2, 13, "torch.optim.LBFGS's strong-Wolfe line search bounded by `max_eval`"
+)
+
+
 def _configs() -> list[Any]:
     """Return one pytest parameter per (optimizer, option set, schedulers)."""
     rows: list[Any] = []
@@ -63,6 +71,7 @@ def _configs() -> list[Any]:
             if optim_input.params is not None:
                 continue  # torch's group-structure inputs: test_optim_groups
             kwargs = dict(optim_input.kwargs)
+            wolfe = kwargs.get("line_search_fn") == "strong_wolfe"
             for i, schedulers in enumerate([[], *info.scheduler_inputs]):
                 rows.append(
                     pytest.param(
@@ -70,6 +79,7 @@ def _configs() -> list[Any]:
                         kwargs,
                         list(schedulers),
                         id=f"{name}-{optim_input.desc}-sched{i}",
+                        marks=_BOUNDED_LINE_SEARCH if wolfe and not i else (),
                     )
                 )
     return rows

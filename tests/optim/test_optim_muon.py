@@ -94,7 +94,8 @@ def test_muon_on_matrices_adamw_on_the_rest() -> None:
     state = opt.init(params)
     matrices = [p for p in model.parameters() if p.dim() == 2]
     others = [p for p in model.parameters() if p.dim() != 2]
-    theirs = [TorchMuon(matrices, lr=0.02), torch.optim.AdamW(others, lr=3e-4)]
+    muon: dict[str, Any] = {"lr": 0.02}  # TorchMuon is typed as torch's base class
+    theirs = [TorchMuon(matrices, **muon), torch.optim.AdamW(others, lr=3e-4)]
     for x, y in batches(torch.float64, steps=10):
         loss = _loss(params, params, x, y)
         params, state = opt.step(params, params.grad(loss), state)

@@ -73,7 +73,7 @@ def _our_meta_gradient(
 
 def _rows() -> list[Any]:
     return [
-        pytest.param(case.ours, case.theirs, options, id=name)
+        pytest.param(case.ours, case.theirs, options, id=name, marks=case.mark(name))
         for case in TABLE
         if case.second_order
         for name, options in {

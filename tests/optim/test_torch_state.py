@@ -34,7 +34,7 @@ DTYPE = torch.float64
 def cases() -> list[Any]:
     """Return `(ours, theirs, kwargs)` for each option set of the table's optimizers."""
     return [
-        pytest.param(case.ours, case.theirs, kwargs, id=name)
+        pytest.param(case.ours, case.theirs, kwargs, id=name, marks=case.mark(name))
         for case in TABLE
         if case.classes is None and case.in_torch
         for name, kwargs in case.trajectories.items()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _torch_versions import needs_torch
 
 from paramdict import ParamDict
 
@@ -30,6 +31,7 @@ def test_grad_matches_torch_on_a_tuple() -> None:
     torch.testing.assert_close(got["y"], expected[1])
 
 
+@needs_torch(2, 13, "torch.autograd.grad with a dict of inputs")
 def test_torch_dict_inputs_match_and_refuse_a_paramdict() -> None:
     """Torch 2.13 returns a dict for dict inputs, and refuses a dict subclass."""
     x, y = _leaves()
