@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, TypeAlias, TypeGuard, cast
 
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
@@ -165,9 +166,6 @@ def advanced_on_host(schedule: Schedule, state: object) -> Any:
     return moved._step_on_host(host)
 
 
-_WRAPPED = torch._C._functorch.is_functorch_wrapped_tensor
-
-
 def _unreadable(tensor: Tensor) -> bool:
     """Whether a schedule tensor's value cannot be read for free (see `is_traced`).
 
@@ -178,7 +176,7 @@ def _unreadable(tensor: Tensor) -> bool:
         type(tensor) is not Tensor
         or not tensor.is_cpu
         or tensor.requires_grad
-        or _WRAPPED(tensor)
+        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
     )
 
 
