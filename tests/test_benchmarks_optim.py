@@ -246,12 +246,17 @@ def test_model_scale_scheduled_row_agrees_and_is_timed(
 def test_model_scale_recipe_row_agrees_and_is_timed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The nanoGPT recipe is timed, `step` and `step_` against torch's fused path."""
+    """The nanoGPT recipe is timed, `step` and `step_` against two torch paths."""
     monkeypatch.setattr(optim_scale, "shapes", _tiny)
     row = optim_scale._recipe_row(_config())
     assert row.case.startswith(f"{optim_scale.RECIPE} step")
     assert row.size == optim_scale.GPT2
-    assert list(row.medians) == [OURS, optim_scale.IN_PLACE, optim_scale.FUSED]
+    assert list(row.medians) == [
+        OURS,
+        optim_scale.IN_PLACE,
+        optim_scale.FUSED,
+        optim_scale.FOREACH,
+    ]
     assert all(m > 0 for m in row.medians.values())
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
 
 import attrs
+import torch
 from torch import Tensor
 from typing_extensions import override
 
@@ -17,7 +18,13 @@ from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag, fused_option
 from ._fused import FusedPlan, adam_kernel, fused_plan
-from ._hyper import Rate, host_numbers, quotient, state_scalar_dtype
+from ._hyper import (
+    Rate,
+    compute_dtype,
+    host_numbers,
+    quotient,
+    state_scalar_dtype,
+)
 from ._registry import register_state
 from ._schedules.slot import SlotState
 from .adamax import Adamax, AdamaxState
@@ -167,9 +174,12 @@ class Adam(AdamOptions[AdamState]):
         if self.amsgrad:
             second = state.max_exp_avg_sq.maximum_(second)
         if self.differentiable and not isinstance(lr, ParamDict):
-            # torch's differentiable step: its arithmetic on the step tensor
-            # (float32 unless the default dtype is float64), bit for bit.
-            count = step.to(state_scalar_dtype(step.device))
+            # torch's differentiable step: its arithmetic on the step tensor,
+            # bit for bit (float32 unless the default dtype is float64). For
+            # float64 parameters the count stays float64: a gradient through
+            # the step keeps float64's precision (torch's rounds it to float32).
+            float64 = compute_dtype(params) == torch.float64
+            count = step if float64 else step.to(state_scalar_dtype(step.device))
             step_size_neg = (lr / (1 - beta1**count)).neg()
             denom = second.sqrt().div((1 - beta2**count).sqrt() * step_size_neg)
             denom.add_(self.eps / step_size_neg)

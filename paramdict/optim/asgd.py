@@ -6,6 +6,7 @@ from typing import ClassVar, NamedTuple, cast
 
 import attrs
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 from typing_extensions import override
 
@@ -198,10 +199,14 @@ class ASGD(TorchOptimizer[ASGDState]):
         if isinstance(state.eta, ParamDict):
             state.eta.copy_(cast(ParamDict, new_eta))
             state.mu.copy_(new_mu)
-        elif torch.compiler.is_compiling():
+        elif (
+            state.mu.is_cpu
+            or torch.compiler.is_compiling()
+            or torch._C._functorch.is_functorch_wrapped_tensor(state.mu)  # vmap
+        ):
             state.eta.copy_(cast(Tensor, new_eta))
             state.mu.copy_(new_mu)
-        else:  # both scalars in one kernel (torch's `_foreach_copy_` of them)
+        else:  # on a device: both in one kernel (torch's `_foreach_copy_` of them)
             torch._foreach_copy_([state.eta, state.mu], [cast(Tensor, new_eta), new_mu])
 
 

@@ -6,7 +6,8 @@ its `mu_product`, RAdam's per-tensor products, the rest with the step and the
 rates read as numbers. Six steps of every optimizer torch lets differentiate,
 with weight decay, `maximize` and each option that changes the arithmetic, on
 entries of several shapes (a 0-dim one among them), in float32 and float64; the
-parameters and every buffer of the state equal torch's exactly.
+parameters and every buffer of the state equal torch's exactly (but Adam's
+float64 parameters, whose bias corrections stay float64, 1e-7 from torch's).
 """
 
 from __future__ import annotations
@@ -74,16 +75,29 @@ def test_differentiable_step_is_torch_s(
     for g in grads:
         params, state = opt.step(params, ParamDict(g), state)
 
+    # torch's Adam rounds its bias corrections to float32 (its step tensor's
+    # dtype) for float64 parameters too; paramdict keeps float64 there, so that
+    # a meta-gradient in float64 keeps float64's precision: about 1e-7 apart.
+    exact = not (name in ("Adam", "AdamW") and dtype == torch.float64)
     for key, t in zip(SHAPES, theirs):
         assert params[key].grad_fn is not None, key  # recorded, as torch's
-        assert torch.equal(params[key].detach(), t.detach()), key
+        if exact:
+            assert torch.equal(params[key].detach(), t.detach()), key
+        else:
+            torch.testing.assert_close(
+                params[key].detach(), t.detach(), rtol=1e-5, atol=1e-6
+            )
     torch_state = optim.to_torch_state_dict(opt, state, [list(SHAPES)])
     expected = reference.state_dict()["state"]
     for index, fields in torch_state["state"].items():
         for field, value in fields.items():
             want = expected[index][field]
-            if isinstance(value, Tensor):
+            if isinstance(value, Tensor) and exact:
                 assert torch.equal(value.detach().to(want.dtype), want.detach()), (
                     index,
                     field,
+                )
+            elif isinstance(value, Tensor):
+                torch.testing.assert_close(
+                    value.detach().to(want.dtype), want.detach(), rtol=1e-5, atol=1e-6
                 )
