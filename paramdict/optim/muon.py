@@ -11,7 +11,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._fields import flag, non_negative, shared_last
-from ._hyper import Rate
+from ._hyper import Rate, is_finite
 from ._matrix import newton_schulz
 from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
@@ -55,7 +55,9 @@ class MuonState(NamedTuple):
 def _check_coefficients(instance: object, attribute: Any, value: Any) -> None:
     ok = isinstance(value, tuple) and len(value) == 3  # pyright: ignore[reportUnknownArgumentType]  # checked here
     if not ok or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and is_finite(attribute.name, v)
         for v in cast("tuple[object, ...]", value)
     ):
         msg = f"`{attribute.name}` must be a tuple of three numbers, got {value!r}."

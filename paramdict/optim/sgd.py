@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple
 
@@ -13,7 +12,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._fields import flag, fused_option, non_negative, shared_last
 from ._fused import FusedPlan, fused_plan, sgd_kernel
-from ._hyper import Rate, check_number, host_numbers
+from ._hyper import Rate, check_number, host_numbers, is_finite
 from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
 from ._torch_optimizer import TorchOptimizer
@@ -48,7 +47,7 @@ class SGDState(NamedTuple):
 
 def _check_dampening(instance: object, attribute: Any, value: Any) -> None:
     check_number(instance, attribute, value)
-    if not math.isfinite(value):
+    if not is_finite(attribute.name, value):
         msg = (
             f"`{attribute.name}` must be finite, got {value!r}: the momentum buffer "
             "and every later step would be NaN. Give a number such as 0 or 0.1."
