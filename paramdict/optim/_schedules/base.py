@@ -225,7 +225,12 @@ def _fine(field: str, number: float) -> bool:
         return not math.isnan(number)
     # A composed schedule's later children wait at torch's `last_epoch=-1`.
     floor = -1.0 if field.startswith("children") and field.endswith("last_epoch") else 0
-    return math.isfinite(number) and number >= floor
+    counts = field.endswith(_COUNTS)  # ints in torch's schedulers
+    whole = not counts or (math.isfinite(number) and number == int(number))
+    return math.isfinite(number) and number >= floor and whole
+
+
+_COUNTS = ("last_epoch", "num_bad_epochs", "cooldown_counter")
 
 
 def _bad_fields(state: Any) -> tuple[list[str], list[str]]:
@@ -296,11 +301,23 @@ def check_schedule_state(
             f"0-dim floating-point tensor. {fix}"
         )
         raise TypeError(msg)
+    leaves: list[tuple[str, object]] = []
+    _leaves(state, "", leaves)
+    meta = sorted(f for f, v in leaves if isinstance(v, Tensor) and v.is_meta)
+    if meta:
+        names = ", ".join(f"`{field}{b}`" for b in meta)
+        msg = (
+            f"{whose} holds tensors on the meta device in {names}, which hold no "
+            f"value to step from. {fix}"
+        )
+        raise ValueError(msg)
     if values:
         names = ", ".join(f"`{field}{b}`" for b in sorted(values))
         msg = (
             f"{whose} holds invalid values in {names}: each must be finite and at "
-            f"least 0 (`best` may be infinite, a later child's `last_epoch` -1). "
+            f"least 0 (`best` may be infinite, a later child's `last_epoch` -1), "
+            "and a count (`last_epoch`, `num_bad_epochs`, `cooldown_counter`) a "
+            "whole number. "
             f"{fix}"
         )
         raise ValueError(msg)

@@ -39,8 +39,8 @@ def _check_children(
     for i, schedule in enumerate(schedulers):
         if not is_schedule(schedule):
             msg = (
-                f"{name} takes schedules from `paramdict.optim`; the one at index "
-                f"{i} is a {type(schedule).__name__}."
+                f"{name} takes schedules from `paramdict.optim`; "
+                f"`schedulers[{i}]` is a {type(schedule).__name__}."
             )
             raise TypeError(msg)
         if schedule.takes_metric and not metric:
@@ -61,8 +61,20 @@ def _check_children(
             raise ValueError(msg)
 
 
-def _tuple(value: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(value)
+def _as_tuple(name: str, value: object) -> tuple[Any, ...]:
+    """Return a list or tuple as a tuple; refuse anything else by `name`."""
+    if not isinstance(value, list | tuple):
+        msg = f"`{name}` must be a list or a tuple, got {type(value).__name__}."
+        raise TypeError(msg)
+    return tuple(cast("Sequence[Any]", value))
+
+
+def _schedulers(value: Sequence[Any]) -> tuple[Any, ...]:
+    return _as_tuple("schedulers", value)
+
+
+def _milestones(value: Sequence[Any]) -> tuple[Any, ...]:
+    return _as_tuple("milestones", value)
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -96,8 +108,8 @@ class SequentialLR(LRSchedule):
         [0.5, 0.75, 1.0, 0.5]
     """
 
-    schedulers: tuple[LRSchedule, ...] = attrs.field(converter=_tuple)
-    milestones: tuple[int, ...] = attrs.field(converter=_tuple)
+    schedulers: tuple[LRSchedule, ...] = attrs.field(converter=_schedulers)
+    milestones: tuple[int, ...] = attrs.field(converter=_milestones)
 
     def __attrs_post_init__(self) -> None:
         _check_children("SequentialLR", self.schedulers)
@@ -244,7 +256,7 @@ class ChainedScheduler(LRSchedule):
     """
 
     schedulers: tuple[LRSchedule | ReduceLROnPlateau, ...] = attrs.field(
-        converter=_tuple
+        converter=_schedulers
     )
 
     def __attrs_post_init__(self) -> None:

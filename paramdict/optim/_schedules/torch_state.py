@@ -29,6 +29,7 @@ from .._optimizer import Optimizer
 from .base import LRSchedule, ScheduleState, _bad_fields
 from .chain import ChainedScheduler
 from .cyclic import CyclicLR
+from .numbers import check_rate
 from .plateau import PlateauState, ReduceLROnPlateau
 from .slot import Schedule, is_schedule
 
@@ -169,6 +170,25 @@ def _check_settings(schedule: object, state_dict: Mapping[str, Any]) -> None:
         raise ValueError(msg)
 
 
+def _check_cycle(schedule: CyclicLR, state_dict: Mapping[str, Any], group: int) -> None:
+    """Raise unless the saved `base_lrs` and `max_lrs` are the `CyclicLR`'s rates.
+
+    torch's `CyclicLR` cycles between the rates its state dict holds; this one
+    between its own `base_lr` and `max_lr`, so the two must agree.
+    """
+    name = type(schedule).__name__
+    for key, mine in (("base_lrs", schedule.base_lr), ("max_lrs", schedule.max_lr)):
+        saved = _f64(_per_group(state_dict, key, group, name), key)
+        if float(saved) != float(mine):
+            msg = (
+                f"The scheduler state dict's {key!r} holds {float(saved)!r} for "
+                f"group {group}, and the CyclicLR {float(mine)!r}: torch's would "
+                f"cycle with the saved one. Build the CyclicLR with "
+                f"`{key[:-1]}={float(saved)!r}`."
+            )
+            raise ValueError(msg)
+
+
 def load_torch_scheduler_state_dict(
     schedule: Schedule, state_dict: Mapping[str, Any], /, *, group: int = 0
 ) -> ScheduleState | PlateauState:
@@ -247,6 +267,8 @@ def _load(
     """`load_torch_scheduler_state_dict`, before the values are checked."""
     name = type(schedule).__name__
     _check_settings(schedule, state_dict)
+    if isinstance(schedule, CyclicLR):
+        _check_cycle(schedule, state_dict, group)
     last_lr = _f64(_per_group(state_dict, "_last_lr", group, name), "_last_lr")
     last_epoch = (
         None  # torch's keeps no count of its own: its position is its last child's
@@ -264,6 +286,7 @@ def _load(
         if "base_lrs" not in holder and "_schedulers" in holder:
             holder = (_listed(holder["_schedulers"]) or [holder])[0]
         base = _f64(_per_group(holder, "base_lrs", group, name), "base_lrs")
+        check_rate("base_lrs", base)  # named as the dict names it
     template = schedule.init(base)
     counters_t = tuple(
         _f64(_entry(state_dict, k, name), k) for k in schedule._counter_names
