@@ -234,6 +234,13 @@ def _check_state(state: object) -> None:
             f"{type(averaged).__name__}. {fix}"
         )
         raise TypeError(msg)
+    sparse = sorted(k for k, v in averaged.items() if v.layout != torch.strided)
+    if sparse:
+        msg = (
+            f"The state's `averaged` must hold dense tensors; {sparse} are not "
+            f"(an average is written element by element). {fix}"
+        )
+        raise TypeError(msg)
     n: object = state.n_averaged
     if not (isinstance(n, Tensor) and n.dim() == 0 and n.dtype == torch.long):
         got = (
@@ -290,6 +297,19 @@ def _check_shapes(averaged: ParamDict, values: list[Tensor]) -> None:
         for (key, avg), value in zip(averaged.items(), values, strict=True)
         if value.is_meta and not avg.is_meta
     )
+    lost = sorted(
+        key
+        for (key, avg), value in zip(averaged.items(), values, strict=True)
+        if avg.is_meta and not value.is_meta
+    )
+    if lost:
+        msg = (
+            f"The state's `averaged` is on the meta device at {lost}, which holds "
+            "no data, while the values there are real: averaging into it would "
+            "drop them. Start the average with `init` on real values (or "
+            "`state.averaged.to(...)` a real device)."
+        )
+        raise ValueError(msg)
     if empty:
         msg = (
             f"Values on the meta device hold no data to average: {empty}. Pass "
