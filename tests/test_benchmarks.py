@@ -31,6 +31,7 @@ SECTIONS = [
     "cnn-memory",
     "imaml",
     "import",
+    "gpu",
 ]
 GOALS = [
     "`p.sub(g, alpha=lr)` within 1.10x of bare foreach",
