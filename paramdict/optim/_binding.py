@@ -412,9 +412,9 @@ class Bound(Generic[S]):
         if not self._in_place:
             msg = "This binding was made for `step`; bind with `in_place=True`."
             raise ValueError(msg)
+        aligned = self.grads(grads)  # checked even with no parameters
         if not self.params:
             return self.state
-        aligned = self.grads(grads)
         with torch.no_grad():
             commit = self._plan(self.params, self.state)
             return commit(aligned)
@@ -441,9 +441,9 @@ class Bound(Generic[S]):
             msg = "This binding was made for `step_`; bind with `in_place=False`."
             raise ValueError(msg)
         params, state = self.params, self.state
+        aligned = self.grads(grads)  # checked even with no parameters
         if not params:
             return params, state
-        aligned = self.grads(grads)
         new_params, new_state = self._advance(params, aligned, state)
         self.hold(new_params, new_state)
         return new_params, new_state

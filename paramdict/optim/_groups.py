@@ -187,6 +187,16 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         *,
         default: Optimizer[S] | None = None,
     ) -> None:
+        given: object = groups
+        if not isinstance(given, Mapping):
+            msg = (
+                "`groups` must be a mapping from a key pattern (or a tuple of "
+                "patterns, or a test of the key) to its optimizer, got "
+                f"{type(given).__name__}: write `optim.ParamGroups({{'*.bias': "
+                "optim.SGD(...)}, default=...)` (a list of pairs becomes one with "
+                "`dict(pairs)`)."
+            )
+            raise TypeError(msg)
         pairs = tuple((_as_selector(k), opt) for k, opt in groups.items())
         members: list[object] = [opt for _, opt in pairs]
         if default is not None:

@@ -36,6 +36,7 @@ __all__ = [
     "compute_dtype",
     "decay_factor",
     "host_numbers",
+    "is_finite",
     "is_zero",
     "new_counter",
     "product",
@@ -70,9 +71,24 @@ def check_non_negative(instance: object, attribute: Any, value: Any) -> None:
     if not value >= 0:
         msg = f"`{attribute.name}` must be non-negative, got {value!r}."
         raise ValueError(msg)
-    if not math.isfinite(value):
+    if not is_finite(attribute.name, value):
         msg = f"`{attribute.name}` must be finite, got {value!r}."
         raise ValueError(msg)
+
+
+def is_finite(name: str, value: float) -> bool:
+    """Return whether the number `value` is finite; refuse an int too large for a float.
+
+    (`math.isfinite` raises a bare `OverflowError` on one; torch computes with floats.)
+    """
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        msg = (
+            f"`{name}` is too large for a float (an int of {len(str(value))} "
+            "digits); torch computes with floats. Give a value below 1e308."
+        )
+        raise ValueError(msg) from None
 
 
 def check_fused(instance: object, attribute: Any, value: Any) -> None:
@@ -129,6 +145,12 @@ def check_rate(instance: object, attribute: Any, value: Any) -> None:
         if not value.is_floating_point():
             msg = f"`{name}` must be a floating-point tensor, got {value.dtype}."
             raise TypeError(msg)
+        if value.device.type == "cpu" and not is_traced(value):
+            # One read, on the host only (as torch.optim reads it there).
+            number = value.item()
+            if not (math.isfinite(number) and number >= 0):
+                msg = f"`{name}` must be finite and non-negative, got {value!r}."
+                raise ValueError(msg)
         return
     if not _is_number(value):
         msg = (

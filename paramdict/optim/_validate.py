@@ -67,6 +67,13 @@ def check_params(params: object, what: str) -> ParamDict:
         )
         raise TypeError(msg)
     check_real(params)
+    sparse = sorted(k for k, v in params.items() if v.layout != torch.strided)
+    if sparse:
+        msg = (
+            f"The optimizers update dense tensors; {sparse!r} are not (their "
+            "layouts have no in-place arithmetic). Give them as `.to_dense()`."
+        )
+        raise TypeError(msg)
     return params
 
 

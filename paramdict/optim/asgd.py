@@ -22,6 +22,7 @@ from ._hyper import (
 )
 from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState, initial_rate
+from ._state_check import check_scalar
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["ASGD", "ASGDState"]
@@ -157,6 +158,8 @@ class ASGD(TorchOptimizer[ASGDState]):
                 "from this optimizer's `init` (or a checkpoint of it)."
             )
             raise TypeError(msg)
+        else:
+            check_scalar(params, "eta", eta)
 
     @override
     def math(

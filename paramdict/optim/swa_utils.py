@@ -295,11 +295,22 @@ class WeightAverage:
 def _check_state(state: object) -> None:
     """Raise unless `state` is an `AveragedState` with a count that can be used."""
     fix = "Use the state from `init` or `update` (or a checkpoint of it)."
-    if not (
-        isinstance(state, AveragedState)
-        and isinstance(cast(object, state.averaged), ParamDict)
-    ):
+    if not isinstance(state, AveragedState):
         msg = f"`state` must be an AveragedState, got {type(state).__name__}. {fix}"
+        raise TypeError(msg)
+    averaged: object = state.averaged
+    if not isinstance(averaged, ParamDict):
+        msg = (
+            "The state's `averaged` must be a ParamDict, got "
+            f"{type(averaged).__name__}. {fix}"
+        )
+        raise TypeError(msg)
+    sparse = sorted(k for k, v in averaged.items() if v.layout != torch.strided)
+    if sparse:
+        msg = (
+            f"The state's `averaged` must hold dense tensors; {sparse} are not "
+            f"(an average is written element by element). {fix}"
+        )
         raise TypeError(msg)
     n: object = state.n_averaged
     if not (isinstance(n, Tensor) and n.dim() == 0 and n.dtype == torch.long):
@@ -313,6 +324,13 @@ def _check_state(state: object) -> None:
             f"{got}. {fix}"
         )
         raise TypeError(msg)
+    real = [k for k, v in averaged.items() if not v.is_meta]
+    if n.is_meta and real:
+        msg = (
+            "The state's `n_averaged` is on the meta device, which holds no count, "
+            f"while the average holds values (at {sorted(real)[:3]}). {fix}"
+        )
+        raise ValueError(msg)
     # One host read, on the CPU only: elsewhere it would wait for the device.
     count = int(n.item()) if _readable(n) else 0
     if count < 0:
@@ -326,7 +344,49 @@ def _readable(n: Tensor) -> bool:
 
 
 def _check_shapes(averaged: ParamDict, values: list[Tensor]) -> None:
-    """Raise unless each value has its average's shape (no broadcasting)."""
+    """Raise unless each value is a dense tensor with data, of its average's shape.
+
+    No broadcasting; a value on the meta device (no data) only into an average
+    on the meta device.
+    """
+    given: list[object] = list(values)
+    kinds = sorted(
+        (key, type(value).__name__)
+        for key, value in zip(averaged.keys(), given, strict=True)
+        if not isinstance(value, Tensor) or value.layout != torch.strided
+    )
+    if kinds:
+        keys = [key for key, _ in kinds]
+        got = ", ".join(f"{key!r}: {kind}" for key, kind in kinds)
+        msg = (
+            f"Values must be dense tensors; {keys} are not ({got}). Pass the "
+            "current values as `init` was given them (`ParamDict.from_module`)."
+        )
+        raise TypeError(msg)
+    empty = sorted(
+        key
+        for (key, avg), value in zip(averaged.items(), values, strict=True)
+        if value.is_meta and not avg.is_meta
+    )
+    lost = sorted(
+        key
+        for (key, avg), value in zip(averaged.items(), values, strict=True)
+        if avg.is_meta and not value.is_meta
+    )
+    if lost:
+        msg = (
+            f"The state's `averaged` is on the meta device at {lost}, which holds "
+            "no data, while the values there are real: averaging into it would "
+            "drop them. Start the average with `init` on real values (or "
+            "`state.averaged.to(...)` a real device)."
+        )
+        raise ValueError(msg)
+    if empty:
+        msg = (
+            f"Values on the meta device hold no data to average: {empty}. Pass "
+            "values on a real device (they are moved to the average's)."
+        )
+        raise ValueError(msg)
     differ = sorted(
         (key, tuple(avg.shape), tuple(value.shape))
         for (key, avg), value in zip(averaged.items(), values, strict=True)
