@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 import numpy as np
 import torch
+from _torch_versions import torch_at_least
 from fuzz import OMIT, Arg, Built, Value, base, constant, entry_values
 from torch import Tensor
 
@@ -445,7 +446,9 @@ def torch_step(
     leaves = {k: params[k].detach().clone().requires_grad_() for k in names}
     options = {k: v for k, v in spec.options.items() if k != "fused"}
     theirs = spec.theirs(list(leaves.values()), **options)
-    theirs.load_state_dict(optim.to_torch_state_dict(spec.make(), state, [names]))
+    exported = optim.to_torch_state_dict(spec.make(), state, [names])
+    _check_fused_shapes(exported, list(leaves.values()))
+    theirs.load_state_dict(exported)
     for _ in range(steps):
         for k in names:
             leaves[k].grad = grads[k].detach().clone()
@@ -454,3 +457,22 @@ def torch_step(
     return {
         k: v.detach().requires_grad_(params[k].requires_grad) for k, v in leaves.items()
     }
+
+
+def _check_fused_shapes(exported: dict[str, Any], leaves: list[Tensor]) -> None:
+    """Refuse, as torch 2.13 does, a fused step's buffer shaped unlike its parameter.
+
+    torch 2.13's fused kernels raise an error for it; torch 2.6's crash the process
+    (a zero-size `sum` for Adagrad's fused kernel); the releases between unchecked.
+    """
+    if torch_at_least(2, 13) or not any(
+        g.get("fused") for g in exported["param_groups"]
+    ):
+        return
+    for index, buffers in exported["state"].items():
+        for name, value in buffers.items():
+            if not isinstance(value, Tensor) or value.dim() == 0:
+                continue  # a step count
+            if value.shape != leaves[index].shape:
+                msg = f"The buffer {name!r} is shaped unlike its parameter {index}."
+                raise RuntimeError(msg)
