@@ -20,7 +20,9 @@ function per entry instead (same values, same gradients):
   in-place kernels have rules, and are what `torch.optim` runs, so the rounding is
   theirs); `maximum` and `minimum` with a number run per entry. `call` learns this
   from the kernel's refusal, so plain tensors pay nothing for it (torch 2.6 has
-  fewer rules, and refuses some kernels with an `AssertionError`).
+  fewer rules, refuses some kernels with an `AssertionError`, and has none for
+  `clamp_min` and `clamp_max`: there `maximum` and `minimum` with a number raise
+  torch's error on DTensors).
 
 One more form is chosen for speed alone: on an accelerator, a 0-dim tensor that
 `operand` repeated per entry (`[t] * n`, the form autograd and vmap need) goes to
@@ -51,14 +53,12 @@ __all__ = ["call", "call_", "copy_", "holds_dtensors"]
 ForeachOp = Callable[..., Sequence[Tensor]]
 
 
-# With a number, `clamp`: the values of `clamp_min` and `clamp_max`, and a DTensor
-# sharding rule from torch 2.6 on (theirs came later).
 def _max(x: Tensor, y: Any) -> Tensor:
-    return torch.maximum(x, y) if isinstance(y, Tensor) else torch.clamp(x, min=y)
+    return torch.maximum(x, y) if isinstance(y, Tensor) else torch.clamp_min(x, y)
 
 
 def _min(x: Tensor, y: Any) -> Tensor:
-    return torch.minimum(x, y) if isinstance(y, Tensor) else torch.clamp(x, max=y)
+    return torch.minimum(x, y) if isinstance(y, Tensor) else torch.clamp_max(x, y)
 
 
 def _addcmul(x: Tensor, a: Tensor, b: Tensor, value: Any = 1) -> Tensor:

@@ -319,18 +319,31 @@ def test_foreach_without_sharding_rules_runs_on_dtensors(
             torch.testing.assert_close(
                 cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
             )
-    for name in ("maximum", "minimum"):
-        op = getattr(torch, f"_foreach_{name}")
-        got = call(op, sharded[0], 1.5)
-        expected = call(op, plain[0], 1.5)
-        for ours, theirs in zip(got, expected):
-            torch.testing.assert_close(
-                cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
-            )
     # `_foreach_copy_` has no rule either: copied entry by entry.
     targets: list[Tensor] = [t.clone() for t in sharded[0]]
     copy_(targets, list[Tensor](sharded[1]))
     for ours, theirs in zip(targets, plain[1]):
+        torch.testing.assert_close(
+            cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
+        )
+
+
+@needs_torch(2, 13, "a DTensor sharding rule for clamp_min and clamp_max")
+@pytest.mark.parametrize(
+    "placement", [Shard(0), Replicate()], ids=["shard", "replicate"]
+)
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_and_minimum_with_a_number_run_on_dtensors(
+    mesh: Any, placement: Any, name: str
+) -> None:
+    """`maximum`/`minimum` with a number, per entry on DTensors: plain results."""
+    g = torch.Generator().manual_seed(0)
+    plain = [torch.rand(4, 3, generator=g) + 1 for _ in range(2)]
+    sharded = [distribute_tensor(t, mesh, [placement]) for t in plain]
+    op = getattr(torch, f"_foreach_{name}")
+    got = call(op, sharded, 1.5)
+    expected = call(op, plain, 1.5)
+    for ours, theirs in zip(got, expected):
         torch.testing.assert_close(
             cast(DTensor, ours).full_tensor(), theirs, rtol=0, atol=0
         )

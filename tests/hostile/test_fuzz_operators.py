@@ -92,8 +92,10 @@ def _addcdiv(v: Tensor, a: Tensor, c: Tensor, value: Any = 1) -> Tensor:
 
 def _clamp(v: Tensor, min: Any = None, max: Any = None) -> Tensor:
     # The documented order: `min` first, then `max` (as `torch.clamp` for numbers).
-    out = v if min is None else torch.clamp(v, min=min)
-    return out if max is None else torch.clamp(out, max=max)
+    # `clamp_min`/`clamp_max`: `torch.clamp` with one bound, NaN, returns its input
+    # unchanged on torch 2.6 (NaN on 2.13, as `clamp_min` everywhere).
+    out = v if min is None else torch.clamp_min(v, min)
+    return out if max is None else torch.clamp_max(out, max)
 
 
 def _max(v: Tensor, o: Any) -> Tensor:
