@@ -6,6 +6,7 @@ Optimizing Deep Models".
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, NamedTuple
 
 import attrs
@@ -116,20 +117,37 @@ class Adan(TorchOptimizer[AdanState]):
         lr: Rate,
         /,
     ) -> None:
-        beta1 = self.cycled("betas", state)[0]
+        beta1: float | Tensor = self.cycled("betas", state)[0]
         _, beta2, beta3 = self.betas
+        t: float | Tensor = step
+        # Python floats where the step and the rate are read for free (eager).
+        host = self.host_numbers(step, lr, beta1)
+        if host is not None:
+            t, lr, beta1 = host
+            later: float | Tensor = 1.0 if t > 1 else 0.0
+            bias3_sqrt: float | Tensor = math.sqrt(1 - beta3**t)
+        else:
+            later = (step > 1).to(step.dtype)
+            bias3_sqrt = (1 - beta3**step).sqrt()
         # The first step has no previous gradient: its change counts as 0.
-        later = (step > 1).to(step.dtype)
         diff = grads.sub(state.prev_grad)
-        state.exp_avg.mul_(beta1).add_(grads, alpha=1 - beta1)
-        state.exp_avg_diff.mul_(beta2).add_(diff, alpha=(1 - beta2) * later)
+        # `lerp_` rather than the authors' scale-and-add: the same averages to
+        # rounding, one pass instead of two (as `pytorch_optimizer` computes them).
+        state.exp_avg.lerp_(grads, 1 - beta1)
+        state.exp_avg_diff.lerp_(diff, (1 - beta2) * later)
         nesterov = diff.mul_(beta2 * later).add_(grads)
         state.exp_avg_sq.mul_(beta3).addcmul_(nesterov, nesterov, value=1 - beta3)
-        denom = state.exp_avg_sq.sqrt().div_((1 - beta3**step).sqrt()).add_(self.eps)
+        denom = state.exp_avg_sq.sqrt()
+        # Recorded, the root's result is saved for the backward pass.
+        if self.differentiable:
+            denom = denom.div(bias3_sqrt)
+        else:
+            denom.div_(bias3_sqrt)
+        denom.add_(self.eps)
         if self.no_prox:
             self.decay_(params, step, lr)
-        params.addcdiv_(state.exp_avg, denom, value=-lr / (1 - beta1**step))
-        size = lr * beta2 / (1 - beta2**step)
+        params.addcdiv_(state.exp_avg, denom, value=-lr / (1 - beta1**t))
+        size = lr * beta2 / (1 - beta2**t)
         params.addcdiv_(state.exp_avg_diff, denom, value=-size)
         weight_decay = self.rate("weight_decay", step)
         if not self.no_prox and not (

@@ -121,26 +121,32 @@ class AdEMAMix(TorchOptimizer[AdEMAMixState]):
     eps: float = fields.non_negative(1e-8)
     weight_decay: Rate = 0.0
 
-    def alpha_at(self, step: Tensor, /) -> float | Tensor:
+    def alpha_at(self, step: float | Tensor, /) -> float | Tensor:
         """Return the slow average's weight at `step`: `alpha * min(1, step / T)`.
 
         Args:
-            step: The step number (1 for the first step), a 0-dim tensor.
+            step: The step number (1 for the first step): a number, or a 0-dim
+                tensor (then the weight is one too).
 
         Returns:
-            `alpha` without a warm-up (`t_alpha_beta3=None`), else a 0-dim tensor.
+            The weight; `alpha` itself without a warm-up (`t_alpha_beta3=None`).
 
         Example:
             >>> from paramdict import optim
             >>> opt = optim.AdEMAMix(alpha=8.0, t_alpha_beta3=100)
-            >>> opt.alpha_at(torch.tensor(25.0)), opt.alpha_at(torch.tensor(300.0))
-            (tensor(2.), tensor(8.))
+            >>> opt.alpha_at(25), opt.alpha_at(300), opt.alpha_at(torch.tensor(50.0))
+            (2.0, 8.0, tensor(4.))
         """
         if self.t_alpha_beta3 is None:
             return self.alpha
-        return torch.clamp(step * self.alpha / self.t_alpha_beta3, max=self.alpha)
+        weight = step * self.alpha / self.t_alpha_beta3
+        if isinstance(weight, Tensor):
+            return torch.clamp(weight, max=self.alpha)
+        return min(weight, self.alpha)
 
-    def beta3_at(self, step: Tensor, beta1: float | Tensor, /) -> float | Tensor:
+    def beta3_at(
+        self, step: float | Tensor, beta1: float | Tensor, /
+    ) -> float | Tensor:
         """Return the slow average's decay at `step`, warming up from `beta1`.
 
         Its half-life `ln(0.5) / ln(beta3_t)` is linear in `step`, from
@@ -149,17 +155,18 @@ class AdEMAMix(TorchOptimizer[AdEMAMixState]):
         with `a = step / t_alpha_beta3`.
 
         Args:
-            step: The step number (1 for the first step), a 0-dim tensor.
+            step: The step number (1 for the first step): a number, or a 0-dim
+                tensor (then the decay is one too).
             beta1: The fast average's decay (`betas[0]`, or a cycled one).
 
         Returns:
-            `beta3` without a warm-up (`t_alpha_beta3=None`), else a 0-dim tensor.
+            The decay; `beta3` itself without a warm-up (`t_alpha_beta3=None`).
 
         Example:
             >>> from paramdict import optim
             >>> opt = optim.AdEMAMix(betas=(0.9, 0.999, 0.9999), t_alpha_beta3=100)
             >>> half_life = lambda b: math.log(0.5) / math.log(float(b))
-            >>> round(half_life(opt.beta3_at(torch.tensor(50.0), 0.9)), 1)
+            >>> round(half_life(opt.beta3_at(50, 0.9)), 1)
             3468.9
             >>> round((half_life(0.9) + half_life(0.9999)) / 2, 1)
             3468.9
@@ -167,16 +174,15 @@ class AdEMAMix(TorchOptimizer[AdEMAMixState]):
         beta3 = self.betas[2]
         if self.t_alpha_beta3 is None:
             return beta3
-        log_beta1 = (
-            torch.log(beta1.to(step.dtype))
-            if isinstance(beta1, Tensor)
-            else math.log(beta1)
-        )
         log_beta3 = math.log(beta3)
         a = step / self.t_alpha_beta3
-        log_product = log_beta1 * log_beta3
-        beta3_t = torch.exp(log_product / ((1 - a) * log_beta3 + a * log_beta1))
-        return torch.clamp(beta3_t, max=beta3)
+        if isinstance(a, Tensor) or isinstance(beta1, Tensor):
+            log1 = torch.log(torch.as_tensor(beta1, dtype=torch.float64))
+            power = log1 * log_beta3 / ((1 - a) * log_beta3 + a * log1)
+            return torch.clamp(torch.exp(power), max=beta3)
+        log_beta1 = math.log(beta1)
+        exponent = log_beta1 * log_beta3 / ((1.0 - a) * log_beta3 + a * log_beta1)
+        return min(math.exp(exponent), beta3)
 
     @override
     def math(
@@ -188,14 +194,31 @@ class AdEMAMix(TorchOptimizer[AdEMAMixState]):
         lr: Rate,
         /,
     ) -> None:
-        beta1 = self.cycled("betas", state)[0]
+        beta1: float | Tensor = self.cycled("betas", state)[0]
         _, beta2, _ = self.betas
-        alpha = self.alpha_at(step)
-        beta3 = self.beta3_at(step, beta1)
-        state.exp_avg_fast.mul_(beta1).add_(grads, alpha=1 - beta1)
-        state.exp_avg_slow.mul_(beta3).add_(grads, alpha=1 - beta3)
+        t: float | Tensor = step
+        bias2_sqrt: float | Tensor
+        # Python floats where the step and the rate are read for free (eager).
+        host = self.host_numbers(step, lr, beta1)
+        if host is not None:
+            t, lr, beta1 = host
+            bias2_sqrt = math.sqrt(1 - beta2**t)
+        else:
+            bias2_sqrt = (1 - beta2**step).sqrt()
+        alpha = self.alpha_at(t)
+        beta3 = self.beta3_at(t, beta1)
+        # `lerp_` rather than the authors' scale-and-add: the same averages to
+        # rounding, one pass instead of two (as `pytorch_optimizer` computes them).
+        state.exp_avg_fast.lerp_(grads, 1 - beta1)
+        state.exp_avg_slow.lerp_(grads, 1 - beta3)
         state.exp_avg_sq.mul_(beta2).addcmul_(grads, grads, value=1 - beta2)
-        denom = state.exp_avg_sq.sqrt().div_((1 - beta2**step).sqrt()).add_(self.eps)
-        update = state.exp_avg_fast.div(1 - beta1**step)
+        denom = state.exp_avg_sq.sqrt()
+        # Recorded, the root's result is saved for the backward pass.
+        if self.differentiable:
+            denom = denom.div(bias2_sqrt)
+        else:
+            denom.div_(bias2_sqrt)
+        denom.add_(self.eps)
+        update = state.exp_avg_fast.div(1 - beta1**t)
         update.add_(state.exp_avg_slow, alpha=alpha)
         params.addcdiv_(update, denom, value=-lr)

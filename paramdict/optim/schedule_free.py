@@ -204,22 +204,17 @@ class ScheduleFreeAdamW(TorchOptimizer[ScheduleFreeAdamWState]):
         lr: Rate,
         /,
     ) -> None:
-        beta1, beta2 = self.betas
-        # The rate and the weights in the counter's dtype (double precision).
-        given = lr if isinstance(lr, Tensor) else float(cast(float, lr))
-        rate = torch.as_tensor(given, dtype=step.dtype, device=step.device)
-        if self.warmup_steps:
-            rate = rate * torch.clamp(step / self.warmup_steps, max=1.0)
-        # `where` saves the comparison only, so `lr_max` may be written below.
-        lr_max = torch.where(rate > state.lr_max, rate, state.lr_max)
-        weight = step**self.r * lr_max**self.weight_lr_power
-        weight_sum = state.weight_sum + weight
-        # c = w / sum w, 0 while the sum is 0 (a zero rate), without a 0 / 0.
-        c = weight / torch.where(weight_sum > 0, weight_sum, 1.0)
-        y_size = rate * (beta1 * (1 - c) - 1)
+        beta2 = self.betas[1]
+        host = self.host_numbers(step, lr, state.lr_max, state.weight_sum)
+        numbers = (
+            self._numbers(host) if host is not None else self._tensors(step, lr, state)
+        )
+        rate, c, y_size, bias2, lr_max, weight_sum = numbers
 
         state.exp_avg_sq.mul_(beta2).addcmul_(grads, grads, value=1 - beta2)
-        denom = state.exp_avg_sq.div(1 - beta2**step).sqrt_().add_(self.eps)
+        denom = state.exp_avg_sq.div(bias2).sqrt_()
+        # Recorded, the root's result is saved for the backward pass.
+        denom = denom.add(self.eps) if self.differentiable else denom.add_(self.eps)
         update = grads.div(denom)
         weight_decay = self.rate("weight_decay", step)
         if isinstance(weight_decay, ParamDict):
@@ -230,8 +225,43 @@ class ScheduleFreeAdamW(TorchOptimizer[ScheduleFreeAdamWState]):
         z = state.z.clone() if self.differentiable else state.z
         params.lerp_(z, c).add_(update, alpha=y_size)
         state.z.sub_(update, alpha=rate)
-        state.lr_max.copy_(lr_max)
-        state.weight_sum.copy_(weight_sum)
+        for kept, value in ((state.lr_max, lr_max), (state.weight_sum, weight_sum)):
+            if isinstance(value, Tensor):
+                kept.copy_(value)
+            else:
+                kept.fill_(value)
+
+    def _numbers(self, host: tuple[float, ...]) -> tuple[float, ...]:
+        """The step's numbers, as the package computes them in Python floats."""
+        beta1, beta2 = self.betas
+        t, rate, lr_max, weight_sum = host
+        if self.warmup_steps:
+            rate *= min(1.0, t / self.warmup_steps)
+        lr_max = max(lr_max, rate)
+        weight = t**self.r * lr_max**self.weight_lr_power
+        weight_sum += weight
+        c = weight / weight_sum if weight_sum > 0 else 0.0
+        y_size = rate * (beta1 * (1 - c) - 1)
+        return rate, c, y_size, 1 - beta2**t, lr_max, weight_sum
+
+    def _tensors(
+        self, step: Tensor, lr: Rate, state: ScheduleFreeAdamWState
+    ) -> tuple[Tensor, ...]:
+        """The step's numbers as 0-dim tensors (traced, recorded, a device's)."""
+        beta1, beta2 = self.betas
+        # The rate and the weights in the counter's dtype (double precision).
+        given = lr if isinstance(lr, Tensor) else float(cast(float, lr))
+        rate = torch.as_tensor(given, dtype=step.dtype, device=step.device)
+        if self.warmup_steps:
+            rate = rate * torch.clamp(step / self.warmup_steps, max=1.0)
+        # `where` saves the comparison only, so `lr_max` may be written after.
+        lr_max = torch.where(rate > state.lr_max, rate, state.lr_max)
+        weight = step**self.r * lr_max**self.weight_lr_power
+        weight_sum = state.weight_sum + weight
+        # c = w / sum w, 0 while the sum is 0 (a zero rate), without a 0 / 0.
+        c = weight / torch.where(weight_sum > 0, weight_sum, 1.0)
+        y_size = rate * (beta1 * (1 - c) - 1)
+        return rate, c, y_size, 1 - beta2**step, lr_max, weight_sum
 
     @override
     def eval_params(self, params: P, state: ScheduleFreeAdamWState, /) -> P:

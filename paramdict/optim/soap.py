@@ -279,7 +279,14 @@ class SOAP(TorchOptimizer[SOAPState]):
         return shape, [size if size <= bound else None for size in shape]
 
     def _bases(self, state: SOAPState, key: str, sizes: list[int | None]) -> list[Any]:
-        return [None if n is None else state.q[i][key] for i, n in enumerate(sizes)]
+        """`key`'s basis per dimension (None where it is not preconditioned).
+
+        Recorded, copies: the rotations save them, and the step writes the bases.
+        """
+        found = [None if n is None else state.q[i][key] for i, n in enumerate(sizes)]
+        if self.differentiable:
+            return [None if q is None else q.clone() for q in found]
+        return found
 
     def init_state(self, params: ParamDict, /) -> SOAPState:
         """Return the first state: zero moments, factors and bases.
@@ -459,19 +466,19 @@ class SOAP(TorchOptimizer[SOAPState]):
             )
 
         turned = rotated(grads)
-        keep1: float | Tensor = beta1
-        keep2: float | Tensor = beta2
-        add1: float | Tensor = 1 - beta1
-        add2: float | Tensor = 1 - beta2
+        weight1: float | Tensor = 1 - beta1
+        weight2: float | Tensor = 1 - beta2
         if not isinstance(first, bool):  # the first call leaves the moments be
-            one, zero = torch.ones_like(step), torch.zeros_like(step)
-            keep1 = torch.where(first, one, beta1)
-            keep2 = torch.where(first, one, beta2)
-            add1 = torch.where(first, zero, 1 - beta1)
-            add2 = torch.where(first, zero, 1 - beta2)
-        state.exp_avg.mul_(keep1).add_(grads, alpha=add1)
-        state.exp_avg_sq.mul_(keep2).add_(turned.mul(turned), alpha=add2)
-        denom = state.exp_avg_sq.sqrt().add_(self.eps)
+            zero = torch.zeros_like(step)
+            weight1 = torch.where(first, zero, weight1)
+            weight2 = torch.where(first, zero, weight2)
+        # `lerp_` rather than the paper's scale-and-add: the same averages to
+        # rounding, one pass instead of two (as `pytorch_optimizer` computes them).
+        state.exp_avg.lerp_(grads, weight1)
+        state.exp_avg_sq.lerp_(turned.mul(turned), weight2)
+        denom = state.exp_avg_sq.sqrt()
+        # Recorded, the root's result is saved for the backward pass.
+        denom = denom.add(self.eps) if self.differentiable else denom.add_(self.eps)
         # Out of place: a rotation without a basis is a view of its argument.
         direction = rotated(rotated(state.exp_avg).div(denom), back=True)
         if self.normalize_grads:
@@ -509,13 +516,15 @@ class SOAP(TorchOptimizer[SOAPState]):
                 if size is None:
                     continue
                 factor, basis = state.gg[i][k], state.q[i][k]
-                estimate = torch.diag(basis.T @ factor @ basis)
+                # Recorded, the products save the basis, which is written below.
+                now = basis.clone() if self.differentiable else basis
+                estimate = torch.diag(now.T @ factor @ now)
                 order = torch.argsort(estimate, descending=True)
                 if not isinstance(refresh, bool):
                     kept = torch.arange(size, device=order.device)
                     order = torch.where(refresh, order, kept)
                 folded = folded.index_select(i, order)
-                power = factor @ basis[:, order]
+                power = factor @ now[:, order]
                 dtype = self.qr_dtype or power.dtype
                 orthonormal, _ = _qr(power.to(dtype))
                 orthonormal = orthonormal.to(power.dtype)
