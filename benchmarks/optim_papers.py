@@ -132,11 +132,13 @@ def _candidates(
         new: ParamDict = carried[0]
         return new
 
+    # Another optimizer object: each keeps the binding of its own loop.
+    in_place: optim.Optimizer[Any] = getattr(optim, name)(**OPTIONS[name])
     owned = ParamDict(zip(keys, [v.clone() for v in values]))
-    written: list[Any] = list(opt.step_(owned, first_dict, opt.init(owned)))
+    written: list[Any] = list(in_place.step_(owned, first_dict, in_place.init(owned)))
 
     def step_() -> ParamDict:
-        written[0], written[1] = opt.step_(written[0], grad_dict, written[1])
+        written[0], written[1] = in_place.step_(written[0], grad_dict, written[1])
         new: ParamDict = written[0]
         return new
 
