@@ -279,8 +279,10 @@ class ScheduleFreeAdamW(TorchOptimizer[ScheduleFreeAdamWState]):
             `x`, keyed like `params`.
 
         Raises:
-            TypeError, ValueError: If `state` is not this optimizer's state for
-                `params` (as `check_state`).
+            TypeError: If `state` is not a `ScheduleFreeAdamWState` (as
+                `check_state`).
+            ValueError: If `state`'s buffers do not fit `params` (as
+                `check_state`).
 
         Example:
             >>> from paramdict import optim

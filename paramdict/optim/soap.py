@@ -441,7 +441,7 @@ class SOAP(TorchOptimizer[SOAPState]):
         if first is True or not isinstance(first, bool):
             self._eigenbases(state, first)
         if refresh is not False:
-            self._power_iteration(params, state, layouts, refresh)
+            self._power_iteration(state, layouts, refresh)
 
     def _adam(
         self,
@@ -503,13 +503,14 @@ class SOAP(TorchOptimizer[SOAPState]):
 
     def _power_iteration(
         self,
-        params: ParamDict,
         state: SOAPState,
         layouts: dict[str, tuple[tuple[int, ...], list[int | None]]],
         refresh: _Phase,
     ) -> None:
         """One power iteration per basis, its columns and `v` sorted by eigenvalue."""
         for k, (shape, sizes) in layouts.items():
+            if all(size is None for size in sizes):
+                continue
             second = state.exp_avg_sq[k]
             folded = second.reshape(shape)
             for i, size in enumerate(sizes):
@@ -530,4 +531,3 @@ class SOAP(TorchOptimizer[SOAPState]):
                 orthonormal = orthonormal.to(power.dtype)
                 basis.copy_(_select(refresh, orthonormal, basis))
             second.copy_(folded.reshape(second.shape))
-        del params

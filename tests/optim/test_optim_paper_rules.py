@@ -328,3 +328,28 @@ def test_soap_bases_stay_orthonormal_through_refreshes() -> None:
         for q in bases.values():
             eye = torch.eye(q.shape[0], dtype=DTYPE)
             torch.testing.assert_close(q.T @ q, eye, rtol=0, atol=1e-13)
+
+
+# ---------------------------------------------------------------- host_numbers
+
+
+def test_host_numbers_are_floats_only_where_reading_is_free() -> None:
+    """Eager: floats; differentiable, per key or compiled: None (use the tensors)."""
+    step = torch.tensor(3.0, dtype=DTYPE)
+    rate = torch.tensor(0.5, dtype=DTYPE)
+    assert optim.Adan().host_numbers(step, rate, 0.25) == (3.0, 0.5, 0.25)
+    assert optim.Adan(differentiable=True).host_numbers(step, rate) is None
+    per_key = ParamDict(w=torch.tensor(0.1))
+    assert optim.Adan().host_numbers(step, per_key) is None
+
+    opt = optim.Adan()
+
+    def traced(step: torch.Tensor) -> torch.Tensor:
+        host = opt.host_numbers(step, 0.1)
+        return step + (1.0 if host is None else 0.0)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(traced, fullgraph=True, backend="eager")
+    assert float(compiled(step)) == 4.0
+    assert float(traced(step)) == 3.0
+    torch._dynamo.reset()
