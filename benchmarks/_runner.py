@@ -6,6 +6,7 @@
     python -m benchmarks --only update,grad --threads 2
     python -m benchmarks --only optim-scale --optimizers Muon,LBFGS
     python -m benchmarks --only optim,optim-scale --device cuda --no-compile
+    python -m benchmarks --only gpu       # every optimizer on a CUDA GPU, ~5 minutes
 
 Every section times its candidates side by side in this process (interleaved
 rounds after a warm-up, medians; see `_timing`), except peak memory and import
@@ -35,6 +36,7 @@ from . import (
     _device,
     _peers,
     autograd,
+    gpu,
     imaml,
     imports,
     maml,
@@ -62,6 +64,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "cnn-memory": maml_cnn.measure_memory,
     "imaml": imaml.measure,
     "import": imports.measure,
+    "gpu": gpu.measure,
 }
 """Section key (for `--only`) to the function that measures it."""
 

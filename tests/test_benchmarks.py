@@ -32,6 +32,7 @@ SECTIONS = [
     "cnn-memory",
     "imaml",
     "import",
+    "gpu",
 ]
 GOALS = [
     "`p.sub(g, alpha=lr)` within 1.10x of bare foreach",

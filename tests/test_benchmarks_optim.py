@@ -272,10 +272,13 @@ def test_model_scale_recipe_candidates_agree_with_torch_over_rounds(
         )
         for mode in (OURS, optim_scale.IN_PLACE)
     }
-    theirs = optim_scale._recipe_torch(values, scaled)
+    both = [optim_scale._recipe_torch(values, scaled, fused=f) for f in (True, False)]
     for _ in range(5):
-        expected = theirs()
+        expected, foreach = (theirs() for theirs in both)
         assert isinstance(expected, list)
+        assert isinstance(foreach, list)
+        for a, b in zip(expected, foreach, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         for run in ours.values():
             got = run()
             assert isinstance(got, ParamDict)

@@ -13,7 +13,8 @@ from typing_extensions import override
 
 from .._container import key_mismatch_message
 from .._paramdict import ParamDict
-from ._binding import Plan, copied, relaid_as
+from ._binding import Plan, relaid_as
+from ._copies import copied
 from ._hyper import check_count, check_counter, host_numbers, new_counter
 from ._optimizer import Optimizer
 from ._registry import register_state
@@ -282,6 +283,10 @@ class MultiSteps(Optimizer[MultiStepsState]):
         new_state = held._replace(mini_step=held.mini_step + 1, acc_grads=acc)
         bound.hold(kept, new_state)
         return cast(P, kept), new_state
+
+    @override
+    def _lazy_rule(self) -> bool:
+        return self.optimizer._lazy_rule()
 
     @override
     def _plan(

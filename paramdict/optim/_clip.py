@@ -118,6 +118,10 @@ class ClipGradNorm(Optimizer[S]):
         return self.optimizer.init(params)
 
     @override
+    def _lazy_rule(self) -> bool:
+        return self.optimizer._lazy_rule()
+
+    @override
     def _plan(self, params: ParamDict, state: S, *, in_place: bool) -> Plan[S]:
         inner = self.optimizer._plan(params, state, in_place=in_place)
         max_norm, norm_type = self.max_norm, self.norm_type

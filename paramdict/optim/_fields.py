@@ -63,7 +63,7 @@ __all__ = [
     "shared_last",
 ]
 
-SHARED = ("maximize", "differentiable")
+SHARED = ("maximize", "capturable", "differentiable")
 """The options every `TorchOptimizer` has, declared once on the base."""
 
 _TAIL = (*SHARED, "fused")
@@ -136,13 +136,13 @@ def shared_last(
         fields: Its fields, inherited ones first.
 
     Returns:
-        The same fields: the class's own, then `maximize`, `differentiable` and
-        `fused` (those it has).
+        The same fields: the class's own, then `maximize`, `capturable`,
+        `differentiable` and `fused` (those it has).
 
     Example:
         >>> from paramdict import optim
-        >>> [f.name for f in attrs.fields(optim.SGD)][-3:]
-        ['maximize', 'differentiable', 'fused']
+        >>> [f.name for f in attrs.fields(optim.SGD)][-4:]
+        ['maximize', 'capturable', 'differentiable', 'fused']
     """
     del cls
     own = [f for f in fields if f.name not in _TAIL]

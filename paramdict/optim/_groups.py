@@ -15,6 +15,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 from typing_extensions import override
 
+from .._fresh import pending, rebind
 from .._paramdict import ParamDict
 from ._binding import Bound, Plan, Strides
 from ._optimizer import Optimizer
@@ -488,6 +489,10 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         return new_params, kept
 
     @override
+    def _lazy_rule(self) -> bool:
+        return all(m._lazy_rule() for m in self._members())
+
+    @override
     def _plan(
         self, params: ParamDict, state: tuple[S, ...], *, in_place: bool
     ) -> Plan[tuple[S, ...]]:
@@ -544,13 +549,18 @@ class _GroupsPlan(Generic[S]):
     ) -> Callable[[ParamDict], tuple[S, ...]]:
         full = self._groups._full(state, self._routes)
         pvals = params._vals
+        lazy = pending(params)  # copied by the first write: each group's too
         commits: list[tuple[tuple[str, ...], list[int], Callable[[ParamDict], S]]] = []
+        parts: list[tuple[list[int], ParamDict]] = []
         for plan, keys, indices, sub_state in zip(
             self._plans, self._routes, self._indices, full
         ):
             if plan is None:
                 continue
             sub_params = params._from_parts(keys, [pvals[i] for i in indices])
+            if lazy:
+                sub_params._pending = params._pending
+                parts.append((indices, sub_params))
             commits.append((keys, indices, plan(sub_params, sub_state)))
 
         groups, routes = self._groups, self._routes
@@ -559,6 +569,12 @@ class _GroupsPlan(Generic[S]):
             gvals = grads._vals
             for keys, indices, each in commits:
                 each(grads._from_parts(keys, [gvals[i] for i in indices]))
+            if parts:  # the groups' new tensors, into the parameters
+                merged = list(params._vals)
+                for indices, sub_params in parts:
+                    for i, value in zip(indices, sub_params._vals):
+                        merged[i] = value
+                rebind(params, merged)
             if groups._stored_once(state):
                 return state
             # A state saved with a copy of a shared schedule state per group:

@@ -97,8 +97,9 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
         a kernel per entry on the CPU). A rule computes its step-dependent
         numbers from these where it gets them, and from the tensors otherwise:
         None when a read is not free or not allowed (compiled, under a
-        `torch.func` transform, with `differentiable=True`, a value on an
-        accelerator or per key).
+        `torch.func` transform, a value on an accelerator or per key, or, with
+        `differentiable=True`, a value that requires grad, which stays a
+        tensor for autograd).
 
         Args:
             values: Numbers, 0-dim tensors or per-key ParamDicts.
@@ -111,7 +112,8 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
             >>> step = torch.tensor(3.0, dtype=torch.float64)
             >>> optim.Adan().host_numbers(step, 0.1)
             (3.0, 0.1)
-            >>> optim.Adan(differentiable=True).host_numbers(step, 0.1) is None
+            >>> rate = torch.tensor(0.1, requires_grad=True)
+            >>> optim.Adan(differentiable=True).host_numbers(step, rate) is None
             True
         """
         return host_numbers(bool(getattr(self, "differentiable", False)), *values)

@@ -139,6 +139,7 @@ class Muon(TorchOptimizer[MuonState]):
     """
 
     state_type: ClassVar[type[MuonState]] = MuonState
+    lazy_copies: ClassVar[bool] = True
     decoupled_decay: ClassVar[bool] = True
 
     lr: LearningRate = 1e-3

@@ -69,11 +69,12 @@ class SGD(TorchOptimizer[SGDState]):
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step` (see `step`).
         fused: Which kernels an eager, non-differentiable step uses. `None`
-            (the default): `step_` runs torch's fused kernel wherever the step
-            allows it (every entry float32 or float64 on one device that has
-            the kernel, number or CPU-scheduled rates, no dampening), bitwise
+            (the default): on the CPU, `step_` runs torch's fused kernel
+            wherever the step allows it (every entry float32 or float64,
+            number or scheduled rates, no dampening), bitwise
             `torch.optim` with `fused=True`, and `step` torch.optim's default
-            (the foreach rule). `False`: always the foreach rule, bitwise
+            (the foreach rule); on an accelerator both run the foreach rule,
+            torch.optim's default there. `False`: always the foreach rule, bitwise
             `torch.optim` with `foreach=True`. `True`: the fused kernel in
             both, and a step it cannot take is refused (not with
             `differentiable=True`).
@@ -95,6 +96,7 @@ class SGD(TorchOptimizer[SGDState]):
     """
 
     state_type: ClassVar[type[SGDState]] = SGDState
+    lazy_copies: ClassVar[bool] = True
     buffer_options: ClassVar[Mapping[str, str]] = {"momentum_buffer": "momentum != 0"}
 
     lr: LearningRate = 1e-3

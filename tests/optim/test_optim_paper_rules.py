@@ -334,11 +334,13 @@ def test_soap_bases_stay_orthonormal_through_refreshes() -> None:
 
 
 def test_host_numbers_are_floats_only_where_reading_is_free() -> None:
-    """Eager: floats; differentiable, per key or compiled: None (use the tensors)."""
+    """Eager: floats; a rate that requires grad, per key or compiled: None."""
     step = torch.tensor(3.0, dtype=DTYPE)
     rate = torch.tensor(0.5, dtype=DTYPE)
     assert optim.Adan().host_numbers(step, rate, 0.25) == (3.0, 0.5, 0.25)
-    assert optim.Adan(differentiable=True).host_numbers(step, rate) is None
+    recorded = optim.Adan(differentiable=True)
+    assert recorded.host_numbers(step, rate) == (3.0, 0.5)
+    assert recorded.host_numbers(step, rate.clone().requires_grad_()) is None
     per_key = ParamDict(w=torch.tensor(0.1))
     assert optim.Adan().host_numbers(step, per_key) is None
 

@@ -114,18 +114,22 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
 
 
 def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | PlateauState:
-    """Return the schedule's first state, on the device of `params`.
+    """Return the schedule's first state, on the host.
+
+    On the CPU whatever the parameters' device, where torch.optim keeps its
+    step counts and its schedulers their rates: a step reads the rate as a
+    number (free) and advances the schedule with Python floats, launching
+    nothing on an accelerator.
 
     Every tensor of it is a new one: a composed schedule's children start from
     their parent's base rate, and a state whose leaves shared one tensor (or held
     the caller's `base_lr` tensor) could not be written in place by `step_`.
     """
-    first = next(iter(params.values()), None)
+    del params  # the state does not follow the parameters' device
     state = schedule.init()
-    device = state.lr.device if first is None else first.device
 
     def own(x: object) -> object:
-        return x.to(device, copy=True) if isinstance(x, Tensor) else x
+        return x.to("cpu", copy=True) if isinstance(x, Tensor) else x
 
     owned: ScheduleState | PlateauState = pytree.tree_map(own, state)
     return owned
