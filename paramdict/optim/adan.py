@@ -100,6 +100,7 @@ class Adan(TorchOptimizer[AdanState]):
     state_type: ClassVar[type[AdanState]] = AdanState
     decoupled_decay: ClassVar[bool] = True
     decays_in_math: ClassVar[bool] = True  # proximal: after the update
+    lazy_copies: ClassVar[bool] = True
 
     lr: LearningRate = 1e-3
     betas: tuple[float, float, float] = fields.betas((0.98, 0.92, 0.99))

@@ -113,6 +113,7 @@ class AdEMAMix(TorchOptimizer[AdEMAMixState]):
 
     state_type: ClassVar[type[AdEMAMixState]] = AdEMAMixState
     decoupled_decay: ClassVar[bool] = True
+    lazy_copies: ClassVar[bool] = True
 
     lr: LearningRate = 1e-3
     betas: tuple[float, float, float] = fields.betas((0.9, 0.999, 0.9999))

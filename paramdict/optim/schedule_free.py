@@ -133,6 +133,7 @@ class ScheduleFreeAdamW(TorchOptimizer[ScheduleFreeAdamWState]):
     state_type: ClassVar[type[ScheduleFreeAdamWState]] = ScheduleFreeAdamWState
     decoupled_decay: ClassVar[bool] = True
     decays_in_math: ClassVar[bool] = True  # at `y`, into both sequences
+    lazy_copies: ClassVar[bool] = True
 
     lr: LearningRate = 0.0025
     betas: tuple[float, float] = fields.betas((0.9, 0.999))

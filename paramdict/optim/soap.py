@@ -234,6 +234,8 @@ class SOAP(TorchOptimizer[SOAPState]):
     own_fields: ClassVar[tuple[str, ...]] = ("gg", "q")
     decoupled_decay: ClassVar[bool] = True
     decays_in_math: ClassVar[bool] = True  # after the update, from the 2nd call
+    # Not `lazy_copies`: the bases and the rotated second moment are written per
+    # entry (`basis.copy_`), into tensors taken out of their ParamDicts.
 
     lr: LearningRate = 3e-3
     betas: tuple[float, float] = fields.betas((0.95, 0.95))

@@ -77,6 +77,30 @@ def test_step_and_in_place_step_agree_bitwise(row: Row) -> None:
     assert all(torch.equal(a, b) for a, b in zip(leaves, leaves_, strict=True))
 
 
+@pytest.mark.parametrize(("row", "options"), _case_params())
+def test_step_leaves_its_inputs_unchanged(row: Row, options: dict[str, Any]) -> None:
+    """`step` (lazy copies where the rule allows them) writes none of its inputs.
+
+    Over 12 steps (SOAP refreshes its bases at its 11th call), the parameters,
+    gradients and state handed to each step keep their values, and what comes
+    back shares no memory with them.
+    """
+    opt = row.cls(lr=row.lr, **options)
+    params = start(2)
+    state = opt.init(params)
+    for g in gradients(params, 12, seed=5):
+        given = torch.utils._pytree.tree_leaves((params, g, state))
+        before = [t.clone() for t in given]
+        params, state = opt.step(params, g, state)
+        for old, value in zip(given, before, strict=True):
+            assert torch.equal(old, value)
+        storages = {t.untyped_storage().data_ptr() for t in given if t.numel()}
+        made = torch.utils._pytree.tree_leaves((params, state))
+        assert not any(
+            t.numel() and t.untyped_storage().data_ptr() in storages for t in made
+        )
+
+
 @pytest.mark.parametrize("row", row_params())
 def test_maximize_is_the_reference_on_negated_gradients(row: Row) -> None:
     """`maximize=True` steps as the reference does on the negated gradients."""
