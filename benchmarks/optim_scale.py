@@ -124,7 +124,9 @@ SCHEDULED = "AdamW warm-up + cosine"
 RECIPE = "nanoGPT recipe"
 """The optimizer work of a nanoGPT step: clip, AdamW groups, EMA, 2 micro-batches."""
 MEMORY_STEPS = 20
-OTHERS = ("LBFGS", SCHEDULED, RECIPE)
+AVERAGE = "EMA of the weights"
+AVERAGED_MODEL = "torch AveragedModel"
+OTHERS = ("LBFGS", SCHEDULED, RECIPE, AVERAGE)
 """The rows of this section that are not rows of the table (see the docstring)."""
 WIDE = "50 x 400,000"
 GPT2 = "GPT-2 small (148 tensors)"
@@ -398,6 +400,27 @@ def measure(config: Config) -> Section:
                 1.30,
             ),
         ]
+    if AVERAGE in _chosen([AVERAGE], config):
+        row = _average_row(timing)
+        section.rows.append(row)
+        section.targets += [
+            ratio_target(
+                f"{AVERAGE}: `WeightAverage.update_` within 1.05x of "
+                f"{AVERAGED_MODEL}'s `update_parameters` (EMA), {GPT2}",
+                row,
+                IN_PLACE,
+                AVERAGED_MODEL,
+                1.05,
+            ),
+            ratio_target(
+                f"{AVERAGE}: `WeightAverage.update` within 1.30x of "
+                f"{AVERAGED_MODEL}'s `update_parameters` (EMA), {GPT2}",
+                row,
+                OURS,
+                AVERAGED_MODEL,
+                1.30,
+            ),
+        ]
     if "LBFGS" in _chosen(["LBFGS"], config):
         lbfgs = _lbfgs_rows(config)
         section.rows += lbfgs
@@ -576,7 +599,7 @@ def _recipe_torch(
         tensor.grad = torch.zeros_like(tensor)
     decay = [t for t in tensors if t.dim() >= 2]
     no_decay = [t for t in tensors if t.dim() < 2]
-    path: dict[str, bool] = {"fused": True} if fused else {"foreach": True}
+    path: dict[str, Any] = {"fused": True} if fused else {"foreach": True}
     opt = torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": RECIPE_DECAY},
@@ -589,7 +612,8 @@ def _recipe_torch(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine)
     grads = [cast(Tensor, t.grad) for t in tensors]
     average = swa_utils.AveragedModel(
-        holder, multi_avg_fn=swa_utils.get_ema_multi_avg_fn(RECIPE_EMA)
+        holder,
+        multi_avg_fn=swa_utils.get_ema_multi_avg_fn(RECIPE_EMA),  # type: ignore[no-untyped-call]  # untyped in torch
     )
 
     def run() -> object:
@@ -603,6 +627,48 @@ def _recipe_torch(
         return tensors
 
     return run
+
+
+def _average_row(timing: Config, size: str = GPT2) -> Row:
+    """One EMA update (decay 0.999) of the parameters, each side as its docs teach.
+
+    Ours: `WeightAverage.ema(0.999)`, `update` (a new average) and `update_` (in
+    place). torch's: `AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))`
+    and its `update_parameters(model)`. The parameters move a little between
+    calls (as training moves them), the same on both sides.
+    """
+    keys, values, _ = _data(size)
+    ema = optim.WeightAverage.ema(RECIPE_EMA)
+    params = ParamDict(zip(keys, [v.clone() for v in values]))
+    carried: list[Any] = [ema.init(params)]
+
+    def ours() -> object:
+        carried[0] = ema.update(carried[0], params)
+        return carried[0]
+
+    held = ema.init(params)
+
+    def ours_() -> object:
+        return ema.update_(held, params)
+
+    holder = _Holder([v.clone() for v in values])
+    average = swa_utils.AveragedModel(
+        holder,
+        multi_avg_fn=swa_utils.get_ema_multi_avg_fn(RECIPE_EMA),  # type: ignore[no-untyped-call]  # untyped in torch
+    )
+
+    def theirs() -> object:
+        average.update_parameters(holder)
+        return average
+
+    candidates: dict[str, Callable[[], object]] = {
+        OURS: ours,
+        IN_PLACE: ours_,
+        AVERAGED_MODEL: theirs,
+    }
+    with torch.inference_mode(False):
+        timings = timing.time(candidates)
+    return Row.from_timings(f"{AVERAGE} update (decay {RECIPE_EMA})", size, timings)
 
 
 def _chosen(names: Sequence[str], config: Config) -> list[str]:

@@ -31,9 +31,9 @@ from torch import Tensor
 from typing_extensions import Self
 
 from ._checks import is_number
-from ._container import _Container
 from ._foreach import call, call_
 from ._fresh import OUT_OF_PLACE, rebind
+from ._inplace_unary import _InPlaceUnary
 from ._kernels import explain, hoisted, holds_tensors, operand_or_raise
 from ._pointwise import Operand
 
@@ -87,7 +87,7 @@ def _numbers(scales: list[Any], values: list[Tensor]) -> list[float] | None:
     return None
 
 
-class _InPlace(_Container):
+class _InPlace(_InPlaceUnary):
     """The in-place operations (see `ParamDict`)."""
 
     __slots__ = ()
@@ -508,102 +508,6 @@ class _InPlace(_Container):
             arg = operand_or_raise(self, max, "`clamp_`")
             self._write(torch._foreach_clamp_max_, arg)
         return self
-
-    def sqrt_(self) -> Self:
-        """Replace every entry by its square root; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([4.0, 9.0])).sqrt_()["w"]
-            tensor([2., 3.])
-        """
-        return self._write(torch._foreach_sqrt_)
-
-    def neg_(self) -> Self:
-        """Negate every entry; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([1.0, -2.0])).neg_()["w"]
-            tensor([-1.,  2.])
-        """
-        return self._write(torch._foreach_neg_)
-
-    def abs_(self) -> Self:
-        """Replace every entry by its absolute value; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([1.0, -2.0])).abs_()["w"]
-            tensor([1., 2.])
-        """
-        return self._write(torch._foreach_abs_)
-
-    def sign_(self) -> Self:
-        """Replace every entry by its sign; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([3.0, -2.0, 0.0])).sign_()["w"]
-            tensor([ 1., -1.,  0.])
-        """
-        return self._write(torch._foreach_sign_)
-
-    def reciprocal_(self) -> Self:
-        """Replace every entry by its reciprocal; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([4.0])).reciprocal_()["w"]
-            tensor([0.2500])
-        """
-        return self._write(torch._foreach_reciprocal_)
-
-    def exp_(self) -> Self:
-        """Replace every entry by its exponential; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([0.0])).exp_()["w"]
-            tensor([1.])
-        """
-        return self._write(torch._foreach_exp_)
-
-    def log_(self) -> Self:
-        """Replace every entry by its natural logarithm; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([1.0])).log_()["w"]
-            tensor([0.])
-        """
-        return self._write(torch._foreach_log_)
-
-    def zero_(self) -> Self:
-        """Fill every entry with zeros; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([1.0, 2.0])).zero_()["w"]
-            tensor([0., 0.])
-        """
-        return self._write(torch._foreach_zero_)
 
     def copy_(self, source: Mapping[str, Tensor], /) -> Self:
         """Copy `source`'s values into the entries (`Tensor.copy_`); return `self`.

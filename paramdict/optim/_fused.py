@@ -38,7 +38,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from .._foreach import holds_dtensors
-from .._fresh import owned, pending
+from .._fresh import owned
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
 from ._schedules.slot import is_schedule, write_on_host
@@ -203,8 +203,8 @@ class FusedPlan(Generic[S]):
         new_slot, floats = opt._next_slot(state)
 
         def commit(grads: ParamDict) -> S:
-            written = [params, *(getattr(state, f) for f in self._buffers)]
-            lazy = [c for c in written if pending(c)]
+            written = [params, *[getattr(state, f) for f in self._buffers]]
+            lazy = [c for c in written if c._pending]  # `_fresh.pending`, inline
             if lazy:  # the kernel writes in place: copies first
                 owned(lazy, [list(c._vals) for c in lazy])
             if on_device:

@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import Any, TypeAlias, TypeGuard, cast
 
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from ..._paramdict import ParamDict
-from .._hyper import Rate, is_traced
+from .._hyper import Rate
 from .base import (
     BaseSchedule,
     LRSchedule,
@@ -165,12 +166,26 @@ def advanced_on_host(schedule: Schedule, state: object) -> Any:
     return moved._step_on_host(host)
 
 
+def _unreadable(tensor: Tensor) -> bool:
+    """Whether a schedule tensor's value cannot be read for free (see `is_traced`).
+
+    `on_host` runs outside compilation only; a plain CPU tensor that autograd does
+    not record and no transform wraps can be read.
+    """
+    return (
+        type(tensor) is not Tensor
+        or not tensor.is_cpu
+        or tensor.requires_grad
+        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+    )
+
+
 def on_host(state: Any) -> Any:
     """`state` with each tensor read as its float, or None where one cannot be."""
     values: list[Any] = []
     for field in state:
         if isinstance(field, Tensor):
-            if not field.is_cpu or field.requires_grad or is_traced(field):
+            if _unreadable(field):
                 return None
             values.append(field.item())
         elif isinstance(field, tuple):
@@ -178,7 +193,7 @@ def on_host(state: Any) -> Any:
             members: tuple[Any, ...] = cast(Any, field)
             for item in members:
                 if isinstance(item, Tensor):
-                    if not item.is_cpu or item.requires_grad or is_traced(item):
+                    if _unreadable(item):
                         return None
                     items.append(item.item())
                 else:
