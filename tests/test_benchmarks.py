@@ -25,6 +25,7 @@ SECTIONS = [
     "pytree",
     "optim",
     "optim-scale",
+    "optim-papers",
     "maml",
     "memory",
     "cnn",

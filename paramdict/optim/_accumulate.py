@@ -226,6 +226,10 @@ class MultiSteps(Optimizer[MultiStepsState]):
         return self.optimizer.step_count(state.inner_state)
 
     @override
+    def eval_params(self, params: P, state: MultiStepsState, /) -> P:
+        return self.optimizer.eval_params(params, state.inner_state)
+
+    @override
     def step(
         self, params: P, grads: Mapping[str, Tensor], state: MultiStepsState, /
     ) -> tuple[P, MultiStepsState]:

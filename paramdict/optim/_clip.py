@@ -96,6 +96,10 @@ class ClipGradNorm(Optimizer[S]):
     def step_count(self, state: S, /) -> int:
         return self.optimizer.step_count(state)
 
+    @override
+    def eval_params(self, params: P, state: S, /) -> P:
+        return self.optimizer.eval_params(params, state)
+
     def init(self, params: ParamDict, /) -> S:
         """Return the wrapped optimizer's first state for `params`.
 

@@ -440,6 +440,26 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         return max(opt.step_count(sub) for opt, sub in zip(self._members(), state))
 
     @override
+    def eval_params(self, params: P, state: tuple[S, ...], /) -> P:
+        """Return each group's point to evaluate at, merged in the key order.
+
+        `params` itself where every group evaluates at its parameters.
+        """
+        routes = self._routes_for(params)
+        found: dict[str, Tensor] = {}
+        moved = False
+        for opt, keys, sub in zip(self._members(), routes, self._full(state)):
+            if not keys:
+                continue
+            part = subset(params, keys)
+            point = opt.eval_params(part, sub)
+            moved = moved or point is not part
+            found.update(zip(keys, point.values()))
+        if not moved:
+            return params
+        return params._derive([found[k] for k in params._keys])
+
+    @override
     def step(
         self, params: P, grads: Mapping[str, Tensor], state: tuple[S, ...], /
     ) -> tuple[P, tuple[S, ...]]:
