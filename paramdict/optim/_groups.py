@@ -198,14 +198,21 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             )
             raise TypeError(msg)
         pairs = tuple((_as_selector(k), opt) for k, opt in groups.items())
-        members: list[object] = [opt for _, opt in pairs]
+        members: list[tuple[str, object]] = [
+            (f"the group {_name(k) if callable(k) else repr(k)}", opt)
+            for k, opt in groups.items()
+        ]
         if default is not None:
-            members.append(default)
-        bad = [type(m).__name__ for m in members if not isinstance(m, Optimizer)]
+            members.append(("`default`", default))
+        bad = [
+            f"{what}: {type(m).__name__}"
+            for what, m in members
+            if not isinstance(m, Optimizer)
+        ]
         if bad:
             msg = (
                 "Every group needs a paramdict optimizer (an `Optimizer` such as "
-                f"`optim.AdamW(...)`), got {', '.join(bad)}."
+                f"`optim.AdamW(...)`), got {'; '.join(bad)}."
             )
             raise TypeError(msg)
         flags = {opt.differentiable for _, opt in pairs}

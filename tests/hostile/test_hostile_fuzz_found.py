@@ -347,3 +347,24 @@ def test_a_fractional_count_in_a_schedule_state_is_refused(field: str) -> None:
     step = optim.StepLR(base_lr=0.1, step_size=1)
     with pytest.raises(ValueError, match="invalid values in `last_epoch`"):
         step.step(step.init()._replace(last_epoch=torch.tensor(1.5, dtype=F64)))
+
+
+@pytest.mark.parametrize(
+    ("groups", "default", "match"),
+    [
+        ({"w": optim.SGD()}, "sgd", r"got `default`: str\."),
+        ({"w": None}, None, r"got the group 'w': NoneType\."),
+        (
+            {("w", "b"): torch.optim.SGD, "x": optim.SGD()},
+            torch.optim.Adam,
+            r"got the group \('w', 'b'\): type; `default`: type\.",
+        ),
+    ],
+    ids=["default", "group", "both"],
+)
+def test_param_groups_name_the_member_that_is_not_an_optimizer(
+    groups: Any, default: Any, match: str
+) -> None:
+    """A group or `default` that is not an optimizer: the error says which."""
+    with pytest.raises(TypeError, match=match):
+        optim.ParamGroups(groups, default=default)
