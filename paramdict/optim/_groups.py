@@ -202,11 +202,10 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             (f"the group {_name(k) if callable(k) else repr(k)}", opt)
             for k, opt in groups.items()
         ]
-        if default is not None:
-            members.append(("`default`", default))
+        members += [("`default`", default)] if default is not None else []
         bad = [
-            f"{what}: {type(m).__name__}"
-            for what, m in members
+            f"{w}: {type(m).__name__}"
+            for w, m in members
             if not isinstance(m, Optimizer)
         ]
         if bad:

@@ -37,6 +37,8 @@ from ._torch_dict import (
     saved_state,
     tensor_of,
 )
+from ._torch_entries import NO_STEP as _NO_STEP
+from ._torch_entries import check_entries, check_first_buffers
 from ._torch_optimizer import TorchOptimizer
 from ._torch_paths import FLAGS, torch_flags
 
@@ -45,9 +47,6 @@ S = TypeVar("S")
 Names = nn.Module | Sequence[Sequence[str]]
 
 _FLAGS = FLAGS
-
-_NO_STEP = frozenset({"SGD", "Muon"})
-"""The optimizers whose torch state keeps no step count."""
 
 
 def _torch_class(opt: object) -> type[torch.optim.Optimizer]:
@@ -84,13 +83,19 @@ def _group_names(names: Names) -> list[list[str]]:
     """Return the ordered names of each group (a module is one group)."""
     if isinstance(names, nn.Module):
         return [[name for name, _ in names.named_parameters()]]
-    given: Sequence[object] = names
-    if isinstance(given, str) or not all(
-        isinstance(group, Sequence) and not isinstance(group, str) for group in given
+    given: object = names
+    if (
+        not isinstance(given, Sequence)
+        or isinstance(given, str)
+        or not all(
+            isinstance(group, Sequence) and not isinstance(group, str)
+            for group in given
+        )
     ):
         msg = (
             "`names` must be a module or a sequence of groups, each a sequence of "
-            "parameter names; wrap one group's names in a list: `[names]`."
+            "parameter names; wrap one group's names in a list: `[names]`. Got "
+            f"{type(given).__name__}."
         )
         raise TypeError(msg)
     return [list(group) for group in names]
@@ -204,6 +209,22 @@ def _check_group(
         )
         raise ValueError(msg)
     mine = _hyperparameters(opt, template)
+    lacking = sorted(
+        name
+        for name, value in mine.items()
+        if name not in group
+        and name in defaults
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)  # flags: torch's `__setstate__` sets them
+        and name not in _FLAGS
+    )
+    if lacking:  # torch's step would raise a KeyError on each
+        msg = (
+            f"Group {index} of the state dict has no settings {lacking}; "
+            f"{cls.__name__} reads them at every step. Save the state dict again "
+            "with `state_dict()`."
+        )
+        raise KeyError(msg)
     swa = _swa_rates(opt.lr)
     if "swa_lr" in group and swa and not _same(group["swa_lr"], swa["swa_lr"]):
         mine_swa = swa["swa_lr"]
@@ -333,10 +354,14 @@ def load_torch_state_dict(
         The state, as `opt.init(params)` returns it, at torch's step.
 
     Raises:
-        KeyError: If `state_dict` has no `state` or `param_groups` (as torch).
-        TypeError: If `opt` has no torch.optim counterpart, `names` is
-            malformed, or an entry of `state_dict` is of the wrong kind (a
-            string step, `state` as a list); the message names it.
+        KeyError: If `state_dict` has no `state` or `param_groups` (as torch),
+            a group has no `params` or lacks a setting, or a parameter's state
+            lacks an entry that torch's step reads (torch's step raises
+            `KeyError` there); the message names it.
+        TypeError: If `opt` has no torch.optim counterpart, `params` is not a
+            ParamDict, `names` is malformed, or an entry of `state_dict` is of
+            the wrong kind (a string step, `state` as a list, a `None` buffer);
+            the message names it.
         ValueError: If the groups, settings, parameters or buffers do not fit
             `opt` and `params`, a step count is not a whole number at least 0
             or differs between a group's parameters, a buffer is on the meta
@@ -358,6 +383,13 @@ def load_torch_state_dict(
         (1, ['bias', 'weight'])
     """
     check_step_argument(step)
+    given: object = params
+    if not isinstance(given, ParamDict):
+        msg = (
+            "`params` must be the ParamDict of the parameters the state is for, "
+            f"got {type(given).__name__}."
+        )
+        raise TypeError(msg)
     saved_groups = param_groups(state_dict)
     saved_state_ = saved_state(state_dict)
     by_name = [
@@ -467,6 +499,7 @@ def _load_group(
                 "optimizer's or another configuration's."
             )
             raise ValueError(msg)
+    check_entries(opt, saved, template, fields, per_key)
     values: dict[str, Any] = {}
     for f in fields:
         value = getattr(template, f)
@@ -483,7 +516,7 @@ def _load_group(
         if shared is not None:
             values[f] = _fit(shared, value, f"`{f}`")
         elif f == "step" and type(opt).__name__ in _NO_STEP:
-            _check_first_buffers(opt, saved, list(params))
+            check_first_buffers(opt, saved, list(params))
             count = step if step is not None else int(any(v for v in saved.values()))
             values[f] = torch.full_like(value, count)
     if _scheduled(opt):
@@ -505,34 +538,6 @@ def _load_group(
     loaded = template._replace(**values)
     opt.check_state(params, loaded)  # what the dict's values make of the state
     return loaded
-
-
-def _check_first_buffers(
-    opt: TorchOptimizer[Any],
-    saved: Mapping[str, Mapping[str, Any]],
-    names: list[str],
-) -> None:
-    """Raise if torch's SGD would start some buffers otherwise than paramdict's.
-
-    torch's SGD (and Muon) keep no step count: a parameter without a momentum
-    buffer starts one at its next step. paramdict's one count per group starts
-    them alike where that start is the rule's step from a zero buffer (no
-    dampening); with dampening, torch starts a buffer as a copy of the gradient,
-    which paramdict does only at the group's first step.
-    """
-    if getattr(opt, "dampening", 0) == 0:
-        return
-    held = [n for n in names if saved.get(n, {}).get("momentum_buffer") is not None]
-    lacking = sorted(set(names) - set(held))
-    if held and lacking:
-        msg = (
-            f"The state dict holds momentum buffers for {sorted(held)} and none for "
-            f"{lacking}: torch's SGD starts a damped buffer as a copy of the next "
-            "gradient, and paramdict's one step count per group cannot start some "
-            "buffers and continue others. Load a checkpoint in which every "
-            "parameter of the group has taken a step (or none has)."
-        )
-        raise ValueError(msg)
 
 
 def _fit(got: Any, like: Tensor, what: str) -> Tensor:
