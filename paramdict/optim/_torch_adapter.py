@@ -107,12 +107,23 @@ def _split(
 class TorchAdapter(torch.optim.Optimizer):
     """A paramdict optimizer as a `torch.optim.Optimizer` (see `as_torch_optimizer`).
 
+    `step`, `add_param_group`, `state_dict` and `load_state_dict` are torch's
+    methods, answered with the paramdict optimizer; `zero_grad` and the hooks
+    are torch's own.
+
     Attributes:
         param_groups: One dict per group, with its `params` and every setting
             under torch's name; schedulers and the user may write them.
         state: Each parameter's buffers under torch's names, the optimizer's
             own tensors (read them; write through `load_state_dict`).
         defaults: The settings a group added without them takes.
+
+    Example:
+        >>> import torch
+        >>> from paramdict import optim
+        >>> opt = optim.as_torch_optimizer(optim.SGD(lr=0.5), torch.nn.Linear(2, 1))
+        >>> isinstance(opt, optim.TorchAdapter), opt.param_groups[0]["lr"]
+        (True, 0.5)
     """
 
     def __init__(self, optimizer: Optimizer[Any], params: Params, /) -> None:
@@ -138,6 +149,17 @@ class TorchAdapter(torch.optim.Optimizer):
             ValueError: As torch (a non-leaf tensor, a parameter already in a
                 group), or if a setting is refused or a name repeats.
             TypeError: As torch, or if a setting is of the wrong kind.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import optim
+            >>> first, second = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+            >>> opt = optim.as_torch_optimizer(
+            ...     optim.AdamW(lr=0.1), first.named_parameters()
+            ... )
+            >>> opt.add_param_group({"params": second.named_parameters(), "lr": 0.01})
+            >>> [(g["lr"], g["weight_decay"]) for g in opt.param_groups]
+            [(0.1, 0.01), (0.01, 0.01)]
         """
         member = self._next.pop(0) if self._next else self._base
         index = len(self.param_groups)
@@ -188,6 +210,16 @@ class TorchAdapter(torch.optim.Optimizer):
         Raises:
             ValueError: If a setting written into a group is refused, or a
                 gradient does not fit its parameter; nothing is written.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import optim
+            >>> w = torch.nn.Parameter(torch.tensor([1.0]))
+            >>> opt = optim.as_torch_optimizer(optim.SGD(lr=0.25), [w])
+            >>> w.grad = torch.tensor([2.0])
+            >>> opt.step()
+            >>> w.data
+            tensor([0.5000])
         """
         loss = None
         if closure is not None:
@@ -215,6 +247,17 @@ class TorchAdapter(torch.optim.Optimizer):
 
         Returns:
             `{"state": ..., "param_groups": ...}`.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import optim
+            >>> w = torch.nn.Parameter(torch.ones(2))
+            >>> opt = optim.as_torch_optimizer(optim.Adam(lr=0.1), [w])
+            >>> w.grad = torch.ones(2)
+            >>> opt.step()
+            >>> saved = opt.state_dict()
+            >>> sorted(saved["state"][0]), saved["param_groups"][0]["params"]
+            (['exp_avg', 'exp_avg_sq', 'step'], [0])
         """
         for pre_hook in self._optimizer_state_dict_pre_hooks.values():
             pre_hook(self)
@@ -239,6 +282,18 @@ class TorchAdapter(torch.optim.Optimizer):
         Raises:
             ValueError: If the groups differ in number or size, the dict is
                 another optimizer's, or a buffer does not fit.
+
+        Example:
+            >>> import torch
+            >>> from paramdict import optim
+            >>> w = torch.nn.Parameter(torch.ones(2))
+            >>> theirs = torch.optim.Adam([w], lr=0.1)
+            >>> w.grad = torch.ones(2)
+            >>> theirs.step()
+            >>> opt = optim.as_torch_optimizer(optim.Adam(), [w])
+            >>> opt.load_state_dict(theirs.state_dict())
+            >>> opt.param_groups[0]["lr"], int(opt.state[w]["step"])
+            (0.1, 1)
         """
         state_dict = dict(state_dict)
         for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
