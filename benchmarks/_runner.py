@@ -34,6 +34,7 @@ import torch
 from . import (
     _device,
     _peers,
+    adapter,
     autograd,
     imaml,
     imports,
@@ -54,6 +55,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "pytree": pytree.measure,
     "optim": optim.measure,
     "optim-scale": optim_scale.measure,
+    "adapter": adapter.measure,
     "maml": maml.measure,
     "memory": maml.measure_memory,
     "cnn": maml_cnn.measure,

@@ -25,6 +25,7 @@ SECTIONS = [
     "pytree",
     "optim",
     "optim-scale",
+    "adapter",
     "maml",
     "memory",
     "cnn",

@@ -333,6 +333,12 @@ class Group:
 
     def sync(self, group: Mapping[str, Any]) -> None:
         """Configure the optimizer as `group` says now (see the module)."""
+        if len(group.get("params", ())) != len(self.params):
+            msg = (
+                f"param_groups[{self.index}]['params'] was changed in place; add "
+                "parameters with `add_param_group`, as a new group."
+            )
+            raise ValueError(msg)
         shown = self.shown
         changes: dict[str, Any] = {}
         for key, before in shown.items():

@@ -97,10 +97,13 @@ def _split(
         attrs.evolve(checked(member, f"{where}, group {i}"))
         for i, member in enumerate(groups._members())
     ]
-    given = [
+    given: list[dict[str, Any]] = [
         {"params": [(k, named[k]) for k in route], **defaults_of(member, None)}
         for member, route in zip(members, routes, strict=True)
     ]
+    for group in given:
+        if not group["params"]:  # a default that holds nothing: named, as the rest
+            group["param_names"] = []
     return members[-1], members, given
 
 

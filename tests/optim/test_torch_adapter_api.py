@@ -100,6 +100,24 @@ def test_param_groups_gives_one_group_per_group_of_param_groups() -> None:
     assert_same(net, twin)
 
 
+def test_a_default_group_without_parameters_is_an_empty_group() -> None:
+    """A default that holds nothing keeps its place; the dict loads into torch."""
+    net = model()
+    groups = optim.ParamGroups({"*": optim.SGD(lr=0.1)}, default=optim.SGD(lr=0.2))
+    adapter = optim.as_torch_optimizer(groups, net)
+    assert [len(g["params"]) for g in adapter.param_groups] == [4, 0]
+    _step(net, adapter, 0)
+    saved = adapter.state_dict()
+    adapter.load_state_dict(saved)
+    torch_groups: list[dict[str, Any]] = [
+        {"params": list(net.parameters())},
+        {"params": []},
+    ]
+    twin = torch.optim.SGD(torch_groups)
+    twin.load_state_dict(saved)
+    assert [g["lr"] for g in twin.param_groups] == [0.1, 0.2]
+
+
 def test_torch_style_groups_and_add_param_group_train_as_torch() -> None:
     """A list of dicts overrides the optimizer's settings; `add_param_group` too."""
     net, twin = model(), model()
@@ -151,6 +169,9 @@ def test_a_refused_group_is_not_added() -> None:
         adapter.add_param_group({"params": net[0].parameters()})
     assert len(adapter.param_groups) == 1
     assert len(adapter.state) == 2
+    adapter.param_groups[0]["params"].append(net[2].weight)
+    with pytest.raises(ValueError, match=r"\['params'\] was changed in place"):
+        adapter.step()
 
 
 @pytest.mark.parametrize("set_to_none", [True, False])
