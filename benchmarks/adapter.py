@@ -19,7 +19,7 @@ same factors. Before timing, three steps of each candidate must agree (float32
 rounding). Target: the adapter's `step` within 1.05x of the `step_` it wraps, on
 every row. Model-scale sizes are measured in full runs only; `--quick` notes that
 and returns at once. `python -m benchmarks --only adapter` runs it alone (about
-15 minutes on one thread of the docs' 2-core machine).
+25 minutes on one thread of the docs' 2-core machine).
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def measure(config: Config) -> Section:
         section.notes.append("Model-scale sizes are measured in full runs only.")
         return section
     # Each sample is one call of 25 ms to 3 s: more rounds than `optim-scale`'s,
-    # since the ratios sought are within a few percent.
-    rounds = max(5, min(config.rounds, 31))
+    # since the ratios sought are within a few percent of noise of 10% or more.
+    rounds = max(5, min(config.rounds, 61))
     timing = dataclasses.replace(config, rounds=rounds, target=0.05, warmup=2)
     for size in (WIDE, GPT2):
         for name in (*ROWS, SCHEDULED):
