@@ -6,6 +6,7 @@
     python -m benchmarks --only update,grad --threads 2
     python -m benchmarks --only optim-scale --optimizers Muon,LBFGS
     python -m benchmarks --only optim,optim-scale --device cuda --no-compile
+    python -m benchmarks --only gpu       # every optimizer on a CUDA GPU, ~5 minutes
 
 Every section times its candidates side by side in this process (interleaved
 rounds after a warm-up, medians; see `_timing`), except peak memory and import
@@ -36,11 +37,13 @@ from . import (
     _peers,
     adapter,
     autograd,
+    gpu,
     imaml,
     imports,
     maml,
     maml_cnn,
     optim,
+    optim_papers,
     optim_scale,
     pytree,
     update,
@@ -55,6 +58,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "pytree": pytree.measure,
     "optim": optim.measure,
     "optim-scale": optim_scale.measure,
+    "optim-papers": optim_papers.measure,
     "adapter": adapter.measure,
     "maml": maml.measure,
     "memory": maml.measure_memory,
@@ -62,6 +66,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "cnn-memory": maml_cnn.measure_memory,
     "imaml": imaml.measure,
     "import": imports.measure,
+    "gpu": gpu.measure,
 }
 """Section key (for `--only`) to the function that measures it."""
 
@@ -237,10 +242,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument(
         "--optimizers",
-        help="comma-separated optimizers for the sections optim and optim-scale "
-        "(default: all), by their names in the report: the rows of the tests' "
-        "optimizer table (tests/optim/optim_cases.py), e.g. Adam, 'SGD momentum', "
-        "Lion, and LBFGS, 'AdamW warm-up + cosine', 'nanoGPT recipe'",
+        help="comma-separated optimizers for the sections optim, optim-scale and "
+        "optim-papers (default: all), by their names in the report: the rows of the "
+        "tests' optimizer table (tests/optim/optim_cases.py), e.g. Adam, "
+        "'SGD momentum', Lion, and LBFGS, 'AdamW warm-up + cosine', 'nanoGPT "
+        "recipe', and ScheduleFreeAdamW, AdEMAMix, Adan, SOAP",
     )
     parser.add_argument(
         "--device",
@@ -263,7 +269,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--clock cpu times the host only: use the wall clock on a GPU")
     picked = [n.strip() for n in (args.optimizers or "").split(",") if n.strip()]
     if picked:  # the table is read only when asked for (it needs pytest)
-        optimizers = sorted({*optim.optimizers(), *optim_scale.optimizers()})
+        optimizers = sorted(
+            {*optim.optimizers(), *optim_scale.optimizers(), *optim_papers.OPTIONS}
+        )
         unknown = sorted(set(picked) - set(optimizers))
         if unknown:
             parser.error(f"unknown optimizers {unknown}; choose from {optimizers}")

@@ -1,5 +1,8 @@
 """Import time: `import paramdict` after `import torch`, against `import tensordict`.
 
+Also `from paramdict import optim` after `import torch`: its time, and the memory
+Python allocates for it (`tracemalloc`, in a process of its own).
+
 Each sample is a fresh Python process that imports torch, then the package, and
 reports both wall-clock times; the packages' processes alternate, and one unmeasured
 process of each runs first so the files are in the page cache and their compiled
@@ -30,6 +33,16 @@ print(json.dumps([middle - start, end - middle]))
 """
 
 LIMIT = 0.030
+OPTIM_LIMIT = 0.050
+OPTIM_MEMORY = 5 * 2**20
+
+_OPTIM_MEMORY = """
+import json, tracemalloc
+import torch
+tracemalloc.start()
+from paramdict import optim
+print(json.dumps(tracemalloc.get_traced_memory()[1]))
+"""
 
 # Subpackages that `import paramdict` leaves for their first use.
 _LAZY = ("paramdict.distributed", "paramdict.optim")
@@ -106,6 +119,36 @@ def measure(config: Config) -> Section:
             ours < LIMIT,
         )
     )
+    _sample("paramdict.optim", config.threads)  # bytecode written, files cached
+    optim_times = [
+        _sample("paramdict.optim", config.threads)[1] for _ in range(config.processes)
+    ]
+    optim_median = statistics.median(optim_times)
+    section.rows.append(
+        Row(
+            "`from paramdict import optim` after torch",
+            "fresh process",
+            {OURS: optim_median},
+            {OURS: (max(optim_times) - min(optim_times)) / optim_median},
+            {OURS: optim_times},
+        )
+    )
+    allocated = float(
+        run_fresh(["-c", _OPTIM_MEMORY], threads=config.threads, what="Import")
+    )
+    section.targets += [
+        Target(
+            f"`from paramdict import optim` under {OPTIM_LIMIT * 1e3:.0f} ms over "
+            "`import torch`",
+            format_seconds(optim_median),
+            optim_median < OPTIM_LIMIT,
+        ),
+        Target(
+            f"`from paramdict import optim` allocates under {OPTIM_MEMORY >> 20} MB",
+            f"{allocated / 2**20:.2f} MB (tracemalloc's peak)",
+            allocated < OPTIM_MEMORY,
+        ),
+    ]
     eager = run_fresh(
         ["-c", _EAGER.format(lazy=_LAZY)], threads=config.threads, what="Import"
     )

@@ -61,9 +61,10 @@ the costs per flat vector already.
 The nanoGPT recipe (`--optimizers "nanoGPT recipe"`) times the optimizer work of
 one training step at GPT-2 small's shapes, its 2 micro-batches' gradients given:
 `MultiSteps(ClipGradNorm(ParamGroups(...)))` with AdamW groups (decay on the
-entries of 2 or more dimensions) at a warm-up + cosine rate, then an EMA, against
-torch.optim's `AdamW(fused=True)` + `LambdaLR` + `clip_grad_norm_(foreach=True)` and
-the same EMA (see `_recipe_row`).
+entries of 2 or more dimensions) at a warm-up + cosine rate, then an EMA
+(`WeightAverage.ema`), against torch.optim's `AdamW` (`fused=True`, and its default
+`foreach=True`) + `LambdaLR` + `clip_grad_norm_(foreach=True)` and an `AveragedModel`
+EMA (see `_recipe_row`).
 
 On one thread of the 2-core machine of the docs, shared with other jobs, a full run
 of this section took about 37 minutes before every optimizer carried peak-memory
@@ -92,7 +93,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.optim import swa_utils
 
 from paramdict import ParamDict, optim
 
@@ -122,7 +124,9 @@ SCHEDULED = "AdamW warm-up + cosine"
 RECIPE = "nanoGPT recipe"
 """The optimizer work of a nanoGPT step: clip, AdamW groups, EMA, 2 micro-batches."""
 MEMORY_STEPS = 20
-OTHERS = ("LBFGS", SCHEDULED, RECIPE)
+AVERAGE = "EMA of the weights"
+AVERAGED_MODEL = "torch AveragedModel"
+OTHERS = ("LBFGS", SCHEDULED, RECIPE, AVERAGE)
 """The rows of this section that are not rows of the table (see the docstring)."""
 WIDE = "50 x 400,000"
 GPT2 = "GPT-2 small (148 tensors)"
@@ -388,11 +392,32 @@ def measure(config: Config) -> Section:
                 1.10,
             ),
             ratio_target(
-                f"{RECIPE}: default `step` within 1.30x of torch.optim fused with "
-                f"the same clip, schedule and EMA, {GPT2}",
+                f"{RECIPE}: default `step` within 1.30x of torch.optim's default "
+                f"(foreach) with the same clip, schedule and EMA, {GPT2}",
                 row,
                 OURS,
-                FUSED,
+                FOREACH,
+                1.30,
+            ),
+        ]
+    if AVERAGE in _chosen([AVERAGE], config):
+        row = _average_row(timing)
+        section.rows.append(row)
+        section.targets += [
+            ratio_target(
+                f"{AVERAGE}: `WeightAverage.update_` within 1.05x of "
+                f"{AVERAGED_MODEL}'s `update_parameters` (EMA), {GPT2}",
+                row,
+                IN_PLACE,
+                AVERAGED_MODEL,
+                1.05,
+            ),
+            ratio_target(
+                f"{AVERAGE}: `WeightAverage.update` within 1.30x of "
+                f"{AVERAGED_MODEL}'s `update_parameters` (EMA), {GPT2}",
+                row,
+                OURS,
+                AVERAGED_MODEL,
                 1.30,
             ),
         ]
@@ -484,13 +509,15 @@ def _recipe_row(timing: Config, size: str = GPT2) -> Row:
     Each call takes one optimizer step: 2 micro-batches' gradients accumulated,
     clipped to a global norm of 1.0, AdamW in two groups (weight decay 0.1 on the
     entries of 2 or more dimensions, none on the others) at a warm-up + cosine
-    rate, then an EMA (decay 0.999) of the parameters. Ours: `MultiSteps(
-    ClipGradNorm(ParamGroups(...)), every_k=2)` called once per micro-batch, the
-    EMA a `ParamDict.lerp` (`step`) or `torch._foreach_lerp_` (`step_`). torch's:
-    one accumulating op per micro-batch into `.grad` (a copy, then an add: what
-    backward does when it writes and then accumulates the micro-batch gradients,
-    each scaled by 1/2 as the loss is), `clip_grad_norm_(foreach=True)`,
-    `AdamW(fused=True)`, `LambdaLR`, and the same `torch._foreach_lerp_`.
+    rate, then an EMA (decay 0.999) of the parameters, each side written as its
+    docs teach. Ours: `MultiSteps(ClipGradNorm(ParamGroups(...)), every_k=2)`
+    called once per micro-batch and `WeightAverage.ema(0.999)`, with `step` and
+    `update` or with `step_` and `update_`. torch's: one accumulating op per
+    micro-batch into `.grad` (a copy, then an add: what backward does when it
+    writes and then accumulates the micro-batch gradients, each scaled by 1/2 as
+    the loss is), `clip_grad_norm_(foreach=True)`, `AdamW` (`fused=True`, and
+    torch's default path `foreach=True`), `LambdaLR`, and
+    `AveragedModel(multi_avg_fn=get_ema_multi_avg_fn(0.999))`.
     """
     keys, values, grads = _data(size)
     gen = torch.Generator().manual_seed(1)
@@ -503,7 +530,8 @@ def _recipe_row(timing: Config, size: str = GPT2) -> Row:
             params = ParamDict(zip(keys, [v.clone() for v in values]))
             candidates[mode] = _recipe_ours(params, micro, mode)
         del micro
-        candidates[FUSED] = _recipe_torch(values, scaled)
+        candidates[FUSED] = _recipe_torch(values, scaled, fused=True)
+        candidates[FOREACH] = _recipe_torch(values, scaled, fused=False)
         del scaled
         _agree(candidates)
         return Row.from_timings(
@@ -533,15 +561,14 @@ def _recipe_ours(
     params: ParamDict, micro: list[ParamDict], mode: str
 ) -> Callable[[], object]:
     opt = _recipe_optimizer()
-    carried: list[Any] = [params, opt.init(params), params.clone()]
+    ema = optim.WeightAverage.ema(RECIPE_EMA)
+    carried: list[Any] = [params, opt.init(params), ema.init(params)]
     if mode == IN_PLACE:
-        ema = list(carried[2].values())
-        values = list(params.values())  # `step_` writes into these
 
         def run_() -> object:
             for grads in micro:
                 carried[0], carried[1] = opt.step_(carried[0], grads, carried[1])
-            torch._foreach_lerp_(ema, values, 1 - RECIPE_EMA)
+            ema.update_(carried[2], carried[0])
             return carried[0]
 
         return run_
@@ -549,33 +576,45 @@ def _recipe_ours(
     def run() -> object:
         for grads in micro:
             carried[0], carried[1] = opt.step(carried[0], grads, carried[1])
-        carried[2] = carried[2].lerp(carried[0], 1 - RECIPE_EMA)
+        carried[2] = ema.update(carried[2], carried[0])
         return carried[0]
 
     return run
 
 
+class _Holder(nn.Module):
+    """A module holding the tensors as parameters, for `AveragedModel`."""
+
+    def __init__(self, tensors: list[Tensor]) -> None:
+        super().__init__()
+        self.values = nn.ParameterList([nn.Parameter(t) for t in tensors])
+
+
 def _recipe_torch(
-    values: list[Tensor], scaled: list[list[Tensor]]
+    values: list[Tensor], scaled: list[list[Tensor]], *, fused: bool
 ) -> Callable[[], object]:
-    tensors = [v.clone().requires_grad_() for v in values]
+    holder = _Holder([v.clone() for v in values])
+    tensors = list(holder.values)
     for tensor in tensors:
         tensor.grad = torch.zeros_like(tensor)
     decay = [t for t in tensors if t.dim() >= 2]
     no_decay = [t for t in tensors if t.dim() < 2]
+    path: dict[str, Any] = {"fused": True} if fused else {"foreach": True}
     opt = torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": RECIPE_DECAY},
             {"params": no_decay, "weight_decay": 0.0},
         ],
         lr=RECIPE_LR,
-        fused=True,
+        **path,
         **RECIPE_ADAMW,
     )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_cosine)
     grads = [cast(Tensor, t.grad) for t in tensors]
-    ema = [t.detach().clone() for t in tensors]
-    detached = [t.detach() for t in tensors]
+    average = swa_utils.AveragedModel(
+        holder,
+        multi_avg_fn=swa_utils.get_ema_multi_avg_fn(RECIPE_EMA),  # type: ignore[no-untyped-call]  # untyped in torch
+    )
 
     def run() -> object:
         torch._foreach_copy_(grads, scaled[0])
@@ -584,10 +623,52 @@ def _recipe_torch(
         torch.nn.utils.clip_grad_norm_(tensors, 1.0, foreach=True)
         opt.step()
         sched.step()
-        torch._foreach_lerp_(ema, detached, 1 - RECIPE_EMA)
+        average.update_parameters(holder)
         return tensors
 
     return run
+
+
+def _average_row(timing: Config, size: str = GPT2) -> Row:
+    """One EMA update (decay 0.999) of the parameters, each side as its docs teach.
+
+    Ours: `WeightAverage.ema(0.999)`, `update` (a new average) and `update_` (in
+    place). torch's: `AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))`
+    and its `update_parameters(model)`. The parameters move a little between
+    calls (as training moves them), the same on both sides.
+    """
+    keys, values, _ = _data(size)
+    ema = optim.WeightAverage.ema(RECIPE_EMA)
+    params = ParamDict(zip(keys, [v.clone() for v in values]))
+    carried: list[Any] = [ema.init(params)]
+
+    def ours() -> object:
+        carried[0] = ema.update(carried[0], params)
+        return carried[0]
+
+    held = ema.init(params)
+
+    def ours_() -> object:
+        return ema.update_(held, params)
+
+    holder = _Holder([v.clone() for v in values])
+    average = swa_utils.AveragedModel(
+        holder,
+        multi_avg_fn=swa_utils.get_ema_multi_avg_fn(RECIPE_EMA),  # type: ignore[no-untyped-call]  # untyped in torch
+    )
+
+    def theirs() -> object:
+        average.update_parameters(holder)
+        return average
+
+    candidates: dict[str, Callable[[], object]] = {
+        OURS: ours,
+        IN_PLACE: ours_,
+        AVERAGED_MODEL: theirs,
+    }
+    with torch.inference_mode(False):
+        timings = timing.time(candidates)
+    return Row.from_timings(f"{AVERAGE} update (decay {RECIPE_EMA})", size, timings)
 
 
 def _chosen(names: Sequence[str], config: Config) -> list[str]:

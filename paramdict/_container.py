@@ -100,12 +100,15 @@ class _Container(dict[str, Tensor]):
     """Storage, construction and the read-only mapping protocol (see `ParamDict`)."""
 
     # `__weakref__`: a ParamDict can be a key of a `weakref.WeakKeyDictionary`.
-    __slots__ = ("__weakref__", "_keys", "_vals")
+    __slots__ = ("__weakref__", "_keys", "_pending", "_vals")
     # numpy must not treat a ParamDict as an array of objects: with this, numpy
     # operators return `NotImplemented` and Python asks the ParamDict, which refuses.
     __array_ufunc__ = None
     _keys: tuple[str, ...]
     _vals: list[Tensor]  # the values in key order; never mutated, never handed out
+    # The values are sources the first in-place write copies (`_fresh`): 0
+    # (no), 1, or 2 where their dtypes differ or some are 0-dim.
+    _pending: int
 
     def __init__(
         self, mapping_or_pairs: MappingOrPairs = (), /, **kwargs: Tensor
@@ -124,6 +127,7 @@ class _Container(dict[str, Tensor]):
         dict.__init__(self, items)  # pyright: ignore[reportUnknownMemberType]
         self._keys = tuple(items)
         self._vals = list(items.values())
+        self._pending = 0
 
     @classmethod
     def _from_parts(cls, keys: tuple[str, ...], values: Iterable[Any], /) -> Self:
@@ -137,6 +141,7 @@ class _Container(dict[str, Tensor]):
         dict.update(obj, zip(keys, vals))  # pyright: ignore[reportUnknownMemberType]
         obj._keys = keys
         obj._vals = vals
+        obj._pending = 0
         return obj
 
     def _derive(self, values: Iterable[Tensor], /) -> Self:
@@ -153,6 +158,7 @@ class _Container(dict[str, Tensor]):
         dict.update(obj, self)  # pyright: ignore[reportUnknownMemberType]
         obj._keys = self._keys
         obj._vals = self._vals
+        obj._pending = 0
         return obj
 
     # ---------------------------------------------------------------- read-only mapping

@@ -121,17 +121,24 @@ def _is_batched(args: Sequence[Any]) -> bool:
 
 
 def _per_entry(
-    op: ForeachOp, args: Sequence[Any], kwargs: dict[str, Any]
+    op: ForeachOp,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    fn: Callable[..., Tensor] | None = None,
 ) -> list[Tensor]:
-    name = op.__name__.removeprefix("_foreach_")
-    fn = _ENTRYWISE.get(name) or getattr(torch, name)
+    each: Callable[..., Tensor]
+    if fn is None:
+        name = op.__name__.removeprefix("_foreach_")
+        each = _ENTRYWISE.get(name) or getattr(torch, name)
+    else:
+        each = fn
     n = next(len(a) for a in args if isinstance(a, (list, tuple)))
 
     def pick(arg: Any, i: int) -> Any:
         return arg[i] if isinstance(arg, (list, tuple)) else arg
 
     return [
-        fn(*(pick(a, i) for a in args), **{k: pick(v, i) for k, v in kwargs.items()})
+        each(*(pick(a, i) for a in args), **{k: pick(v, i) for k, v in kwargs.items()})
         for i in range(n)
     ]
 
@@ -162,6 +169,21 @@ _BINARY: dict[ForeachOp, Callable[..., Tensor]] = {
     torch._foreach_mul: torch.mul,
     torch._foreach_div: torch.div,
 }
+
+
+def _recorded(args: tuple[Any, ...]) -> bool:
+    """Whether autograd records a kernel on `args` (grad mode; an input requires it)."""
+    if not torch.is_grad_enabled():
+        return False
+    for arg in args:
+        if isinstance(arg, Tensor):
+            if arg.requires_grad:
+                return True
+        elif isinstance(arg, list) and any(
+            isinstance(t, Tensor) and t.requires_grad for t in arg
+        ):
+            return True
+    return False
 
 
 def _records_needlessly(
@@ -274,6 +296,11 @@ def call(op: ForeachOp, *args: Any, **kwargs: Any) -> list[Tensor]:
         RuntimeError: Whatever the kernel raised, when not caused by vmap or by a
             missing DTensor sharding rule.
     """
+    if op is torch._foreach_addcdiv and _recorded(args):
+        # torch 2.13's derivative of this kernel pairs the entries' gradients
+        # wrongly when their shapes differ (an `IndexError` in the backward
+        # pass); per entry, `torch.addcdiv` has the right one.
+        return _per_entry(op, args, kwargs, _addcdiv)
     fn = _BINARY.get(op)
     if fn is not None and _records_needlessly(op, args, kwargs):
         values, other = args  # two arguments, lists of equal length

@@ -31,8 +31,9 @@ from torch import Tensor
 from typing_extensions import Self
 
 from ._checks import is_number
-from ._container import _Container
 from ._foreach import call, call_
+from ._fresh import OUT_OF_PLACE, rebind
+from ._inplace_unary import _InPlaceUnary
 from ._kernels import explain, hoisted, holds_tensors, operand_or_raise
 from ._pointwise import Operand
 
@@ -57,21 +58,24 @@ def _entry_dtypes(values: list[Tensor], scalar: Tensor) -> list[Tensor]:
 def _as_number(value: Tensor, values: list[Tensor]) -> bool:
     """Whether a 0-dim `value` may go to a kernel as the number it holds.
 
-    Where reading it is free and nothing records it: a CPU tensor beside CPU
-    entries, eagerly, with autograd not recording it or the entries.
+    Where reading it is free and autograd does not need it: a CPU tensor
+    (beside entries on any device: torch.optim reads its rates on the host and
+    hands the kernels numbers), eagerly, not requiring grad (entries that do
+    are recorded with the number as a constant, as torch's differentiable
+    steps record theirs).
     """
     return (
         value.dim() == 0
         and value.is_cpu
         and bool(values)
-        and values[0].is_cpu
         and not torch.compiler.is_compiling()
         and not torch._C._functorch.is_functorch_wrapped_tensor(value)
-        and not (
-            torch.is_grad_enabled()
-            and (value.requires_grad or any(v.requires_grad for v in values))
-        )
+        and not (torch.is_grad_enabled() and value.requires_grad)
     )
+
+
+def _differ(made: Tensor, source: Tensor) -> bool:
+    return made.dtype != source.dtype
 
 
 def _numbers(scales: list[Any], values: list[Tensor]) -> list[float] | None:
@@ -83,13 +87,15 @@ def _numbers(scales: list[Any], values: list[Tensor]) -> list[float] | None:
     return None
 
 
-class _InPlace(_Container):
+class _InPlace(_InPlaceUnary):
     """The in-place operations (see `ParamDict`)."""
 
     __slots__ = ()
 
     def _write(self, op: Any, /, *args: Any, **kwargs: Any) -> Self:
         """Run one in-place foreach kernel on the entries; return `self`."""
+        if self._pending:
+            return self._first_write(op, args, kwargs)
         if self._vals:
             try:
                 call_(self._keys, op, self._vals, *args, **kwargs)
@@ -98,6 +104,35 @@ class _InPlace(_Container):
                 if explained is err:
                     raise
                 raise explained from err
+        return self
+
+    def _first_write(
+        self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Self:
+        """`_write` on a container holding its sources: into new tensors (`_fresh`)."""
+        sources = self._vals
+        fresh = OUT_OF_PLACE.get(op)
+        try:
+            if fresh is not None:
+                made = call(fresh, sources, *args, **kwargs)
+            else:  # `zero_`, `copy_`: the in-place kernel on new tensors
+                made = [torch.empty_like(v) for v in sources]
+                call_(self._keys, op, made, *args, **kwargs)
+        except RuntimeError as err:
+            explained = explain(self._keys, err, (sources, *args))
+            if explained is err:
+                raise
+            raise explained from err
+        # An operand of a wider dtype (or, for a 0-dim entry, a 0-dim operand
+        # of a wider one): the in-place kernel would have rounded the results
+        # into the entries' dtypes, as this does. Entries of one dtype and none
+        # 0-dim promote alike: the first tells.
+        if made and (
+            made[0].dtype != sources[0].dtype
+            or (self._pending == 2 and any(map(_differ, made, sources)))
+        ):
+            made = [m.to(s.dtype) for m, s in zip(made, sources)]
+        rebind(self, made)
         return self
 
     # ------------------------------------------------------------ linear
@@ -131,6 +166,10 @@ class _InPlace(_Container):
             if alpha != 1:
                 arg = [alpha * a for a in arg] if isinstance(arg, list) else alpha * arg
             return self._write(torch._foreach_add_, arg)
+        if isinstance(alpha, Tensor) and _as_number(alpha, self._vals):
+            # Read as the number it holds (free on the host), as torch.optim
+            # reads a tensor rate outside autograd: `add`'s own `alpha`.
+            return self.add_(other, alpha=alpha.item())
         if isinstance(alpha, Tensor):
             if alpha.dim() != 0:
                 msg = (
@@ -162,6 +201,15 @@ class _InPlace(_Container):
                 # Per-key numbers (or 0-dim tensors read as theirs): each
                 # entry's `add_(other, alpha=number)`, one kernel per entry,
                 # rounded as torch.optim's per-parameter steps.
+                if self._pending:  # into new tensors (`_fresh`)
+                    rebind(
+                        self,
+                        [
+                            torch.add(value, term, alpha=scale)
+                            for value, term, scale in zip(self._vals, arg, read)
+                        ],
+                    )
+                    return self
                 for value, term, scale in zip(self._vals, arg, read):
                     value.add_(term, alpha=scale)
                 return self
@@ -197,12 +245,21 @@ class _InPlace(_Container):
         """
         if is_number(alpha):
             return self.add_(other, alpha=-alpha)
-        if isinstance(alpha, (Tensor, Mapping)):
-            negated: Any = (
-                -alpha
-                if isinstance(alpha, Tensor)
-                else {k: -v for k, v in alpha.items()}
-            )
+        if isinstance(alpha, Tensor):
+            return self.add_(other, alpha=-alpha)
+        if isinstance(alpha, Mapping):
+            arg: Any = operand_or_raise(self, other, "`sub_`")
+            scales = operand_or_raise(self, alpha, "`sub_`")
+            if holds_tensors(arg) and holds_tensors(scales):
+                read = _numbers(scales, self._vals)
+                if read is None:
+                    # Scales on a device: multiplied in one kernel, subtracted
+                    # in another (negating each would take a kernel per entry).
+                    return self._write(
+                        torch._foreach_sub_, call(torch._foreach_mul, arg, scales)
+                    )
+                return self.add_(other, alpha={k: -r for k, r in zip(self._keys, read)})
+            negated: Any = {k: -v for k, v in alpha.items()}
             return self.add_(other, alpha=negated)
         return self.add_(other, alpha=alpha)
 
@@ -452,102 +509,6 @@ class _InPlace(_Container):
             self._write(torch._foreach_clamp_max_, arg)
         return self
 
-    def sqrt_(self) -> Self:
-        """Replace every entry by its square root; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([4.0, 9.0])).sqrt_()["w"]
-            tensor([2., 3.])
-        """
-        return self._write(torch._foreach_sqrt_)
-
-    def neg_(self) -> Self:
-        """Negate every entry; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([1.0, -2.0])).neg_()["w"]
-            tensor([-1.,  2.])
-        """
-        return self._write(torch._foreach_neg_)
-
-    def abs_(self) -> Self:
-        """Replace every entry by its absolute value; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([1.0, -2.0])).abs_()["w"]
-            tensor([1., 2.])
-        """
-        return self._write(torch._foreach_abs_)
-
-    def sign_(self) -> Self:
-        """Replace every entry by its sign; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([3.0, -2.0, 0.0])).sign_()["w"]
-            tensor([ 1., -1.,  0.])
-        """
-        return self._write(torch._foreach_sign_)
-
-    def reciprocal_(self) -> Self:
-        """Replace every entry by its reciprocal; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([4.0])).reciprocal_()["w"]
-            tensor([0.2500])
-        """
-        return self._write(torch._foreach_reciprocal_)
-
-    def exp_(self) -> Self:
-        """Replace every entry by its exponential; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([0.0])).exp_()["w"]
-            tensor([1.])
-        """
-        return self._write(torch._foreach_exp_)
-
-    def log_(self) -> Self:
-        """Replace every entry by its natural logarithm; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([1.0])).log_()["w"]
-            tensor([0.])
-        """
-        return self._write(torch._foreach_log_)
-
-    def zero_(self) -> Self:
-        """Fill every entry with zeros; return `self`.
-
-        Returns:
-            `self`, its tensors updated.
-
-        Example:
-            >>> ParamDict(w=torch.tensor([1.0, 2.0])).zero_()["w"]
-            tensor([0., 0.])
-        """
-        return self._write(torch._foreach_zero_)
-
     def copy_(self, source: Mapping[str, Tensor], /) -> Self:
         """Copy `source`'s values into the entries (`Tensor.copy_`); return `self`.
 
@@ -571,6 +532,12 @@ class _InPlace(_Container):
             t.requires_grad for t in (*self._vals, *sources)
         ):
             # Recorded: `_foreach_copy_` has no derivative, each `copy_` has.
+            if self._pending:
+                made = [torch.empty_like(t) for t in self._vals]
+                for target, value in zip(made, sources):
+                    target.copy_(value)
+                rebind(self, made)
+                return self
             for target, value in zip(self._vals, sources):
                 target.copy_(value)
             return self

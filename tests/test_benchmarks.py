@@ -25,6 +25,7 @@ SECTIONS = [
     "pytree",
     "optim",
     "optim-scale",
+    "optim-papers",
     "adapter",
     "maml",
     "memory",
@@ -32,6 +33,7 @@ SECTIONS = [
     "cnn-memory",
     "imaml",
     "import",
+    "gpu",
 ]
 GOALS = [
     "`p.sub(g, alpha=lr)` within 1.10x of bare foreach",

@@ -246,12 +246,17 @@ def test_model_scale_scheduled_row_agrees_and_is_timed(
 def test_model_scale_recipe_row_agrees_and_is_timed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The nanoGPT recipe is timed, `step` and `step_` against torch's fused path."""
+    """The nanoGPT recipe is timed, `step` and `step_` against two torch paths."""
     monkeypatch.setattr(optim_scale, "shapes", _tiny)
     row = optim_scale._recipe_row(_config())
     assert row.case.startswith(f"{optim_scale.RECIPE} step")
     assert row.size == optim_scale.GPT2
-    assert list(row.medians) == [OURS, optim_scale.IN_PLACE, optim_scale.FUSED]
+    assert list(row.medians) == [
+        OURS,
+        optim_scale.IN_PLACE,
+        optim_scale.FUSED,
+        optim_scale.FOREACH,
+    ]
     assert all(m > 0 for m in row.medians.values())
 
 
@@ -272,10 +277,13 @@ def test_model_scale_recipe_candidates_agree_with_torch_over_rounds(
         )
         for mode in (OURS, optim_scale.IN_PLACE)
     }
-    theirs = optim_scale._recipe_torch(values, scaled)
+    both = [optim_scale._recipe_torch(values, scaled, fused=f) for f in (True, False)]
     for _ in range(5):
-        expected = theirs()
+        expected, foreach = (theirs() for theirs in both)
         assert isinstance(expected, list)
+        assert isinstance(foreach, list)
+        for a, b in zip(expected, foreach, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         for run in ours.values():
             got = run()
             assert isinstance(got, ParamDict)

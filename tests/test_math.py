@@ -820,3 +820,30 @@ def test_an_optimizer_step_compiles_without_graph_breaks() -> None:
     assert got[0].allclose(want[0])
     for a, b in zip(got[1:], want[1:]):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("value", [1.0, 0.25, {"w": 0.5, "b": -1.0, "s": 2.0}])
+def test_addcdiv_differentiates_entries_of_different_shapes(value: Any) -> None:
+    """The gradients of `addcdiv` equal per-tensor `torch.addcdiv`'s (float64).
+
+    torch 2.13's derivative of `torch._foreach_addcdiv` raises an `IndexError`
+    when the entries' shapes differ; ParamDict's must not.
+    """
+    p, a, b = (_make(i).map(lambda t: t.requires_grad_()) for i in (0, 1, 2))
+    out = p.addcdiv(a, b, value=value)
+    got = torch.autograd.grad(
+        torch.stack([v.sum() for v in out.values()]).sum(),
+        [*p.values(), *a.values(), *b.values()],
+    )
+    theirs = [
+        torch.addcdiv(
+            p[k], a[k], b[k], value=value[k] if isinstance(value, dict) else value
+        )
+        for k in KEYS
+    ]
+    expected = torch.autograd.grad(
+        torch.stack([t.sum() for t in theirs]).sum(),
+        [*p.values(), *a.values(), *b.values()],
+    )
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)

@@ -66,6 +66,8 @@ from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
 from .adamax import Adamax, AdamaxState
+from .adan import Adan, AdanState
+from .ademamix import AdEMAMix, AdEMAMixState
 from .asgd import ASGD, ASGDState
 from .lbfgs import LBFGS, LBFGSState
 from .lion import Lion, LionState
@@ -86,15 +88,20 @@ from .nadam import NAdam, NAdamState
 from .radam import RAdam, RAdamState
 from .rmsprop import RMSprop, RMSpropState
 from .rprop import Rprop, RpropState
+from .schedule_free import ScheduleFreeAdamW, ScheduleFreeAdamWState
 from .sgd import SGD, SGDState
+from .soap import SOAP, SOAPState
 from .swa_utils import AveragedState, WeightAverage, update_bn
 
 __all__ = [
     "ASGD",
     "LBFGS",
     "SGD",
+    "SOAP",
     "SWALR",
     "ASGDState",
+    "AdEMAMix",
+    "AdEMAMixState",
     "Adadelta",
     "AdadeltaState",
     "Adafactor",
@@ -106,6 +113,8 @@ __all__ = [
     "AdamW",
     "Adamax",
     "AdamaxState",
+    "Adan",
+    "AdanState",
     "AveragedState",
     "Bound",
     "ChainedScheduler",
@@ -144,6 +153,9 @@ __all__ = [
     "Rprop",
     "RpropState",
     "SGDState",
+    "SOAPState",
+    "ScheduleFreeAdamW",
+    "ScheduleFreeAdamWState",
     "ScheduleState",
     "SequentialLR",
     "SlotState",

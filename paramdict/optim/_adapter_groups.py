@@ -16,7 +16,10 @@ The settings are torch's: for an optimizer with a `torch.optim` counterpart,
 the keys of that class's `defaults`, in its order; for another, its own
 options. `fused` shows what runs (True where torch's fused kernel takes the
 step), and a written `fused` has torch's meaning (None or False: not fused).
-`foreach` is kept as written: the rule runs torch's foreach kernels anyway.
+`foreach` is kept as written (torch's default, None, until then): the rule
+runs its own kernels anyway. A saved dict whose group leaves it at None names
+the path that rounds as the rule (`to_torch_state_dict`'s flags), so torch
+continues on it.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ._groups import subset
 from ._hyper import check_rate
 from ._schedules.slot import is_schedule
 from ._torch_optimizer import TorchOptimizer
-from ._torch_state import _NO_STEP, _hyperparameters
+from ._torch_state import _NO_STEP, _defaults, _hyperparameters, _torch_class
 
 __all__ = [
     "MISSING",
@@ -128,9 +131,16 @@ def _init_fields(member: TorchOptimizer[Any]) -> frozenset[str]:
 
 
 def defaults_of(member: TorchOptimizer[Any], state: object) -> dict[str, Any]:
-    """The settings of `member` under torch's names (`fused` as configured)."""
+    """The settings of `member` under torch's names (`fused` as configured).
+
+    `foreach` is torch's class default, as a torch optimizer built with
+    `member`'s settings shows it (the export names the path, `exported`).
+    """
     if counterpart(member):
-        return _hyperparameters(member, state)
+        settings = _hyperparameters(member, state)
+        if "foreach" in settings:
+            settings["foreach"] = _defaults(_torch_class(member))["foreach"]
+        return settings
     return {name: getattr(member, name) for name in sorted(_init_fields(member))}
 
 
@@ -323,7 +333,7 @@ class Group:
         """The settings as shown: `fused` as what runs, the free ones as written."""
         shown = defaults_of(self.member, self.state)
         if "fused" in shown and "fused" in _init_fields(self.member):
-            shown["fused"] = True if isinstance(self._bound._plan, FusedPlan) else None
+            shown["fused"] = True if self.runs_fused() else None
         for key in (_FREE & shown.keys()) - _init_fields(self.member):
             shown[key] = settings.get(key, shown[key])
         for key, value in shown.items():  # the dict's own objects: `is` next time
@@ -449,6 +459,10 @@ class Group:
             bound = self.member.bind(params, _sub_state(self.state, keys))
             self._partial[keys] = bound
         return bound
+
+    def runs_fused(self) -> bool:
+        """Whether the bound step runs torch's fused kernel."""
+        return isinstance(self._bound._plan, FusedPlan)
 
     def view(self) -> dict[Tensor, dict[str, Tensor]]:
         """Each parameter's buffers under torch's names (the state's own tensors)."""

@@ -25,6 +25,7 @@ from .._paramdict import ParamDict
 from ._adapter_groups import Group, configured, counterpart, unchanged
 from ._torch_export import to_torch_state_dict
 from ._torch_optimizer import TorchOptimizer
+from ._torch_paths import torch_flags
 from ._torch_state import _fit, load_torch_state_dict
 
 __all__ = ["exported", "loaded"]
@@ -64,6 +65,19 @@ def _own_state(group: Group, keys: list[str]) -> dict[int, dict[str, Tensor]]:
     return out
 
 
+def _path(group: Group) -> bool | None:
+    """The `foreach` that makes torch run the kernels of `group`'s step.
+
+    None (torch's choice) beside a fused kernel, which torch takes first only
+    when `foreach` is not True; else the path that rounds as the rule.
+    """
+    if group.runs_fused():
+        return None
+    flags = torch_flags(group.member, group.state, {"foreach": None})
+    foreach: bool | None = flags["foreach"]
+    return foreach
+
+
 def exported(
     groups: Sequence[Group], settings: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
@@ -79,6 +93,8 @@ def exported(
             part = _own_state(group, keys)
         state.update((offset + i, entry) for i, entry in part.items())
         saved = {k: v for k, v in group_dict.items() if k != "params"}
+        if counterpart(group.member) and saved.get("foreach", False) is None:
+            saved["foreach"] = _path(group)
         saved["params"] = list(range(offset, offset + len(keys)))
         packed.append(saved)
         offset += len(keys)

@@ -23,16 +23,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 import torch
-import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 
-from .._foreach import copy_, holds_dtensors
+from .._foreach import holds_dtensors
+from .._fresh import mixed
 from .._paramdict import ParamDict
+from ._copies import copied, lazily_copied
 from ._validate import (
     aligned_grads,
     check_grads,
     check_writable,
-    rebuilt,
+    entries_agree,
     refuse_shared_grads,
     state_tensors,
     storage_keys,
@@ -41,7 +42,7 @@ from ._validate import (
 if TYPE_CHECKING:
     from ._optimizer import Optimizer
 
-__all__ = ["Bound", "Composed", "Facts", "Plan", "copied", "relaid", "relaid_as"]
+__all__ = ["Bound", "Composed", "Facts", "Plan", "relaid", "relaid_as"]
 
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
@@ -68,13 +69,23 @@ class Plan(Protocol[S]):
 
 
 class Composed(Generic[S]):
-    """A plan run on gradients first transformed (a wrapper's plan: clipping)."""
+    """A plan run on gradients first transformed (a wrapper's plan: clipping).
 
-    __slots__ = ("_inner", "_transform", "grad_strides")
+    `transform_`, where the wrapper has one, transforms gradients in place: a
+    caller that owns them (`MultiSteps`' accumulator) runs it, then `inner`.
+    """
 
-    def __init__(self, inner: Plan[S], transform: Callable[[ParamDict], ParamDict]):
-        self._inner = inner
+    __slots__ = ("_inner", "_transform", "grad_strides", "inner", "transform_")
+
+    def __init__(
+        self,
+        inner: Plan[S],
+        transform: Callable[[ParamDict], ParamDict],
+        transform_: Callable[[ParamDict], ParamDict] | None = None,
+    ):
+        self._inner = self.inner = inner
         self._transform = transform
+        self.transform_ = transform_
         self.grad_strides: list[Strides | None] | None = getattr(
             inner, "grad_strides", None
         )
@@ -191,7 +202,10 @@ class Facts:
     def __init__(self, tensors: list[Tensor], *, memory: bool) -> None:
         self._count = len(tensors)
         self._mode = torch.is_inference_mode_enabled()
-        self._memory = addresses(tensors) if memory else None
+        # Tensor subclasses (fake tensors while tracing) have no addresses to
+        # compare; their memory was compared when bound (`storage_keys`).
+        plain = set(map(type, tensors)) <= _PLAIN
+        self._memory = addresses(tensors) if memory and plain else None
         check: _Check | None = None
         if _TORCH_CHECK is not None and _readable(tensors):
             try:
@@ -263,7 +277,10 @@ class Bound(Generic[S]):
         "_facts",
         "_grad_facts",
         "_in_place",
+        "_lazy",
+        "_mixed",
         "_owned",
+        "_plain_grads",
         "_plan",
         "_relayout",
         "_tensors",
@@ -287,7 +304,14 @@ class Bound(Generic[S]):
         self._facts = Facts(tensors, memory=in_place)
         self._owned = set(storage_keys(tensors)) if in_place else set[int]()
         self._grad_facts: Facts | None = None
+        self._plain_grads = True
         self._relayout = False
+        # `step`'s copies made by the first write (`_copies`): where the rule
+        # writes only through ParamDict's methods and no write changes a dtype.
+        self._lazy = (
+            not in_place and optimizer._lazy_rule() and entries_agree(params, state)
+        )
+        self._mixed = self._lazy and mixed(params)
 
     def holds(self, params: ParamDict, state: object) -> bool:
         """Whether these are the bound parameters and state, with the same facts.
@@ -353,6 +377,8 @@ class Bound(Generic[S]):
         if known is None or not known.holds(values):
             check_grads(params, aligned)
             self._grad_facts = Facts(values, memory=False)
+            # Tensor subclasses (fake tensors) have no addresses to compare.
+            self._plain_grads = set(map(type, values)) <= _PLAIN
             targets: list[Strides | None] | None = getattr(
                 self._plan, "grad_strides", None
             )
@@ -363,7 +389,8 @@ class Bound(Generic[S]):
             # A view of negated memory: torch's writing foreach kernels refuse it.
             aligned = aligned._derive([g.resolve_neg() for g in values])
         if self._in_place:
-            keys = addresses(aligned._vals)
+            vals = aligned._vals
+            keys = addresses(vals) if self._plain_grads else storage_keys(vals)
             refuse_shared_grads(params, self.state, aligned, self._owned, keys)
         if self._relayout:
             aligned = relaid(aligned, getattr(self._plan, "grad_strides"))  # noqa: B009
@@ -395,9 +422,9 @@ class Bound(Generic[S]):
         if not self._in_place:
             msg = "This binding was made for `step`; bind with `in_place=True`."
             raise ValueError(msg)
+        aligned = self.grads(grads)  # checked even with no parameters
         if not self.params:
             return self.state
-        aligned = self.grads(grads)
         with torch.no_grad():
             commit = self._plan(self.params, self.state)
             return commit(aligned)
@@ -424,9 +451,9 @@ class Bound(Generic[S]):
             msg = "This binding was made for `step_`; bind with `in_place=False`."
             raise ValueError(msg)
         params, state = self.params, self.state
+        aligned = self.grads(grads)  # checked even with no parameters
         if not params:
             return params, state
-        aligned = self.grads(grads)
         new_params, new_state = self._advance(params, aligned, state)
         self.hold(new_params, new_state)
         return new_params, new_state
@@ -458,15 +485,19 @@ class Bound(Generic[S]):
     def _advance(
         self, params: ParamDict, grads: ParamDict, state: S
     ) -> tuple[ParamDict, S]:
-        if self.optimizer.differentiable:
-            # Recorded copies: autograd records the update through them.
-            copies, copied_state = copied(params, state, recorded=True)
-            commit = self._plan(copies, copied_state)
-            return copies, commit(grads)
-        with torch.no_grad():
-            copies, copied_state = copied(params, state, recorded=False)
-            commit = self._plan(copies, copied_state)
-            new_state = commit(grads)
+        recorded = self.optimizer.differentiable
+        with torch.set_grad_enabled(recorded and torch.is_grad_enabled()):
+            if self._lazy:
+                copies, copied_state, finish = lazily_copied(
+                    params, state, recorded=recorded, exact=self._mixed
+                )
+                new_state = self._plan(copies, copied_state)(grads)
+                finish()
+            else:
+                copies, copied_state = copied(params, state, recorded=recorded)
+                new_state = self._plan(copies, copied_state)(grads)
+        if recorded:  # autograd recorded the update through the copies
+            return copies, new_state
         for new, old in zip(copies._vals, params._vals):
             if old.requires_grad:
                 new.requires_grad_()
@@ -498,25 +529,3 @@ def relaid(grads: ParamDict, targets: list[Strides | None]) -> ParamDict:
     if all(map(operator.is_, out, grads._vals)):
         return grads
     return grads._derive(out)
-
-
-def copied(params: P, state: S, *, recorded: bool) -> tuple[P, S]:
-    """Return new parameters and state holding copies of the tensors of both.
-
-    One `_foreach_copy_` for all of them (a clone each where autograd records:
-    `recorded`). Dense tensors keep their strides; others become contiguous.
-    """
-    sources = [*params._vals, *state_tensors(state)]
-    if (
-        recorded
-        or not sources
-        or holds_dtensors(sources)
-        or torch.compiler.is_compiling()
-        or torch._C._functorch.is_functorch_wrapped_tensor(sources[0])
-    ):
-        made = [t.clone() for t in sources]
-    else:
-        made = [torch.empty_like(t) for t in sources]
-        copy_(made, sources)
-    n = len(params._vals)
-    return params._derive(made[:n]), cast(S, rebuilt(state, iter(made[n:])))

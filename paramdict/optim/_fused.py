@@ -5,9 +5,10 @@ every parameter and buffer of a step in one pass over memory, writing into them.
 `Adam`, `AdamW`, `SGD` and `Adagrad` plan them when they are bound, where their
 `fused` flag and the bound facts allow (`fused_refusal`): every entry of one dtype
 (float32 or float64) on one device that has the kernel, `weight_decay` a number,
-and `lr` a number, a 0-dim tensor, or a schedule on the CPU that does not cycle
-the momentum. The same plan serves `step_` (the caller's tensors) and `step`
-(copies), so both give torch.optim's `fused=True` bytes.
+and `lr` a number, a 0-dim tensor, or a schedule (kept on the host) that does
+not cycle the momentum; under `fused=None`, entries on the CPU. The same plan
+serves `step_` (the caller's tensors) and `step` (copies), so both give
+torch.optim's `fused=True` bytes.
 
 The kernels walk each parameter, gradient and buffer as one flat run of memory:
 they read no strides. That is right when an entry's tensors are dense and share
@@ -37,6 +38,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from .._foreach import holds_dtensors
+from .._fresh import owned
 from .._paramdict import ParamDict
 from ._hyper import Rate, compute_dtype
 from ._schedules.slot import is_schedule, write_on_host
@@ -103,7 +105,7 @@ def fused_refusal(
     share float32 or float64 and one device that has fused kernels (only the
     CPU with `cpu_only`), not be DTensors, `weight_decay` must be a number, and
     `lr` a number, a 0-dim tensor (on the CPU, or float32 on the entries'
-    device), or a schedule on the CPU that does not cycle the momentum.
+    device), or a schedule that does not cycle the momentum.
     """
     if isinstance(lr, ParamDict):
         return "`lr` is a per-key ParamDict (fused kernels take one rate)"
@@ -122,17 +124,11 @@ def fused_refusal(
         return "the entries are on more than one device"
     if device.type not in _devices() or (cpu_only and device.type != "cpu"):
         return f"torch has no fused kernel for this optimizer on {device.type!r}"
-    if is_schedule(lr):
-        if lr.cycles_momentum:
-            return (
-                "the schedule cycles the momentum, which the kernel takes as a "
-                "number fixed at construction"
-            )
-        if device.type != "cpu":
-            return (
-                "the rate is scheduled and the entries are not on the CPU (reading "
-                "the rate would wait for the device)"
-            )
+    if is_schedule(lr) and lr.cycles_momentum:
+        return (
+            "the schedule cycles the momentum, which the kernel takes as a "
+            "number fixed at construction"
+        )
     if isinstance(lr, Tensor) and lr.device.type != "cpu":
         if lr.device != device:
             return (
@@ -196,7 +192,7 @@ class FusedPlan(Generic[S]):
 
     def __call__(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:
         opt = self._opt
-        step = opt.next_step(cast(Any, state))
+        step, on_device = next_count(opt, state)
         lr = opt.rate("lr", step, state)
         if isinstance(lr, Tensor):
             # The `.tensor_lr` overloads read a CPU rate as this double; one on
@@ -207,8 +203,15 @@ class FusedPlan(Generic[S]):
         new_slot, floats = opt._next_slot(state)
 
         def commit(grads: ParamDict) -> S:
+            written = [params, *[getattr(state, f) for f in self._buffers]]
+            lazy = [c for c in written if c._pending]  # `_fresh.pending`, inline
+            if lazy:  # the kernel writes in place: copies first
+                owned(lazy, [list(c._vals) for c in lazy])
+            if on_device:
+                advance(step)
             self._run(params, grads, state, step, cast("float | Tensor", lr))
-            assign(cast(Any, state).step, step)
+            if not on_device:
+                assign(cast(Any, state).step, step)
             write_slot(slot, new_slot, floats=floats)
             return state
 
@@ -237,10 +240,39 @@ class FusedPlan(Generic[S]):
                     tensors[i] = original.contiguous()
                     targets.append(original)
                     scratch.append(tensors[i])
-        steps = [step.to(device=values[0].device, dtype=torch.float32)] * len(values)
+        device = values[0].device
+        if step.is_cpu and device.type != "cpu" and not torch.compiler.is_compiling():
+            # Made on the device from the host's number: a copy from the host
+            # would wait for the device.
+            count = torch.full((), step.item(), dtype=torch.float32, device=device)
+        else:
+            count = step.to(device=device, dtype=torch.float32)
+        steps = [count] * len(values)
         self._kernel(values, list(grads._vals), fields, steps, lr)
         if targets:
             torch._foreach_copy_(targets, scratch)
+
+
+def next_count(opt: Any, state: Any) -> tuple[Tensor, bool]:
+    """Return the number of the step being taken, and whether it is the counter.
+
+    On the host, `opt.next_step(state)`: a new tensor, `assign`ed to the
+    counter after the step. On a device (`capturable=True`), the counter
+    itself, which the commit `advance`s in place before the rule reads it:
+    one kernel, as torch's `_foreach_add_` of its capturable step counts.
+    """
+    counter: Tensor = state.step
+    if counter.is_cpu:
+        return opt.next_step(state), False
+    return counter, True
+
+
+def advance(counter: Tensor) -> None:
+    """`counter += 1` in place, also while compiled (see `assign`)."""
+    if torch.compiler.is_compiling():
+        counter.view(1).add_(1)
+    else:
+        counter.add_(1)
 
 
 def assign(target: Tensor, value: Tensor) -> None:
@@ -387,6 +419,10 @@ def fused_plan(
             steps; the message says why and names the fix.
     """
     if opt.fused is False or not params:
+        return None
+    if opt.fused is None and not params._vals[0].is_cpu:
+        # torch.optim's default on an accelerator is the foreach rule: so is
+        # this, in `step_` and `step` alike (`fused=True` takes the kernel).
         return None
     why = fused_refusal(params, opt.lr, opt.weight_decay, cpu_only=cpu_only)
     if why is None:

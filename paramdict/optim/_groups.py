@@ -15,6 +15,7 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 from typing_extensions import override
 
+from .._fresh import pending, rebind
 from .._paramdict import ParamDict
 from ._binding import Bound, Plan, Strides
 from ._optimizer import Optimizer
@@ -186,6 +187,16 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         *,
         default: Optimizer[S] | None = None,
     ) -> None:
+        given: object = groups
+        if not isinstance(given, Mapping):
+            msg = (
+                "`groups` must be a mapping from a key pattern (or a tuple of "
+                "patterns, or a test of the key) to its optimizer, got "
+                f"{type(given).__name__}: write `optim.ParamGroups({{'*.bias': "
+                "optim.SGD(...)}, default=...)` (a list of pairs becomes one with "
+                "`dict(pairs)`)."
+            )
+            raise TypeError(msg)
         pairs = tuple((_as_selector(k), opt) for k, opt in groups.items())
         members: list[object] = [opt for _, opt in pairs]
         if default is not None:
@@ -429,6 +440,26 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         return max(opt.step_count(sub) for opt, sub in zip(self._members(), state))
 
     @override
+    def eval_params(self, params: P, state: tuple[S, ...], /) -> P:
+        """Return each group's point to evaluate at, merged in the key order.
+
+        `params` itself where every group evaluates at its parameters.
+        """
+        routes = self._routes_for(params)
+        found: dict[str, Tensor] = {}
+        moved = False
+        for opt, keys, sub in zip(self._members(), routes, self._full(state)):
+            if not keys:
+                continue
+            part = subset(params, keys)
+            point = opt.eval_params(part, sub)
+            moved = moved or point is not part
+            found.update(zip(keys, point.values()))
+        if not moved:
+            return params
+        return params._derive([found[k] for k in params._keys])
+
+    @override
     def step(
         self, params: P, grads: Mapping[str, Tensor], state: tuple[S, ...], /
     ) -> tuple[P, tuple[S, ...]]:
@@ -466,6 +497,10 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         kept = tuple(state[i] if i in idle else new for i, new in enumerate(new_state))
         last.hold(new_params, kept)
         return new_params, kept
+
+    @override
+    def _lazy_rule(self) -> bool:
+        return all(m._lazy_rule() for m in self._members())
 
     @override
     def _plan(
@@ -524,13 +559,18 @@ class _GroupsPlan(Generic[S]):
     ) -> Callable[[ParamDict], tuple[S, ...]]:
         full = self._groups._full(state, self._routes)
         pvals = params._vals
+        lazy = pending(params)  # copied by the first write: each group's too
         commits: list[tuple[tuple[str, ...], list[int], Callable[[ParamDict], S]]] = []
+        parts: list[tuple[list[int], ParamDict]] = []
         for plan, keys, indices, sub_state in zip(
             self._plans, self._routes, self._indices, full
         ):
             if plan is None:
                 continue
             sub_params = params._from_parts(keys, [pvals[i] for i in indices])
+            if lazy:
+                sub_params._pending = params._pending
+                parts.append((indices, sub_params))
             commits.append((keys, indices, plan(sub_params, sub_state)))
 
         groups, routes = self._groups, self._routes
@@ -539,6 +579,12 @@ class _GroupsPlan(Generic[S]):
             gvals = grads._vals
             for keys, indices, each in commits:
                 each(grads._from_parts(keys, [gvals[i] for i in indices]))
+            if parts:  # the groups' new tensors, into the parameters
+                merged = list(params._vals)
+                for indices, sub_params in parts:
+                    for i, value in zip(indices, sub_params._vals):
+                        merged[i] = value
+                rebind(params, merged)
             if groups._stored_once(state):
                 return state
             # A state saved with a copy of a shared schedule state per group:

@@ -18,6 +18,7 @@ import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 
 from .._container import key_mismatch_message
+from .._foreach import holds_dtensors
 from .._paramdict import ParamDict
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "compute_dtype",
     "decay_factor",
     "host_numbers",
+    "is_finite",
     "is_zero",
     "new_counter",
     "product",
@@ -69,9 +71,24 @@ def check_non_negative(instance: object, attribute: Any, value: Any) -> None:
     if not value >= 0:
         msg = f"`{attribute.name}` must be non-negative, got {value!r}."
         raise ValueError(msg)
-    if not math.isfinite(value):
+    if not is_finite(attribute.name, value):
         msg = f"`{attribute.name}` must be finite, got {value!r}."
         raise ValueError(msg)
+
+
+def is_finite(name: str, value: float) -> bool:
+    """Return whether the number `value` is finite; refuse an int too large for a float.
+
+    (`math.isfinite` raises a bare `OverflowError` on one; torch computes with floats.)
+    """
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        msg = (
+            f"`{name}` is too large for a float (an int of {len(str(value))} "
+            "digits); torch computes with floats. Give a value below 1e308."
+        )
+        raise ValueError(msg) from None
 
 
 def check_fused(instance: object, attribute: Any, value: Any) -> None:
@@ -128,6 +145,12 @@ def check_rate(instance: object, attribute: Any, value: Any) -> None:
         if not value.is_floating_point():
             msg = f"`{name}` must be a floating-point tensor, got {value.dtype}."
             raise TypeError(msg)
+        if value.device.type == "cpu" and not is_traced(value):
+            # One read, on the host only (as torch.optim reads it there).
+            number = value.item()
+            if not (math.isfinite(number) and number >= 0):
+                msg = f"`{name}` must be finite and non-negative, got {value!r}."
+                raise ValueError(msg)
         return
     if not _is_number(value):
         msg = (
@@ -158,15 +181,24 @@ def is_zero(rate: Rate) -> bool:
     return _is_number(rate) and bool(rate == 0)
 
 
-def quotient(rate: Rate, divisor: Tensor) -> Tensor | ParamDict:
-    """Return `rate / divisor` for a 0-dim `divisor` (a tensor or a ParamDict)."""
+def quotient(
+    rate: Rate, divisor: Tensor, *, negated: bool = False
+) -> Tensor | ParamDict:
+    """Return `rate / divisor` for a 0-dim `divisor` (a tensor or a ParamDict).
+
+    `negated`: `-(rate / divisor)`, the same bits (the sign of a quotient is
+    exact); for a number `rate`, in the one division.
+    """
     if isinstance(rate, ParamDict):
-        return rate.div(divisor)
+        return rate.div(divisor).neg() if negated else rate.div(divisor)
     if isinstance(rate, Tensor):
         # torch.optim divides a tensor rate by a Python float: in the rate's dtype.
-        return rate / divisor.to(rate.dtype)
-    # `number / tensor` would be `reciprocal(tensor) * number`, rounded twice.
-    return torch.div(divisor.new_full((), rate), divisor)
+        result = rate / divisor.to(rate.dtype)
+        return result.neg() if negated else result
+    # `number / tensor` would be `reciprocal(tensor) * number`, rounded twice. A
+    # 0-dim host tensor is a scalar operand beside a device one: no fill kernel.
+    numerator = torch.tensor(-rate if negated else rate, dtype=divisor.dtype)
+    return torch.div(numerator, divisor)
 
 
 def product(rate: Rate, factor: Tensor) -> Tensor | ParamDict:
@@ -234,6 +266,40 @@ def new_counter(params: ParamDict) -> Tensor:
     return torch.zeros((), dtype=torch.float64)
 
 
+def device_counter(params: ParamDict) -> Tensor:
+    """Return a 0-dim zero step counter on the parameters' device (`capturable`).
+
+    In torch.optim's dtype for its capturable counters (`state_scalar_dtype`),
+    so that a fused kernel takes it as it is; on the CPU (or without
+    parameters) the host counter of `new_counter`.
+    """
+    first = next(iter(params.values()), None)
+    if first is None or first.device.type == "cpu":
+        return new_counter(params)
+    dtype = state_scalar_dtype(first.device)
+    if holds_dtensors([first]):  # a plain tensor beside DTensors, as torch's
+        return torch.zeros((), dtype=dtype, device=first.device)
+    return first.new_zeros((), dtype=dtype)  # fake and meta stay so
+
+
+def check_device_counter(counter: Tensor, params: ParamDict, field: str) -> None:
+    """Raise unless `counter` is on the parameters' device (`capturable=True`).
+
+    Raises:
+        ValueError: If the parameters are on an accelerator and `counter` is not.
+    """
+    first = next(iter(params.values()), None)
+    if first is None or first.device.type == "cpu" or counter.device == first.device:
+        return
+    msg = (
+        f"The state's `{field}` is on {counter.device}, and `capturable=True` keeps "
+        f"it on the parameters' device ({first.device}), so that a step reads no "
+        "number on the host. Use the state from this optimizer's `init`, or build "
+        "the optimizer with `capturable=False`."
+    )
+    raise ValueError(msg)
+
+
 def state_scalar_dtype(device: torch.device) -> torch.dtype:
     """Return the dtype `torch.optim` keeps per-parameter scalar state in.
 
@@ -267,25 +333,28 @@ def host_numbers(
     tensor rate (`_to_scalar`) on the host and compute step sizes with Python
     floats: one number per step instead of a chain of 0-dim tensor operations,
     and a number where a kernel takes a scalar (a tensor there costs one more
-    pass over memory). Only where a read is free: an eager step that autograd
-    does not record, every value a number or a 0-dim CPU tensor. None when
-    traced (compiled, under `torch.func`), differentiable, per-key (a
-    ParamDict), or on an accelerator (a read would wait for it).
+    pass over memory). torch's differentiable steps read them so too, unless
+    they require grad. Only where a read is free: every value a number or a
+    0-dim CPU tensor, eagerly. None when traced (compiled, under
+    `torch.func`), per-key (a ParamDict), on an accelerator (a read would
+    wait for it), or, `differentiable`, where a value requires grad (it stays
+    a tensor, for autograd).
 
     Example:
         >>> host_numbers(False, torch.tensor(3.0, dtype=torch.float64), 0.1)
         (3.0, 0.1)
-        >>> host_numbers(True, torch.tensor(3.0), 0.1) is None
-        True
+        >>> host_numbers(True, torch.tensor(3.0), torch.tensor(0.1, requires_grad=True))
     """
-    if differentiable:
-        return None
     numbers: list[float] = []
     for value in values:
         if isinstance(value, ParamDict):
             return None
         if isinstance(value, Tensor):
-            if value.device.type != "cpu" or is_traced(value):
+            if (
+                value.device.type != "cpu"
+                or is_traced(value)
+                or (differentiable and value.requires_grad)
+            ):
                 return None
             numbers.append(value.item())
         else:

@@ -37,12 +37,20 @@ from typing import TypeVar, cast
 import torch
 from torch import Tensor, nn
 
+from .._fresh import mixed
 from .._paramdict import ParamDict
 from . import _eager
-from ._binding import Bound, Plan, copied
+from ._binding import Bound, Plan
+from ._copies import copied, lazily_copied
 from ._hooks import OptionalHooks
 from ._registry import register_state
-from ._validate import aligned_grads, check_grads, check_params, transformed
+from ._validate import (
+    aligned_grads,
+    check_grads,
+    check_params,
+    entries_agree,
+    transformed,
+)
 
 __all__ = ["Optimizer", "register_state"]
 
@@ -187,6 +195,14 @@ class Optimizer(OptionalHooks[S], abc.ABC):
 
         return prepare
 
+    def _lazy_rule(self) -> bool:
+        """Whether `update_` writes only through ParamDict's in-place methods.
+
+        Then `step` hands it containers copied by their first write
+        (`_copies.lazily_copied`) rather than copies made first.
+        """
+        return False
+
     # ------------------------------------------------------------ binding
 
     def bind(
@@ -312,8 +328,15 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         plan = self._plan(params, state, in_place=False)
         differentiable = self.differentiable
         with torch.set_grad_enabled(differentiable and torch.is_grad_enabled()):
-            copies, copied_state = copied(params, state, recorded=differentiable)
-            new_state = plan(copies, copied_state)(aligned)
+            if self._lazy_rule() and entries_agree(params, state):
+                copies, copied_state, finish = lazily_copied(
+                    params, state, recorded=differentiable, exact=mixed(params)
+                )
+                new_state = plan(copies, copied_state)(aligned)
+                finish()
+            else:
+                copies, copied_state = copied(params, state, recorded=differentiable)
+                new_state = plan(copies, copied_state)(aligned)
         if not differentiable:  # fresh leaves, flagged as the old ones (eagerly)
             for new, old in zip(copies._vals, params._vals):
                 if old.requires_grad:

@@ -26,7 +26,7 @@ from ._validate import check_keyed
 if TYPE_CHECKING:
     from ._torch_optimizer import TorchOptimizer
 
-__all__ = ["check_buffers"]
+__all__ = ["check_buffers", "check_scalar"]
 
 
 def check_buffers(opt: TorchOptimizer[Any], params: ParamDict, state: Any) -> None:
@@ -49,17 +49,7 @@ def check_buffers(opt: TorchOptimizer[Any], params: ParamDict, state: Any) -> No
         if kind is None and isinstance(buffer, Tensor) and buffer.dim() == 0:
             continue  # a scalar, where the first state could not be probed
         if kind == "scalar":
-            if not (
-                isinstance(buffer, Tensor)
-                and buffer.dim() == 0
-                and buffer.is_floating_point()
-            ):
-                msg = (
-                    f"{what} must be a 0-dim floating-point tensor, got "
-                    f"{_describe(buffer)}. Use the state from this optimizer's "
-                    "`init` (or a checkpoint of it)."
-                )
-                raise TypeError(msg)
+            check_scalar(params, field, buffer)
             continue
         if isinstance(buffer, ParamDict) and not buffer:
             if params and kind == "buffer":
@@ -82,6 +72,35 @@ def check_buffers(opt: TorchOptimizer[Any], params: ParamDict, state: Any) -> No
             )
             raise ValueError(msg)
         check_keyed(params, buffer._vals, what=what)
+
+
+def check_scalar(params: ParamDict, field: str, value: object) -> None:
+    """Raise unless `value` is a 0-dim floating-point tensor a step can read.
+
+    On the CPU or the parameters' device: a scalar on the meta device holds no
+    value (unless the parameters are there too), one on another device would
+    move every step.
+
+    Raises:
+        TypeError: If `value` is not a 0-dim real floating-point tensor.
+        ValueError: If it is on a device other than the CPU or the parameters'.
+    """
+    what = f"The state's `{field}`"
+    fix = "Use the state from this optimizer's `init` (or a checkpoint of it)."
+    if not (
+        isinstance(value, Tensor) and value.dim() == 0 and value.is_floating_point()
+    ):
+        got = _describe(value)
+        msg = f"{what} must be a 0-dim floating-point tensor, got {got}. {fix}"
+        raise TypeError(msg)
+    first = next(iter(params.values()), None)
+    device = value.device if first is None else first.device
+    if value.device.type != "cpu" and value.device != device:
+        msg = (
+            f"{what} is on {value.device}, the parameters on {device}. Keep it "
+            f"on the CPU or the parameters' device. {fix}"
+        )
+        raise ValueError(msg)
 
 
 def _describe(value: object) -> str:

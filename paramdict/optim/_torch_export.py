@@ -44,11 +44,14 @@ def to_torch_state_dict(
     or one group per sequence of names; for `ParamGroups` its groups in order,
     then its default); `param_groups` carry `opt`'s settings (a scheduled `lr`
     at its current value, with `initial_lr`) and every buffer is a copy. The
-    settings that choose torch's implementation (`foreach`, `fused`, ...) are
-    torch's defaults, except `fused=True` and `differentiable=True`, which carry
-    over. With `by_name=True` the parameters are keyed by name instead of
-    number, as `torch.distributed.checkpoint.state_dict.set_optimizer_state_dict`
-    takes them (and `torch.distributed.checkpoint.load` fills them, resharded).
+    settings that choose torch's implementation name the kernels `opt.step`
+    runs (`fused=True`, or `foreach` True or False, whichever rounds as the
+    rule; `differentiable` as `opt`'s), and torch takes a loaded group's
+    settings over its constructor's: torch continues on paramdict's kernels,
+    bit for bit (`docs/coming-from-torch-optim.md`). With `by_name=True` the
+    parameters are keyed by name instead of number, as
+    `torch.distributed.checkpoint.state_dict.set_optimizer_state_dict` takes
+    them (and `torch.distributed.checkpoint.load` fills them, resharded).
     `state` is unchanged.
 
     Args:
@@ -64,7 +67,8 @@ def to_torch_state_dict(
     Raises:
         TypeError: If `opt` has no torch.optim counterpart or a setting is not
             one number per group.
-        ValueError: If `names` and the state's keys or groups differ; the
+        ValueError: If `names` and the state's keys or groups differ (a name
+            the state does not hold, or a key `names` does not give); the
             message names them.
 
     Example:
@@ -125,6 +129,14 @@ def _export_group(
         msg = (
             f"The state holds parameters {extra} that `names` does not give; give "
             "the names of every parameter the state is for."
+        )
+        raise ValueError(msg)
+    missing = sorted(set(group) - keys)
+    if keys and missing:
+        msg = (
+            f"`names` gives parameters {missing} that the state does not hold; "
+            "give the names of the parameters the state is for (or build the "
+            "state with `init` on all of them)."
         )
         raise ValueError(msg)
     settings = _hyperparameters(member, state)

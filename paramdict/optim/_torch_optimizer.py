@@ -1,8 +1,9 @@
 """`TorchOptimizer`: what every optimizer in the style of `torch.optim` shares.
 
-The learning rate, weight decay, `maximize` and `differentiable` options and their
-validation; the checks of parameters, hyperparameters and state; the step counter
-(a 0-dim double on the host, as torch keeps its `step` on the host); the
+The learning rate, weight decay, `maximize`, `differentiable` and `capturable`
+options and their validation; the checks of parameters, hyperparameters and state;
+the step counter (a 0-dim double on the host, as torch keeps its `step` on the host,
+or on the parameters' device with `capturable=True`); the
 maximize/weight-decay prologue; the schedule of the learning rate; and the choice,
 made once per binding, between torch's fused kernel (where the optimizer has one)
 and the rule. A concrete optimizer adds its own fields (with torch.optim's names,
@@ -23,17 +24,20 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._binding import Plan
-from ._fused import FusedPlan, assign, write_slot
+from ._fused import FusedPlan, advance, assign, next_count, write_slot
 from ._hyper import (
     Rate,
     check_counter,
+    check_device_counter,
     check_flag,
     check_rate,
     check_rate_keys,
     check_rate_shapes,
     decay_factor,
+    device_counter,
     is_zero,
     new_counter,
+    state_scalar_dtype,
 )
 from ._optimizer import Optimizer
 from ._scheduled import ScheduledRate
@@ -82,13 +86,14 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
     `maximize` and the weight decay, and calls `math`.
 
     `Adam`, `AdamW`, `SGD` and `Adagrad` have torch's fused kernels and a `fused`
-    option for them. `None` (the default): the fused kernel wherever the step
-    allows it (every entry float32 or float64 on one device that has the kernel,
-    a number `weight_decay`, an `lr` that is a number, a 0-dim tensor or a
-    schedule on the CPU), bitwise `torch.optim` with `fused=True` in `step`
-    and `step_`, whatever the entries' memory layout; the foreach rule
-    otherwise. `False`: always the rule, bitwise `torch.optim` with
-    `foreach=True`. `True`: the fused kernel, and a step it cannot take is
+    option for them. `None` (the default): on the CPU, the fused kernel wherever
+    the step allows it (every entry float32 or float64, a number
+    `weight_decay`, an `lr` that is a number, a 0-dim tensor or a schedule),
+    bitwise `torch.optim` with `fused=True` in `step` and `step_`, whatever the
+    entries' memory layout; on an accelerator, the foreach rule, torch.optim's
+    default there (as few kernels as torch's, and `step` writes no copy
+    first); the rule otherwise. `False`: always the rule, bitwise `torch.optim`
+    with `foreach=True`. `True`: the fused kernel, and a step it cannot take is
     refused (not with `differentiable=True`).
 
     Attributes:
@@ -98,6 +103,14 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
         weight_decay: The weight decay, in any of the same forms.
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step`.
+        capturable: Keep the step counter on the parameters' device, as
+            torch.optim's `capturable=True` does: the bias corrections and step
+            sizes are computed there, with no number read on the host, so that
+            a CUDA graph can capture `step_` whole (give `lr` as a tensor on
+            the device to change it between replays; a schedule runs on the
+            host, once per call, and a captured graph replays its rate as
+            captured). It costs a few 0-dim kernels per step, as torch's does;
+            on the CPU it changes nothing.
         state_type: The state class (a NamedTuple whose first field is `step`).
 
     Example:
@@ -115,6 +128,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
     differentiable: bool = attrs.field(
         default=False, validator=check_flag, kw_only=True
     )
+    capturable: bool = attrs.field(default=False, validator=check_flag, kw_only=True)
     state_type: ClassVar[type[Any]]
     buffer_options: ClassVar[Mapping[str, str]] = {}
     """For each buffer `init_state` may leave empty, the option that fills it.
@@ -134,6 +148,17 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
     True where one fused pass over the copies costs less than the rule (the
     Adam family, Adagrad). `SGD` keeps torch.optim's default path (its foreach
     rule) in `step`, and the fused kernel in `step_`; `fused=True` fuses both.
+    """
+
+    lazy_copies: ClassVar[bool] = False
+    """`math` writes only through ParamDict's in-place methods (`add_`, `lerp_`, ...).
+
+    Never into a tensor it took out of a ParamDict (`params["w"].add_(1)`), nor
+    through a ParamDict of its own making over the same tensors. Then `step`
+    hands `math` containers that become copies by their first write (the
+    out-of-place twin of that kernel), one pass over memory less than copying
+    first. Every optimizer of this package sets it; leave it False in yours
+    until its `math` keeps that rule.
     """
 
     decoupled_decay: ClassVar[bool] = False
@@ -246,12 +271,22 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
                 "optimizer's `init`."
             )
             raise TypeError(msg)
-        check_counter(given.step, params, "step")
+        if self.capturable and isinstance(given.step, Tensor) and not given.step.is_cpu:
+            dtype = state_scalar_dtype(given.step.device)
+            check_counter(given.step, params, "step", dtype=dtype)
+        else:
+            check_counter(given.step, params, "step")
+        if self.capturable:
+            check_device_counter(given.step, params, "step")
         if "schedule" in given._fields:
             check_slot(self, self.lr, given.schedule)
         check_buffers(self, params, given)
 
     # ------------------------------------------------------------ the driver
+
+    @override
+    def _lazy_rule(self) -> bool:
+        return self.lazy_copies
 
     def _decoupled(self) -> bool:
         """`decoupled_decay`, else the `decoupled_weight_decay` option (Adam's)."""
@@ -286,14 +321,17 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
 
     def _prepare(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:
         """Compute what can fail (the next schedule); return the rule's commit."""
-        step = self.next_step(state)
+        step, on_device = next_count(self, state)
         lr = self.rate("lr", step, state)
         slot: SlotState = getattr(state, "schedule", ())
         new_slot, floats = self._next_slot(state)
 
         def commit(grads: ParamDict) -> S:
+            if on_device:
+                advance(step)
             self._run_rule(params, grads, state, step, lr)
-            assign(state.step, step)
+            if not on_device:
+                assign(state.step, step)
             write_slot(slot, new_slot, floats=floats)
             return state
 
@@ -447,8 +485,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
             return grads.add(params.mul(weight_decay))
         return grads.add(params, alpha=weight_decay)
 
-    @staticmethod
-    def counter(params: ParamDict, /) -> Tensor:
+    def counter(self, params: ParamDict, /) -> Tensor:
         """Return a zero step counter (the first field of a state).
 
         Args:
@@ -456,11 +493,13 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
 
         Returns:
             A 0-dim double-precision zero on the host, where torch.optim keeps
-            its step counts.
+            its step counts; with `capturable=True`, a zero on the parameters'
+            device in torch's dtype for it (float32 unless the default dtype is
+            float64).
 
         Example:
             >>> from paramdict import optim
-            >>> optim.SGD.counter(ParamDict(w=torch.ones(1)))
+            >>> optim.SGD().counter(ParamDict(w=torch.ones(1)))
             tensor(0., dtype=torch.float64)
         """
-        return new_counter(params)
+        return device_counter(params) if self.capturable else new_counter(params)

@@ -28,15 +28,23 @@ from ._optimizer import Optimizer
 from ._schedules.base import ScheduleState
 from ._schedules.cyclic import CyclicLR, OneCycleLR
 from ._schedules.slot import is_schedule
+from ._schedules.swa import SWALR
 from ._schedules.torch_state import load_torch_scheduler_state_dict
+from ._torch_dict import (
+    check_step_argument,
+    one_per_group,
+    param_groups,
+    saved_state,
+    tensor_of,
+)
 from ._torch_optimizer import TorchOptimizer
+from ._torch_paths import FLAGS, torch_flags
 
 S = TypeVar("S")
 
 Names = nn.Module | Sequence[Sequence[str]]
 
-_FLAGS = frozenset({"foreach", "fused", "capturable", "differentiable"})
-"""Group settings that choose torch's implementation, not the arithmetic."""
+_FLAGS = FLAGS
 
 _NO_STEP = frozenset({"SGD", "Muon"})
 """The optimizers whose torch state keeps no step count."""
@@ -101,10 +109,11 @@ def _cycled(opt: TorchOptimizer[Any], name: str) -> bool:
 def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:
     """Return the group settings of torch's class for `opt`'s configuration."""
     group: dict[str, Any] = {}
-    for name, default in _defaults(_torch_class(opt)).items():
-        if name in _FLAGS:
-            # paramdict's `fused=True` and `differentiable=True` are torch's.
-            group[name] = True if getattr(opt, name, None) is True else default
+    defaults = _defaults(_torch_class(opt))
+    flags = torch_flags(opt, state, defaults)
+    for name, default in defaults.items():
+        if name in flags:
+            group[name] = flags[name]
             continue
         value = getattr(opt, name, default)
         if name == "lr" and _scheduled(opt):
@@ -143,12 +152,23 @@ def _schedule_settings(schedule: object, slot: Any) -> dict[str, float]:
     if isinstance(schedule, CyclicLR):
         return {"initial_lr": schedule.base_lr}
     if isinstance(slot, ScheduleState):
-        return {"initial_lr": float(slot.base_lr)}
+        return {"initial_lr": float(slot.base_lr), **_swa_rates(schedule)}
+    return {}
+
+
+def _swa_rates(schedule: object) -> dict[str, float]:
+    """The `swa_lr` torch's `SWALR` (alone or composed) writes into each group."""
+    if isinstance(schedule, SWALR):
+        return {"swa_lr": schedule.swa_lr}
+    for kid in getattr(schedule, "_schedulers", ()):
+        found = _swa_rates(kid)
+        if found:
+            return found
     return {}
 
 
 _SCHEDULER_ENTRIES = frozenset(
-    {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"}
+    {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum", "swa_lr"}
 )
 """The entries torch's schedulers add to a parameter group."""
 
@@ -184,6 +204,14 @@ def _check_group(
         )
         raise ValueError(msg)
     mine = _hyperparameters(opt, template)
+    swa = _swa_rates(opt.lr)
+    if "swa_lr" in group and swa and not _same(group["swa_lr"], swa["swa_lr"]):
+        mine_swa = swa["swa_lr"]
+        msg = (
+            f"Group {index}'s `swa_lr` {group['swa_lr']!r} (saved) differs from the "
+            f"SWALR's {mine_swa!r} (ours). Build the schedule with the saved settings."
+        )
+        raise ValueError(msg)
     differ = sorted(
         f"{name!r} {group[name]!r} (saved) and {mine[name]!r} (ours)"
         for name in mine
@@ -260,17 +288,6 @@ def _is_groups(opt: object) -> TypeGuard[ParamGroups[Any]]:
     return isinstance(opt, ParamGroups)
 
 
-def _param_groups(state_dict: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    groups: object = state_dict.get("param_groups")
-    if not isinstance(groups, Sequence):
-        msg = (
-            "The state dict has no `param_groups`; give what "
-            "`torch.optim.<Optimizer>.state_dict()` returned."
-        )
-        raise TypeError(msg)
-    return list(cast("Sequence[Mapping[str, Any]]", groups))
-
-
 def load_torch_state_dict(
     opt: Optimizer[S],
     state_dict: Mapping[str, Any],
@@ -290,12 +307,17 @@ def load_torch_state_dict(
     it (FSDP2's sharded buffers included), names its parameters itself: leave
     `names` out. For `ParamGroups`, torch's groups are its groups in order,
     then its default. Every buffer is copied to the dtype and
-    device of `opt.init(params)`; a parameter torch has no state for yet starts
-    from `init`'s value, as torch would start it. Nothing is changed.
+    device of `opt.init(params)`; a group none of whose parameters has state
+    yet starts from `init`'s. Nothing is changed.
 
-    torch's SGD and Muon keep no step count: the state's `step` is then `step`
-    if given, else 1 once torch holds a momentum buffer (the rule only asks
-    whether a step was taken) and 0 before.
+    torch keeps a step count (and NAdam's `mu_product`, ASGD's `eta` and `mu`)
+    for each parameter, paramdict one per group: a group whose parameters'
+    counts differ, or where some have state and others none (torch would start
+    those at step 0), is refused, naming them. torch's SGD and Muon keep no
+    step count: the state's `step` is then `step` if given, else 1 once torch
+    holds a momentum buffer (the rule only asks whether a step was taken) and 0
+    before. torch's dicts do not name their class: a dict whose settings and
+    buffers this optimizer has is taken, as torch takes it (RAdam's into Adam).
 
     Args:
         opt: The paramdict optimizer, configured as the torch one was.
@@ -311,10 +333,15 @@ def load_torch_state_dict(
         The state, as `opt.init(params)` returns it, at torch's step.
 
     Raises:
-        TypeError: If `opt` has no torch.optim counterpart or `names` is malformed.
+        KeyError: If `state_dict` has no `state` or `param_groups` (as torch).
+        TypeError: If `opt` has no torch.optim counterpart, `names` is
+            malformed, or an entry of `state_dict` is of the wrong kind (a
+            string step, `state` as a list); the message names it.
         ValueError: If the groups, settings, parameters or buffers do not fit
-            `opt` and `params`, or a scheduled `lr` has no `scheduler`; the
-            message names them.
+            `opt` and `params`, a step count is not a whole number at least 0
+            or differs between a group's parameters, a buffer is on the meta
+            device, or a scheduled `lr` has no `scheduler`; the message names
+            them.
 
     Example:
         >>> import torch
@@ -330,7 +357,9 @@ def load_torch_state_dict(
         >>> int(state.step), sorted(state.exp_avg)
         (1, ['bias', 'weight'])
     """
-    saved_groups = _param_groups(state_dict)
+    check_step_argument(step)
+    saved_groups = param_groups(state_dict)
+    saved_state_ = saved_state(state_dict)
     by_name = [
         list(g.get("params", ()))
         for g in saved_groups
@@ -378,15 +407,14 @@ def load_torch_state_dict(
             "names torch's optimizer saw, for the same parameters."
         )
         raise ValueError(msg)
-    saved_state: Mapping[Any, Mapping[str, Any]] = state_dict.get("state", {})
-    stray = sorted(str(i) for i in saved_state if i not in index)
+    stray = sorted(str(i) for i in saved_state_ if i not in index)
     if stray:
         msg = (
             f"The state dict holds state for indices {stray} that no group lists; "
             "it is damaged. Save it again with `state_dict()`."
         )
         raise ValueError(msg)
-    saved = {index[i]: s for i, s in saved_state.items()}
+    saved = {index[i]: s for i, s in saved_state_.items()}
     members = _members(opt, params, groups)
     if scheduler is not None and not all(_scheduled(m) for m in members):
         msg = (
@@ -447,14 +475,15 @@ def _load_group(
             for key, init in cast("ParamDict", value).items():
                 got = saved.get(key, {}).get(f)
                 entries[key] = (
-                    init if got is None else _fit(got, init, f"{f} of {key!r}")
+                    init if got is None else _fit(got, init, f"`{f}` of {key!r}")
                 )
             values[f] = ParamDict(entries)
             continue
-        found = [saved[k][f] for k in sorted(saved) if saved[k].get(f) is not None]
-        if found:
-            values[f] = _fit(found[0], value, f"{f!r}")
+        shared = one_per_group(f, saved, list(params))
+        if shared is not None:
+            values[f] = _fit(shared, value, f"`{f}`")
         elif f == "step" and type(opt).__name__ in _NO_STEP:
+            _check_first_buffers(opt, saved, list(params))
             count = step if step is not None else int(any(v for v in saved.values()))
             values[f] = torch.full_like(value, count)
     if _scheduled(opt):
@@ -473,13 +502,42 @@ def _load_group(
             return x.to(device) if isinstance(x, Tensor) else x
 
         values["schedule"] = pytree.tree_map(moved, position)
-    return template._replace(**values)
+    loaded = template._replace(**values)
+    opt.check_state(params, loaded)  # what the dict's values make of the state
+    return loaded
+
+
+def _check_first_buffers(
+    opt: TorchOptimizer[Any],
+    saved: Mapping[str, Mapping[str, Any]],
+    names: list[str],
+) -> None:
+    """Raise if torch's SGD would start some buffers otherwise than paramdict's.
+
+    torch's SGD (and Muon) keep no step count: a parameter without a momentum
+    buffer starts one at its next step. paramdict's one count per group starts
+    them alike where that start is the rule's step from a zero buffer (no
+    dampening); with dampening, torch starts a buffer as a copy of the gradient,
+    which paramdict does only at the group's first step.
+    """
+    if getattr(opt, "dampening", 0) == 0:
+        return
+    held = [n for n in names if saved.get(n, {}).get("momentum_buffer") is not None]
+    lacking = sorted(set(names) - set(held))
+    if held and lacking:
+        msg = (
+            f"The state dict holds momentum buffers for {sorted(held)} and none for "
+            f"{lacking}: torch's SGD starts a damped buffer as a copy of the next "
+            "gradient, and paramdict's one step count per group cannot start some "
+            "buffers and continue others. Load a checkpoint in which every "
+            "parameter of the group has taken a step (or none has)."
+        )
+        raise ValueError(msg)
 
 
 def _fit(got: Any, like: Tensor, what: str) -> Tensor:
     """Return `got` as a copy with `like`'s dtype and device, checking its shape."""
-    if not isinstance(got, Tensor):
-        got = torch.as_tensor(got)
+    got = tensor_of(got, what)
     if got.shape != like.shape:
         msg = (
             f"The buffer {what} has shape {tuple(got.shape)} and paramdict's "

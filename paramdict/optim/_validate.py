@@ -67,6 +67,13 @@ def check_params(params: object, what: str) -> ParamDict:
         )
         raise TypeError(msg)
     check_real(params)
+    sparse = sorted(k for k, v in params.items() if v.layout != torch.strided)
+    if sparse:
+        msg = (
+            f"The optimizers update dense tensors; {sparse!r} are not (their "
+            "layouts have no in-place arithmetic). Give them as `.to_dense()`."
+        )
+        raise TypeError(msg)
     return params
 
 
@@ -194,8 +201,9 @@ def _refuse(names: list[str], why: str, fix: str) -> None:
 def storage_keys(tensors: list[Tensor]) -> list[int]:
     """The identity of the memory each tensor reads (a DTensor's: its shard's).
 
-    The data address for tensors with data; for meta and fake tensors, whose
-    memory has no address, the storage object itself.
+    The data address for tensors with data; for meta tensors and tensor
+    subclasses of torch's dispatch (fake tensors, while tracing), whose memory
+    has no address, the storage object itself.
     """
     keys: list[int] = []
     dtensors = holds_dtensors(tensors)
@@ -203,8 +211,11 @@ def storage_keys(tensors: list[Tensor]) -> list[int]:
         if dtensors and holds_dtensors([t]):
             t = cast("Tensor", t.to_local())  # type: ignore[attr-defined]  # a DTensor
         storage = t.untyped_storage()
-        address: int = storage.data_ptr()
-        keys.append(address if address else storage._cdata)
+        if t.is_meta or torch._C._dispatch_keys(t).has(torch._C.DispatchKey.Python):
+            keys.append(storage._cdata)
+        else:
+            address: int = storage.data_ptr()
+            keys.append(address if address else storage._cdata)
     return keys
 
 
@@ -298,6 +309,31 @@ def _refuse_shared(names: list[str]) -> None:
         "so one write would change the others",
         "Give each entry, buffer and gradient its own memory (`.clone()`)",
     )
+
+
+def entries_agree(params: ParamDict, state: object) -> bool:
+    """Whether every buffer entry of `state` has the dtype of its parameter.
+
+    Then a rule's in-place write computes in the entry's own dtype, and its
+    out-of-place twin gives the same tensor (`_copies.lazily_copied`).
+    """
+    dtypes = {k: v.dtype for k, v in zip(params._keys, params._vals)}
+    return all(
+        dtypes.get(key, value.dtype) == value.dtype
+        for container in _buffers(state)
+        for key, value in zip(container._keys, container._vals)
+    )
+
+
+def _buffers(node: Any) -> list[ParamDict]:
+    """The ParamDicts of a state (its NamedTuples and tuples walked)."""
+    if isinstance(node, ParamDict):
+        return [node]
+    if isinstance(node, tuple):
+        return [
+            c for field in cast("tuple[object, ...]", node) for c in _buffers(field)
+        ]
+    return []
 
 
 def state_tensors(state: Any) -> list[Tensor]:

@@ -74,6 +74,7 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
     """
 
     state_type: ClassVar[type[AdadeltaState]] = AdadeltaState
+    lazy_copies: ClassVar[bool] = True
 
     lr: LearningRate = 1.0
     rho: float = fraction(0.9)

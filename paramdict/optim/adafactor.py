@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple, cast
 
 import attrs
@@ -12,6 +12,17 @@ from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
+from ._adafactor_factors import (
+    alphas,
+    device_alphas,
+    device_scales,
+    factor_form,
+    host_alphas,
+    host_scales,
+    host_update,
+    scales,
+    small,
+)
 from ._fields import shared_last
 from ._hyper import (
     Rate,
@@ -24,7 +35,7 @@ from ._hyper import (
 from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState, check_slot
 from ._torch_optimizer import TorchOptimizer
-from ._validate import check_keyed, transformed
+from ._validate import check_keyed
 
 __all__ = ["Adafactor", "AdafactorState"]
 
@@ -59,25 +70,18 @@ class AdafactorState(NamedTuple):
     schedule: SlotState = ()
 
 
-def _norm(x: Tensor) -> Tensor:
-    """Return the 2-norm of all of `x`, summed in row-major order (any layout)."""
-    return cast(Tensor, x.contiguous().norm(2))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+def _mean_squares(grads: ParamDict, dim: int) -> ParamDict:
+    """The mean square of each matrix along `dim` (torch's `norm(dim)**2 / n`).
 
-
-def _row_mean(g: Tensor) -> Tensor:
-    """Return the mean square of each row of `g` (torch's `norm(dim=-1)**2 / n`).
-
-    Reduced in row-major order whatever `g`'s layout (a reduction's rounding
-    follows the order it meets the elements in), as `_col_mean` is.
+    A norm per matrix, reduced in row-major order whatever its layout (a
+    reduction's rounding follows the order it meets the elements in); then one
+    kernel squares them all and one divides them all.
     """
-    norm = cast(Tensor, torch.norm(g.contiguous(), dim=-1, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
-    return norm.square().div(g.size(-1))
-
-
-def _col_mean(g: Tensor) -> Tensor:
-    """Return the mean square of each column of `g`."""
-    norm = cast(Tensor, torch.norm(g.contiguous(), dim=-2, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
-    return norm.square().div(g.size(-2))
+    norms = grads.map(
+        lambda g: cast(Tensor, torch.norm(g.contiguous(), dim=dim, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
+    )
+    sizes = {k: g.size(dim) for k, g in grads.items()}
+    return norms.mul(norms).div(sizes)
 
 
 def _check_eps(instance: object, attribute: Any, value: Any) -> None:
@@ -122,11 +126,11 @@ def _check_foreach(instance: object, attribute: Any, value: Any) -> None:
 
 
 def _row_shaped(p: Tensor) -> Tensor:
-    return p[..., :1]
+    return p.narrow(-1, 0, min(1, p.size(-1)))  # `p[..., :1]`
 
 
 def _col_shaped(p: Tensor) -> Tensor:
-    return p[..., :1, :]
+    return p.narrow(-2, 0, min(1, p.size(-2)))  # `p[..., :1, :]`
 
 
 def _check_not_empty(params: ParamDict) -> None:
@@ -246,6 +250,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
     """
 
     state_type: ClassVar[type[AdafactorState]] = AdafactorState
+    lazy_copies: ClassVar[bool] = True
     decoupled_decay: ClassVar[bool] = True
     decays_in_math: ClassVar[bool] = True
 
@@ -300,29 +305,37 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         /,
     ) -> None:
         eps2 = self.eps[1]
-        on_host = _reads_on_host(self, params, grads, step, lr)
+        form = factor_form(self, params, grads, step, lr)
         # Recorded, the norms keep the parameters for the backward pass: read
         # from a copy, since the decay writes into them next.
         read = params.clone() if self.differentiable else params
-        alpha: Mapping[str, float | Tensor] = (
-            _host_alphas(read, lr, step, eps2)
-            if on_host
-            else _alphas(read, step, lr, eps2)
-        )
+        alpha: Mapping[str, float | Tensor]
+        on_device: list[Tensor] = []
+        if form == "host":
+            alpha = host_alphas(read, lr, step, eps2)
+        elif form == "device":
+            on_device = device_alphas(read, lr, step, eps2)
+            alpha = dict(zip(read.keys(), on_device))
+        else:
+            alpha = alphas(read, step, lr, eps2)
         self.decay_(params, step, lr)  # after the step size read the parameters
         estimates = self._moments(params, grads, state, step)
         merged = params._derive([estimates[k] for k in params])
-        if on_host and _small(merged):
-            update = _host_update(merged, grads, self._eps1)
+        if form == "device" or (form == "host" and small(merged)):
+            update = host_update(merged, grads, self._eps1)
         else:
             gvals = merged._aligned(grads, what="The gradients")
             update = merged._derive(
                 [self._scaled(v, g) for v, g in zip(merged.values(), gvals)]
             )
-        if on_host:
-            scale = _host_scales(update, alpha, self.d)
+        scale: Mapping[str, float | Tensor]
+        if form == "host":
+            scale = host_scales(update, alpha, self.d)
+        elif form == "device":
+            factors = device_scales(update, on_device, self.d)
+            scale = dict(zip(update.keys(), factors))
         else:
-            scale = _scales(update, alpha, self.d, step.dtype)
+            scale = scales(update, alpha, self.d, step.dtype)
         params.sub_(update, alpha=scale)
 
     def _moments(
@@ -349,13 +362,9 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         estimates: dict[str, Tensor] = {}
         if matrix_keys:
             matrix_grads = _subset(grads, matrix_keys)
-            row_var = state.row_var.lerp_(matrix_grads.map(_row_mean), weight)
-            col_var = state.col_var.lerp_(matrix_grads.map(_col_mean), weight)
-            cols = row_var._aligned(col_var, what="The state's `col_var`")
-            estimates.update(
-                (k, self._factored(r, c))
-                for k, r, c in zip(row_var.keys(), row_var.values(), cols)
-            )
+            row_var = state.row_var.lerp_(_mean_squares(matrix_grads, -1), weight)
+            col_var = state.col_var.lerp_(_mean_squares(matrix_grads, -2), weight)
+            estimates.update(self._factored(row_var, col_var))
         if vector_keys:
             vector_grads = _subset(grads, vector_keys) if matrix_keys else grads
             variance = state.variance
@@ -366,9 +375,18 @@ class Adafactor(TorchOptimizer[AdafactorState]):
             estimates.update(variance.lerp_(squares, weight))
         return estimates
 
-    def _factored(self, r: Tensor, c: Tensor) -> Tensor:
-        """Return the estimate `r @ c / max(mean(r), eps1)` of a matrix's moment."""
-        return (r @ c).div_(r.mean(dim=-2, keepdim=True).clamp(min=self._eps1(r.dtype)))
+    def _factored(self, row_var: ParamDict, col_var: ParamDict) -> ParamDict:
+        """Return each matrix's estimate `r @ c / max(mean(r), eps1)` (new tensors).
+
+        A product and a mean per matrix, then one kernel for all the floors and
+        one for all the quotients.
+        """
+        cols = row_var._aligned(col_var, what="The state's `col_var`")
+        rows = row_var.values()
+        products = row_var._derive([r @ c for r, c in zip(rows, cols)])
+        means = row_var.map(lambda r: r.mean(dim=-2, keepdim=True))
+        floors = {k: self._eps1(r.dtype) for k, r in row_var.items()}
+        return products.div(means.clamp(min=floors))
 
     def _scaled(self, v: Tensor, g: Tensor) -> Tensor:
         """Return the unclipped update `g / sqrt(max(v, eps1 ** 2))`."""
@@ -377,151 +395,5 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         return inverse.mul(g) if torch.is_grad_enabled() else inverse.mul_(g)
 
 
-# The per-entry factors: the relative step size `alpha = max(eps2, rms(p)) * rho`
-# with `rho = min(lr, 1 / sqrt(step))`, and the update's scale `alpha / max(1,
-# rms(u) / d)`. torch.optim computes them from `.item()` reads in Python numbers.
-# An eager CPU step does the same, each kind of norm read at once (`_host_norms`);
-# traced, differentiable or elsewhere they are double-precision tensors. Both give
-# the same numbers (IEEE double arithmetic; `clamp`'s and `minimum`'s NaN written
-# out on the host), hence the same parameters.
-
-
 def _subset(x: ParamDict, keys: list[str]) -> ParamDict:
     return ParamDict._from_parts(tuple(keys), [x[k] for k in keys])
-
-
-def _reads_on_host(
-    opt: Adafactor, params: ParamDict, grads: ParamDict, step: Tensor, lr: Rate
-) -> bool:
-    """Whether the step computes its per-entry factors in numbers, as torch.optim.
-
-    Eager, outside autograd, every parameter and gradient a plain CPU tensor (a
-    read waits for nothing; no transform, subclass or meta tensor), and `lr` a
-    number or 0-dim CPU tensors.
-    """
-    if (
-        opt.differentiable
-        or torch.is_grad_enabled()
-        or is_traced(step)
-        or transformed()
-    ):
-        return False
-    rates = list(lr.values()) if isinstance(lr, ParamDict) else [lr]
-    for rate in rates:
-        if isinstance(rate, Tensor) and (
-            rate.dim() != 0 or type(rate) is not Tensor or not rate.is_cpu
-        ):
-            return False
-    return all(type(v) in _PLAIN and v.is_cpu for v in params.values()) and all(
-        type(g) in _PLAIN and g.is_cpu for g in grads.values()
-    )
-
-
-_PLAIN = (Tensor, torch.nn.Parameter)
-
-
-def _host_norms(values: list[Tensor]) -> list[float]:
-    """Return `[v.norm(2).item() for v in values]`, read from the host once.
-
-    `torch._foreach_norm` runs `norm`'s kernel entry by entry on the CPU (the
-    same bits); the norms are stacked, each upcast exactly to their common dtype.
-    Each is summed in row-major order, whatever the entry's layout.
-    """
-    norms = torch.stack(torch._foreach_norm([v.contiguous() for v in values]))
-    return cast("list[float]", norms.tolist())  # pyright: ignore[reportUnknownMemberType]
-
-
-def _host_alphas(
-    params: ParamDict, lr: Rate, step: Tensor, eps2: float
-) -> dict[str, float]:
-    """Return each entry's relative step size `alpha`, in numbers."""
-    if isinstance(lr, ParamDict):
-        stacked = torch.stack([lr[k] for k in params])
-        rates = cast("list[float]", stacked.tolist())  # pyright: ignore[reportUnknownMemberType]
-    else:
-        rates = [float(lr)] * len(params)
-    # `1 / sqrt(step)` as `_alphas` rounds it: the root of the tensor, then an
-    # (exactly rounded) division.
-    inverse = 1.0 / (step**0.5).item()
-    alpha: dict[str, float] = {}
-    norms = _host_norms(list(params.values()))
-    for (key, p), norm, rate in zip(params.items(), norms, rates):
-        rms = norm / (p.numel() ** 0.5)
-        rms = eps2 if rms < eps2 else rms  # `clamp`: NaN stays NaN
-        rho = rate if rate != rate or rate < inverse else inverse  # `minimum`
-        alpha[key] = rms * rho
-    return alpha
-
-
-_SMALL = 1 << 16
-"""The mean element count up to which the update takes one foreach kernel per
-operation: the calls cost more than the arithmetic there. Larger entries take
-`Adafactor._scaled` entry by entry, each staying in cache from its clamp to its
-product (a tenth faster at 50 x 400,000)."""
-
-
-def _small(x: ParamDict) -> bool:
-    """Whether the entries of `x` hold at most `_SMALL` elements on average."""
-    return sum(v.numel() for v in x.values()) <= _SMALL * len(x)
-
-
-def _host_update(
-    estimates: ParamDict, grads: ParamDict, eps1: Callable[[torch.dtype], float]
-) -> ParamDict:
-    """Return `grads / sqrt(max(estimates, eps1 ** 2))` in three foreach kernels.
-
-    On the CPU each runs the kernel of `Adafactor._scaled`'s operation entry by
-    entry: the same bits, with one call per operation instead of one per entry.
-    """
-    values = list(estimates.values())
-    dtypes = {v.dtype for v in values}
-    floors: float | list[float] = (
-        eps1(next(iter(dtypes))) ** 2
-        if len(dtypes) == 1
-        else [eps1(v.dtype) ** 2 for v in values]
-    )
-    update = torch._foreach_clamp_min(values, floors)
-    torch._foreach_rsqrt_(update)
-    torch._foreach_mul_(update, estimates._aligned(grads, what="The gradients"))
-    return estimates._derive(update)
-
-
-def _host_scales(
-    update: ParamDict, alpha: Mapping[str, float | Tensor], d: float
-) -> dict[str, float | Tensor]:
-    """Return each entry's factor `alpha / max(1, rms(update) / d)`, in numbers."""
-    scale: dict[str, float | Tensor] = {}
-    norms = _host_norms(list(update.values()))
-    for (key, u), norm in zip(update.items(), norms):
-        clip = norm / ((u.numel() ** 0.5) * d)
-        clip = 1.0 if clip < 1.0 else clip  # `clamp`: NaN stays NaN
-        scale[key] = cast(float, alpha[key]) / clip
-    return scale
-
-
-def _alphas(
-    params: ParamDict, step: Tensor, lr: Rate, eps2: float
-) -> dict[str, Tensor]:
-    """Return each entry's relative step size `alpha`, as tensors of `step`'s dtype."""
-    inverse_sqrt = torch.div(torch.ones_like(step), step**0.5)
-    alpha: dict[str, Tensor] = {}
-    for key, p in params.items():
-        rate: float | Tensor = lr[key] if isinstance(lr, ParamDict) else lr
-        rho = (
-            torch.minimum(rate.to(step.dtype), inverse_sqrt)
-            if isinstance(rate, Tensor)
-            else inverse_sqrt.clamp(max=rate)
-        )
-        rms = _norm(p).to(step.dtype) / (p.numel() ** 0.5)
-        alpha[key] = rms.clamp(min=eps2) * rho
-    return alpha
-
-
-def _scales(
-    update: ParamDict, alpha: Mapping[str, float | Tensor], d: float, dtype: torch.dtype
-) -> dict[str, float | Tensor]:
-    """Return each entry's factor `alpha / max(1, rms(update) / d)`, as tensors."""
-    return {
-        k: alpha[k] / (_norm(u).to(dtype) / ((u.numel() ** 0.5) * d)).clamp(min=1.0)
-        for k, u in update.items()
-    }

@@ -57,8 +57,9 @@ class Adagrad(TorchOptimizer[AdagradState]):
         initial_accumulator_value: Starting value of the accumulated squares.
         eps: Term added to the denominator for numerical stability.
         fused: The kernels of an eager step: `None` (torch's fused kernel
-            where the step allows it), `False` (the foreach rule) or `True`
-            (the fused kernel, else a refusal); see `TorchOptimizer`.
+            on the CPU where the step allows it, the foreach rule on an
+            accelerator), `False` (the foreach rule) or `True` (the fused
+            kernel, else a refusal); see `TorchOptimizer`.
 
     Raises:
         ValueError: If a hyperparameter is negative; the message names it.
@@ -75,6 +76,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
     """
 
     state_type: ClassVar[type[AdagradState]] = AdagradState
+    lazy_copies: ClassVar[bool] = True
 
     lr: LearningRate = 1e-2
     lr_decay: float = non_negative(0.0)
@@ -107,7 +109,7 @@ class Adagrad(TorchOptimizer[AdagradState]):
         lr: Rate,
         /,
     ) -> None:
-        minus_clr = -quotient(lr, 1 + (step - 1) * self.lr_decay)
+        minus_clr = quotient(lr, 1 + (step - 1) * self.lr_decay, negated=True)
         total = state.sum.addcmul_(grads, grads)
         std = total.sqrt()  # kept for the backward pass when recorded
         std = std.add(self.eps) if self.differentiable else std.add_(self.eps)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
 
 import attrs
+import torch
 from torch import Tensor
 from typing_extensions import override
 
@@ -17,7 +18,13 @@ from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag, fused_option
 from ._fused import FusedPlan, adam_kernel, fused_plan
-from ._hyper import Rate, host_numbers, quotient
+from ._hyper import (
+    Rate,
+    compute_dtype,
+    host_numbers,
+    quotient,
+    state_scalar_dtype,
+)
 from ._registry import register_state
 from ._schedules.slot import SlotState
 from .adamax import Adamax, AdamaxState
@@ -94,8 +101,9 @@ class Adam(AdamOptions[AdamState]):
             `AdamW`).
         differentiable: Keep the autograd graph through `step` (see `step`).
         fused: The kernels of an eager step: `None` (torch's fused kernel
-            where the step allows it), `False` (the foreach rule) or `True`
-            (the fused kernel, else a refusal); see `TorchOptimizer`.
+            on the CPU where the step allows it, the foreach rule on an
+            accelerator), `False` (the foreach rule) or `True` (the fused
+            kernel, else a refusal); see `TorchOptimizer`.
 
     Raises:
         ValueError: If `lr`, `eps` or `weight_decay` is negative or a beta is
@@ -114,6 +122,7 @@ class Adam(AdamOptions[AdamState]):
     """
 
     state_type: ClassVar[type[AdamState]] = AdamState
+    lazy_copies: ClassVar[bool] = True
     buffer_options: ClassVar[Mapping[str, str]] = {"max_exp_avg_sq": "amsgrad=True"}
 
     amsgrad: bool = flag()
@@ -164,6 +173,19 @@ class Adam(AdamOptions[AdamState]):
         second = state.exp_avg_sq
         if self.amsgrad:
             second = state.max_exp_avg_sq.maximum_(second)
+        float64 = compute_dtype(params) == torch.float64
+        if self.differentiable and not isinstance(lr, ParamDict) and not float64:
+            # torch's differentiable step: its arithmetic on the step tensor,
+            # bit for bit (float32 unless the default dtype is float64). Float64
+            # parameters take the default path's float64 numbers instead (a
+            # meta-gradient keeps float64's precision; torch's differentiable
+            # step rounds its bias corrections to float32 there).
+            count = step.to(state_scalar_dtype(step.device))
+            step_size_neg = (lr / (1 - beta1**count)).neg()
+            denom = second.sqrt().div((1 - beta2**count).sqrt() * step_size_neg)
+            denom.add_(self.eps / step_size_neg)
+            params.addcdiv_(state.exp_avg, denom)
+            return
         # Bias corrections: torch.optim's Python floats where the step can be read
         # for free (eager, on the host); else in double precision from the step
         # tensor, the same numbers. A tensor `lr` stays a tensor, as in torch.
@@ -180,7 +202,7 @@ class Adam(AdamOptions[AdamState]):
             step_size = -(rate / (1 - b1**t))
         else:
             bias_correction2_sqrt = (1 - beta2**step).sqrt()
-            step_size = -quotient(lr, 1 - beta1**step)
+            step_size = quotient(lr, 1 - beta1**step, negated=True)
         denom = second.sqrt()
         # Recorded, the square root's result is saved for the backward pass:
         # divided out of place then, as torch's differentiable Adam does.

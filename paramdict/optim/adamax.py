@@ -66,6 +66,7 @@ class Adamax(AdamOptions[AdamaxState]):
     """
 
     state_type: ClassVar[type[AdamaxState]] = AdamaxState
+    lazy_copies: ClassVar[bool] = True
 
     lr: LearningRate = 2e-3
 
@@ -90,7 +91,7 @@ class Adamax(AdamOptions[AdamaxState]):
         )
         if host is not None:
             t, rate, b1 = host
-            clr: float | Tensor | ParamDict = rate / (1 - b1**t)
+            step_size: float | Tensor | ParamDict = -(rate / (1 - b1**t))
         else:
-            clr = quotient(lr, 1 - beta1**step)
-        params.addcdiv_(state.exp_avg, state.exp_inf, value=-clr)
+            step_size = quotient(lr, 1 - beta1**step, negated=True)
+        params.addcdiv_(state.exp_avg, state.exp_inf, value=step_size)

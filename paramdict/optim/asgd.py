@@ -6,6 +6,7 @@ from typing import ClassVar, NamedTuple, cast
 
 import attrs
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 from typing_extensions import override
 
@@ -21,6 +22,7 @@ from ._hyper import (
 )
 from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState, initial_rate
+from ._state_check import check_scalar
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["ASGD", "ASGDState"]
@@ -99,6 +101,7 @@ class ASGD(TorchOptimizer[ASGDState]):
     """
 
     state_type: ClassVar[type[ASGDState]] = ASGDState
+    lazy_copies: ClassVar[bool] = True
     own_fields: ClassVar[tuple[str, ...]] = ("eta",)  # a rate's form: `check_state`
 
     lr: LearningRate = 1e-2
@@ -118,7 +121,7 @@ class ASGD(TorchOptimizer[ASGDState]):
         return ASGDState(
             counter,
             eta.to(dtype),
-            torch.ones((), dtype=dtype, device=counter.device),
+            counter.new_ones((), dtype=dtype),
             params.zeros_like(),
         )
 
@@ -155,6 +158,8 @@ class ASGD(TorchOptimizer[ASGDState]):
                 "from this optimizer's `init` (or a checkpoint of it)."
             )
             raise TypeError(msg)
+        else:
+            check_scalar(params, "eta", eta)
 
     @override
     def math(
@@ -172,9 +177,18 @@ class ASGD(TorchOptimizer[ASGDState]):
             host = host_numbers(self.differentiable, eta)
             if host is not None:
                 eta = host[0]
-        params.mul_(_one_minus(lambd, eta)).sub_(grads, alpha=eta)
+        if self.capturable and isinstance(eta, Tensor):
+            # On the device: `1 - lambd * eta` in one kernel (a host scalar 1).
+            decay = torch.add(torch.tensor(1.0, dtype=eta.dtype), eta, alpha=-lambd)
+            params.mul_(decay).sub_(grads, alpha=eta)
+        else:
+            params.mul_(_one_minus(lambd, eta)).sub_(grads, alpha=eta)
         host_mu = host_numbers(self.differentiable, state.mu)
-        if host_mu is None:  # traced: both, then a selection
+        if host_mu is None and self.capturable:
+            # torch's capturable step: the average moves by `mu` always (at
+            # `mu == 1` onto the parameters, to within a rounding).
+            state.ax.add_(params.sub(state.ax).mul_(state.mu))
+        elif host_mu is None:  # traced: both, then a selection
             mu = state.mu
             moved = state.ax.add(params.sub(state.ax).mul_(mu))
             state.ax.copy_(moved.where(ParamDict.fromkeys(moved, mu != 1), params))
@@ -184,11 +198,19 @@ class ASGD(TorchOptimizer[ASGDState]):
             state.ax.copy_(params)
         dtype = state.mu.dtype
         new_eta = _eta(lr, lambd, self.alpha, step).to(dtype)
+        new_mu = torch.clamp(step - self.t0, min=1).reciprocal().to(dtype)
         if isinstance(state.eta, ParamDict):
             state.eta.copy_(cast(ParamDict, new_eta))
-        else:
+            state.mu.copy_(new_mu)
+        elif (
+            state.mu.is_cpu
+            or torch.compiler.is_compiling()
+            or torch._C._functorch.is_functorch_wrapped_tensor(state.mu)  # vmap
+        ):
             state.eta.copy_(cast(Tensor, new_eta))
-        state.mu.copy_((1 / torch.clamp(step - self.t0, min=1)).to(dtype))
+            state.mu.copy_(new_mu)
+        else:  # on a device: both in one kernel (torch's `_foreach_copy_` of them)
+            torch._foreach_copy_([state.eta, state.mu], [cast(Tensor, new_eta), new_mu])
 
 
 def _one_minus(

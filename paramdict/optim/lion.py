@@ -73,6 +73,7 @@ class Lion(TorchOptimizer[LionState]):
     """
 
     state_type: ClassVar[type[LionState]] = LionState
+    lazy_copies: ClassVar[bool] = True
     decoupled_decay: ClassVar[bool] = True
 
     lr: LearningRate = 1e-4

@@ -58,6 +58,24 @@ def _check_callable(instance: object, attribute: Any, value: Any) -> None:
         raise TypeError(msg)
 
 
+def _check_gamma(instance: object, attribute: Any, value: Any) -> None:
+    """Raise unless a decay factor is a finite number at least 0, naming it.
+
+    torch takes any number: with a negative `gamma` every other rate is
+    negative (a step uphill), which a schedule's state refuses once it holds
+    one; refused here instead, when the schedule is built.
+    """
+    number_field(instance, attribute, value)
+    if not (math.isfinite(value) and value >= 0):
+        msg = (
+            f"`{attribute.name}` must be a finite number at least 0, got {value!r}: "
+            "a negative factor makes every other rate negative (a step uphill), "
+            "a non-finite one makes them infinite or NaN. Give a decay factor "
+            "such as 0.1."
+        )
+        raise ValueError(msg)
+
+
 def _next(state: ScheduleState) -> Tensor:
     return state.last_epoch + 1
 
@@ -133,11 +151,11 @@ class StepLR(LRSchedule):
 
     Attributes:
         step_size: The period of the decay, in epochs (at least 1).
-        gamma: The multiplicative factor of the decay.
+        gamma: The multiplicative factor of the decay, finite and at least 0.
 
     Raises:
         TypeError: If `step_size` is not an int or `gamma` not a number.
-        ValueError: If `step_size < 1`.
+        ValueError: If `step_size < 1`, or `gamma` is negative or not finite.
 
     Example:
         >>> from paramdict import optim
@@ -147,7 +165,7 @@ class StepLR(LRSchedule):
     """
 
     step_size: int
-    gamma: float = attrs.field(default=0.1, validator=number_field)
+    gamma: float = attrs.field(default=0.1, validator=_check_gamma)
 
     def __attrs_post_init__(self) -> None:
         check_int("step_size", self.step_size, minimum=1)
@@ -200,11 +218,12 @@ class MultiStepLR(LRSchedule):
 
     Attributes:
         milestones: Epochs at which to decay (any order, repeats allowed).
-        gamma: The multiplicative factor of the decay.
+        gamma: The multiplicative factor of the decay, finite and at least 0.
 
     Raises:
         TypeError: If `milestones` is not a sequence of ints or `gamma` not a
             number.
+        ValueError: If `gamma` is negative or not finite.
 
     Example:
         >>> from paramdict import optim
@@ -216,7 +235,7 @@ class MultiStepLR(LRSchedule):
     milestones: tuple[int, ...] = attrs.field(
         converter=_to_int_tuple, validator=_check_milestones
     )
-    gamma: float = attrs.field(default=0.1, validator=number_field)
+    gamma: float = attrs.field(default=0.1, validator=_check_gamma)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return new_state(base, current)
@@ -373,10 +392,11 @@ class ExponentialLR(LRSchedule):
     """Decay the rate by `gamma` every epoch, the functional `ExponentialLR`.
 
     Attributes:
-        gamma: The multiplicative factor of the decay.
+        gamma: The multiplicative factor of the decay, finite and at least 0.
 
     Raises:
         TypeError: If `gamma` is not a number.
+        ValueError: If `gamma` is negative or not finite.
 
     Example:
         >>> from paramdict import optim
@@ -385,7 +405,7 @@ class ExponentialLR(LRSchedule):
         tensor(0.9000, dtype=torch.float64)
     """
 
-    gamma: float = attrs.field(validator=number_field)
+    gamma: float = attrs.field(validator=_check_gamma)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return new_state(base, current)

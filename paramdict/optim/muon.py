@@ -11,7 +11,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._fields import flag, non_negative, shared_last
-from ._hyper import Rate
+from ._hyper import Rate, is_finite
 from ._matrix import newton_schulz
 from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
@@ -55,7 +55,9 @@ class MuonState(NamedTuple):
 def _check_coefficients(instance: object, attribute: Any, value: Any) -> None:
     ok = isinstance(value, tuple) and len(value) == 3  # pyright: ignore[reportUnknownArgumentType]  # checked here
     if not ok or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and is_finite(attribute.name, v)
         for v in cast("tuple[object, ...]", value)
     ):
         msg = f"`{attribute.name}` must be a tuple of three numbers, got {value!r}."
@@ -76,6 +78,23 @@ def _check_adjust_lr_fn(instance: object, attribute: Any, value: Any) -> None:
         msg = (
             f"`{attribute.name}` must be None, 'original', 'match_rms_adamw' or "
             f"'spectral_unclamped', got {value!r}."
+        )
+        raise ValueError(msg)
+
+
+def _check_matrices(params: ParamDict) -> None:
+    """Raise unless every entry is a matrix with elements, naming the others."""
+    bad = sorted(k for k, v in params.items() if v.dim() != 2)
+    if bad:
+        shapes = ", ".join(f"{k!r}: {tuple(params[k].shape)}" for k in bad)
+        raise ValueError(NOT_A_MATRIX.format(keys=bad, shapes=shapes))
+    empty = sorted(k for k, v in params.items() if v.numel() == 0)
+    if empty:
+        shapes = ", ".join(f"{k!r}: {tuple(params[k].shape)}" for k in empty)
+        msg = (
+            f"Muon cannot orthogonalize empty matrices; {empty!r} have no "
+            f"elements ({shapes}). Leave them out of the parameters, or give them "
+            "to another optimizer by key pattern with `optim.ParamGroups`."
         )
         raise ValueError(msg)
 
@@ -139,6 +158,7 @@ class Muon(TorchOptimizer[MuonState]):
     """
 
     state_type: ClassVar[type[MuonState]] = MuonState
+    lazy_copies: ClassVar[bool] = True
     decoupled_decay: ClassVar[bool] = True
 
     lr: LearningRate = 1e-3
@@ -164,20 +184,19 @@ class Muon(TorchOptimizer[MuonState]):
     @override
     def init_state(self, params: ParamDict, /) -> MuonState:
         """Return step 0 and a zero buffer; refuse non-2-D or empty entries by name."""
-        bad = sorted(k for k, v in params.items() if v.dim() != 2)
-        if bad:
-            shapes = ", ".join(f"{k!r}: {tuple(params[k].shape)}" for k in bad)
-            raise ValueError(NOT_A_MATRIX.format(keys=bad, shapes=shapes))
-        empty = sorted(k for k, v in params.items() if v.numel() == 0)
-        if empty:
-            shapes = ", ".join(f"{k!r}: {tuple(params[k].shape)}" for k in empty)
-            msg = (
-                f"Muon cannot orthogonalize empty matrices; {empty!r} have no "
-                f"elements ({shapes}). Leave them out of the parameters, or give them "
-                "to another optimizer by key pattern with `optim.ParamGroups`."
-            )
-            raise ValueError(msg)
+        _check_matrices(params)
         return MuonState(self.counter(params), params.zeros_like())
+
+    @override
+    def check_state(self, params: ParamDict, state: MuonState, /) -> None:
+        """Check `state` as every optimizer does, and refuse what `init` refuses.
+
+        A state built by hand (or for other parameters) can pair a matrix rule
+        with entries that are not matrices or have no elements: refused here,
+        when the optimizer is bound, before anything is written.
+        """
+        super().check_state(params, state)
+        _check_matrices(params)
 
     def _adjusted(self, params: ParamDict, lr: Rate) -> dict[str, float | Tensor]:
         """Each matrix's rate: `lr` times its `adjust_lr_fn` ratio (torch's).

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import ClassVar, NamedTuple
 
 import attrs
-import torch
 from torch import Tensor
 from typing_extensions import override
 
@@ -74,6 +73,7 @@ class NAdam(AdamOptions[NAdamState]):
     """
 
     state_type: ClassVar[type[NAdamState]] = NAdamState
+    lazy_copies: ClassVar[bool] = True
 
     lr: LearningRate = 2e-3
     momentum_decay: float = non_negative(4e-3)
@@ -95,9 +95,8 @@ class NAdam(AdamOptions[NAdamState]):
             (tensor(1.), tensor([0., 0.]))
         """
         counter = self.counter(params)
-        mu_product = torch.ones(
-            (), dtype=state_scalar_dtype(counter.device), device=counter.device
-        )
+        # `new_ones`: on the counter's device, fake and meta counters alike.
+        mu_product = counter.new_ones((), dtype=state_scalar_dtype(counter.device))
         return NAdamState(counter, mu_product, params.zeros_like(), params.zeros_like())
 
     @override
@@ -125,6 +124,15 @@ class NAdam(AdamOptions[NAdamState]):
             state.mu_product.mul_(mu)
             denom = state.exp_avg_sq.div(1 - b2**t).sqrt_()
             denom = denom.add(self.eps) if self.differentiable else denom.add_(self.eps)
+            if self.differentiable:
+                # torch's differentiable step scales the terms by 0-dim tensors
+                # of the product's dtype, whose arithmetic this repeats.
+                mu_product = state.mu_product
+                grad_factor = (-rate * (1.0 - mu)) / (1.0 - mu_product)
+                avg_factor = (-rate * mu_next) / (1.0 - mu_product * mu_next)
+                params.addcdiv_(grads.mul(grad_factor), denom)
+                params.addcdiv_(state.exp_avg.mul(avg_factor), denom)
+                return
             product_now = state.mu_product.item()
             grad_size: float | Tensor | ParamDict = (
                 -rate * (1.0 - mu) / (1.0 - product_now)
@@ -139,7 +147,8 @@ class NAdam(AdamOptions[NAdamState]):
             denom = state.exp_avg_sq.div(1 - beta2**step).sqrt_()
             denom = denom.add(self.eps) if self.differentiable else denom.add_(self.eps)
             now = state.mu_product.to(step.dtype)
-            grad_size = quotient(product(lr, -(1.0 - mu_t)), 1.0 - now)
+            # `mu - 1` is `-(1 - mu)` bit for bit, in one operation.
+            grad_size = quotient(product(lr, mu_t - 1.0), 1.0 - now)
             avg_size = quotient(product(lr, -mu_next_t), 1.0 - now * mu_next_t)
         params.addcdiv_(grads, denom, value=grad_size)
         params.addcdiv_(state.exp_avg, denom, value=avg_size)

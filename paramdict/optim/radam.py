@@ -57,6 +57,7 @@ class RAdam(AdamOptions[RAdamState]):
     """
 
     state_type: ClassVar[type[RAdamState]] = RAdamState
+    lazy_copies: ClassVar[bool] = True
 
     decoupled_weight_decay: bool = flag()
 
@@ -80,6 +81,15 @@ class RAdam(AdamOptions[RAdamState]):
             bias_correction2 = 1 - beta2**t
             rho_inf = 2 / (1 - beta2) - 1
             rho_t = rho_inf - 2 * t * beta2**t / bias_correction2
+            if self.differentiable:
+                # torch's differentiable step: its single-tensor arithmetic.
+                moved = exp_avg.div(bias_correction1).mul(rate)
+                if rho_t > 5.0:
+                    adaptive = exp_avg_sq.sqrt().add(self.eps).reciprocal()
+                    adaptive = adaptive.mul(bias_correction2**0.5)
+                    moved = moved.mul(adaptive).mul(_rect(rho_t, rho_inf))
+                params.add_(moved, alpha=-1.0)
+                return
             if rho_t <= 5:
                 params.sub_(exp_avg, alpha=rate / bias_correction1)
                 return
@@ -96,7 +106,8 @@ class RAdam(AdamOptions[RAdamState]):
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step * beta2**step / bias_correction2
         rectified = rho_t > 5.0
-        safe_rho_t = torch.where(rectified, rho_t, rho_inf)
+        # The host's 0-dim `rho_inf` is read as a scalar operand: no fill kernel.
+        safe_rho_t = torch.where(rectified, rho_t, torch.tensor(rho_inf))
         rect = _rect(safe_rho_t, rho_inf)
         scale_t = product(
             quotient(product(lr, rect), bias_correction1), -bias_correction2.sqrt()

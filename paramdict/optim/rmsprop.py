@@ -78,6 +78,7 @@ class RMSprop(TorchOptimizer[RMSpropState]):
     """
 
     state_type: ClassVar[type[RMSpropState]] = RMSpropState
+    lazy_copies: ClassVar[bool] = True
     buffer_options: ClassVar[Mapping[str, str]] = {
         "momentum_buffer": "momentum > 0",
         "grad_avg": "centered=True",

@@ -116,6 +116,7 @@ class Rprop(TorchOptimizer[RpropState]):
     """
 
     state_type: ClassVar[type[RpropState]] = RpropState
+    lazy_copies: ClassVar[bool] = True
     # Not an option: torch.optim.Rprop has no weight decay.
     weight_decay: Rate = attrs.field(default=0.0, init=False)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import attrs
 from torch import Tensor
@@ -12,7 +12,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._fields import flag, fused_option, non_negative, shared_last
 from ._fused import FusedPlan, fused_plan, sgd_kernel
-from ._hyper import Rate, check_number, host_numbers
+from ._hyper import Rate, check_number, host_numbers, is_finite
 from ._registry import register_state
 from ._schedules.slot import LearningRate, SlotState
 from ._torch_optimizer import TorchOptimizer
@@ -45,6 +45,16 @@ class SGDState(NamedTuple):
     schedule: SlotState = ()
 
 
+def _check_dampening(instance: object, attribute: Any, value: Any) -> None:
+    check_number(instance, attribute, value)
+    if not is_finite(attribute.name, value):
+        msg = (
+            f"`{attribute.name}` must be finite, got {value!r}: the momentum buffer "
+            "and every later step would be NaN. Give a number such as 0 or 0.1."
+        )
+        raise ValueError(msg)
+
+
 @attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)
 class SGD(TorchOptimizer[SGDState]):
     """Stochastic gradient descent, the functional `torch.optim.SGD`.
@@ -62,25 +72,28 @@ class SGD(TorchOptimizer[SGDState]):
             values (any shape that broadcasts to the entry), or a schedule such
             as `optim.CosineAnnealingLR(base_lr=0.1, T_max=100)`.
         momentum: Momentum factor.
-        dampening: Dampening for momentum.
+        dampening: Dampening for momentum, a finite number (torch takes any;
+            a NaN or infinite one makes every later step NaN).
         weight_decay: L2 penalty added to the gradient; a number, a 0-dim tensor
             or a ParamDict of per-key values.
         nesterov: Use Nesterov momentum (needs `momentum > 0`, `dampening == 0`).
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step` (see `step`).
         fused: Which kernels an eager, non-differentiable step uses. `None`
-            (the default): `step_` runs torch's fused kernel wherever the step
-            allows it (every entry float32 or float64 on one device that has
-            the kernel, number or CPU-scheduled rates, no dampening), bitwise
+            (the default): on the CPU, `step_` runs torch's fused kernel
+            wherever the step allows it (every entry float32 or float64,
+            number or scheduled rates, no dampening), bitwise
             `torch.optim` with `fused=True`, and `step` torch.optim's default
-            (the foreach rule). `False`: always the foreach rule, bitwise
+            (the foreach rule); on an accelerator both run the foreach rule,
+            torch.optim's default there. `False`: always the foreach rule, bitwise
             `torch.optim` with `foreach=True`. `True`: the fused kernel in
             both, and a step it cannot take is refused (not with
             `differentiable=True`).
 
     Raises:
-        ValueError: If a rate or `momentum` is negative, or `nesterov` is set
-            without momentum or with dampening; the message names the argument.
+        ValueError: If a rate or `momentum` is negative, `dampening` is not
+            finite, or `nesterov` is set without momentum or with dampening;
+            the message names the argument.
         TypeError: If a hyperparameter is of the wrong kind.
 
     Example:
@@ -95,11 +108,12 @@ class SGD(TorchOptimizer[SGDState]):
     """
 
     state_type: ClassVar[type[SGDState]] = SGDState
+    lazy_copies: ClassVar[bool] = True
     buffer_options: ClassVar[Mapping[str, str]] = {"momentum_buffer": "momentum != 0"}
 
     lr: LearningRate = 1e-3
     momentum: float = non_negative(0.0)
-    dampening: float = attrs.field(default=0.0, validator=check_number)
+    dampening: float = attrs.field(default=0.0, validator=_check_dampening)
     weight_decay: Rate = 0.0
     nesterov: bool = flag()
     fused: bool | None = fused_option()

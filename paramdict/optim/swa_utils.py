@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .._paramdict import ParamDict
+from ._averaging import averaged as _averaged
 from ._hyper import is_traced
 from ._registry import register_state
 
@@ -157,9 +158,9 @@ class WeightAverage:
             )
             raise TypeError(msg)
         _check_dtypes(values, None)
-        first = next(iter(values.values()), None)
-        device = first.device if first is not None else None
-        n = torch.zeros((), dtype=torch.long, device=device)
+        # The count lives on the host, as the step counters do: reading it to
+        # choose between a copy and an average waits for nothing.
+        n = torch.zeros((), dtype=torch.long)
         return AveragedState(n, values.detach().clone())
 
     def update(
@@ -190,21 +191,91 @@ class WeightAverage:
             >>> state.averaged["w"]
             tensor([3.])
         """
-        _check_state(state)
-        averaged = state.averaged
-        current = averaged._aligned(values, what="`update` (average and values)")
+        averaged, current, count = self._checked(state, values, "update")
+        if count is not None:
+            with torch.no_grad():
+                made = _averaged(
+                    self.kind,
+                    self.decay,
+                    averaged._vals,
+                    current,
+                    count,
+                    in_place=False,
+                )
+            return AveragedState(state.n_averaged + 1, averaged._derive(made))
         n = state.n_averaged
-        _check_shapes(averaged, current)
-        _check_dtypes(averaged, current)
         new: dict[str, Tensor] = {}
         with torch.no_grad():
             for (key, avg), value in zip(averaged.items(), current, strict=True):
                 value = value.detach().to(avg.device)
-                count = n.to(avg.device)
+                counted = n.to(avg.device)
                 # The first update copies; `where` keeps it free of host reads.
-                mixed = self._average(avg, value, count)
-                new[key] = torch.where(count == 0, value.to(avg.dtype), mixed)
+                mixed = self._average(avg, value, counted)
+                new[key] = torch.where(counted == 0, value.to(avg.dtype), mixed)
         return AveragedState(n + 1, ParamDict(new))
+
+    def update_(
+        self, state: AveragedState, values: Mapping[str, Tensor], /
+    ) -> AveragedState:
+        """Average `values` into the tensors of `state`; return `state`.
+
+        The in-place `update`, as `AveragedModel.update_parameters` writes into
+        its averaged copy: one foreach kernel per device and dtype, the count
+        advanced on the host. Everything is checked before anything is written.
+
+        Args:
+            state: The state from `init` or a previous update, written in place.
+            values: The current values, with the keys of the average.
+
+        Returns:
+            `state`, its average and count updated.
+
+        Raises:
+            TypeError: As `update`; or if `state`'s count is not on the CPU, or
+                is traced (use `update`).
+            ValueError: As `update`.
+
+        Example:
+            >>> from paramdict import optim
+            >>> ema = optim.WeightAverage.ema(0.5)
+            >>> state = ema.init(ParamDict(w=torch.zeros(1)))
+            >>> for value in (4.0, 0.0):
+            ...     _ = ema.update_(state, ParamDict(w=torch.tensor([value])))
+            >>> state.averaged["w"], state.n_averaged
+            (tensor([2.]), tensor(2))
+        """
+        averaged, current, count = self._checked(state, values, "update_")
+        if count is None:
+            msg = (
+                "`update_` reads the state's `n_averaged` on the host, and it is "
+                f"on {state.n_averaged.device} or traced. Use `update`, or move "
+                "the count to the CPU: `state._replace(n_averaged="
+                "state.n_averaged.cpu())`."
+            )
+            raise TypeError(msg)
+        with torch.no_grad():
+            _averaged(
+                self.kind, self.decay, averaged._vals, current, count, in_place=True
+            )
+            state.n_averaged.add_(1)
+        return state
+
+    def _checked(
+        self, state: AveragedState, values: Mapping[str, Tensor], what: str
+    ) -> tuple[ParamDict, list[Tensor], int | None]:
+        """The average, the values in its order, and the count where readable."""
+        _check_state(state)
+        averaged = state.averaged
+        current = averaged._aligned(values, what=f"`{what}` (average and values)")
+        _check_shapes(averaged, current)
+        _check_dtypes(averaged, current)
+        n = state.n_averaged
+        count = (
+            int(n.item())
+            if _readable(n) and not torch.compiler.is_compiling()
+            else None
+        )
+        return averaged, current, count
 
     def _average(self, avg: Tensor, value: Tensor, n: Tensor) -> Tensor:
         floating = avg.is_floating_point() or avg.is_complex()
@@ -224,11 +295,22 @@ class WeightAverage:
 def _check_state(state: object) -> None:
     """Raise unless `state` is an `AveragedState` with a count that can be used."""
     fix = "Use the state from `init` or `update` (or a checkpoint of it)."
-    if not (
-        isinstance(state, AveragedState)
-        and isinstance(cast(object, state.averaged), ParamDict)
-    ):
+    if not isinstance(state, AveragedState):
         msg = f"`state` must be an AveragedState, got {type(state).__name__}. {fix}"
+        raise TypeError(msg)
+    averaged: object = state.averaged
+    if not isinstance(averaged, ParamDict):
+        msg = (
+            "The state's `averaged` must be a ParamDict, got "
+            f"{type(averaged).__name__}. {fix}"
+        )
+        raise TypeError(msg)
+    sparse = sorted(k for k, v in averaged.items() if v.layout != torch.strided)
+    if sparse:
+        msg = (
+            f"The state's `averaged` must hold dense tensors; {sparse} are not "
+            f"(an average is written element by element). {fix}"
+        )
         raise TypeError(msg)
     n: object = state.n_averaged
     if not (isinstance(n, Tensor) and n.dim() == 0 and n.dtype == torch.long):
@@ -242,6 +324,13 @@ def _check_state(state: object) -> None:
             f"{got}. {fix}"
         )
         raise TypeError(msg)
+    real = [k for k, v in averaged.items() if not v.is_meta]
+    if n.is_meta and real:
+        msg = (
+            "The state's `n_averaged` is on the meta device, which holds no count, "
+            f"while the average holds values (at {sorted(real)[:3]}). {fix}"
+        )
+        raise ValueError(msg)
     # One host read, on the CPU only: elsewhere it would wait for the device.
     count = int(n.item()) if _readable(n) else 0
     if count < 0:
@@ -255,7 +344,49 @@ def _readable(n: Tensor) -> bool:
 
 
 def _check_shapes(averaged: ParamDict, values: list[Tensor]) -> None:
-    """Raise unless each value has its average's shape (no broadcasting)."""
+    """Raise unless each value is a dense tensor with data, of its average's shape.
+
+    No broadcasting; a value on the meta device (no data) only into an average
+    on the meta device.
+    """
+    given: list[object] = list(values)
+    kinds = sorted(
+        (key, type(value).__name__)
+        for key, value in zip(averaged.keys(), given, strict=True)
+        if not isinstance(value, Tensor) or value.layout != torch.strided
+    )
+    if kinds:
+        keys = [key for key, _ in kinds]
+        got = ", ".join(f"{key!r}: {kind}" for key, kind in kinds)
+        msg = (
+            f"Values must be dense tensors; {keys} are not ({got}). Pass the "
+            "current values as `init` was given them (`ParamDict.from_module`)."
+        )
+        raise TypeError(msg)
+    empty = sorted(
+        key
+        for (key, avg), value in zip(averaged.items(), values, strict=True)
+        if value.is_meta and not avg.is_meta
+    )
+    lost = sorted(
+        key
+        for (key, avg), value in zip(averaged.items(), values, strict=True)
+        if avg.is_meta and not value.is_meta
+    )
+    if lost:
+        msg = (
+            f"The state's `averaged` is on the meta device at {lost}, which holds "
+            "no data, while the values there are real: averaging into it would "
+            "drop them. Start the average with `init` on real values (or "
+            "`state.averaged.to(...)` a real device)."
+        )
+        raise ValueError(msg)
+    if empty:
+        msg = (
+            f"Values on the meta device hold no data to average: {empty}. Pass "
+            "values on a real device (they are moved to the average's)."
+        )
+        raise ValueError(msg)
     differ = sorted(
         (key, tuple(avg.shape), tuple(value.shape))
         for (key, avg), value in zip(averaged.items(), values, strict=True)

@@ -9,6 +9,7 @@ every operand bit-identical.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,10 @@ def _trained(make: Callable[[list[nn.Parameter]], torch.optim.Optimizer]) -> Any
 
 def _adam() -> Any:
     return _trained(lambda p: torch.optim.Adam(p, lr=0.1))
+
+
+def _sgd(p: list[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.SGD(p, lr=0.1)
 
 
 def _params() -> ParamDict:
@@ -176,7 +181,7 @@ LOAD_CASES = unique_ids(
             "buffer-shape",
             _load(optim.Adam(lr=0.1), _set(("state", 0, "exp_avg"), torch.zeros(5))),
             ValueError,
-            r"exp_avg of 'weight' has shape \(5,\) and paramdict's \(2, 3\)",
+            r"`exp_avg` of 'weight' has shape \(5,\) and paramdict's \(2, 3\)",
         ),
         _case(
             "buffer-dtype",
@@ -185,7 +190,7 @@ LOAD_CASES = unique_ids(
                 _set(("state", 1, "exp_avg_sq"), torch.zeros(2, dtype=torch.int64)),
             ),
             ValueError,
-            r"exp_avg_sq of 'bias' has dtype torch.int64",
+            r"`exp_avg_sq` of 'bias' has dtype torch.int64",
         ),
         _case(
             "foreign-buffer",
@@ -205,8 +210,8 @@ LOAD_CASES = unique_ids(
         _case(
             "no-param-groups",
             _load(optim.Adam(lr=0.1), lambda sd: {"state": sd["state"]}),
-            TypeError,
-            r"no `param_groups`",
+            KeyError,
+            r"no 'param_groups' entry",
         ),
         _case(
             "names-a-string",
@@ -225,6 +230,151 @@ LOAD_CASES = unique_ids(
             _load(optim.Adam(lr=optim.StepLR(base_lr=0.1, step_size=2))),
             ValueError,
             r"`lr` is a schedule; give torch's scheduler state dict as `scheduler=`",
+        ),
+        _case(
+            "no-state",
+            _load(optim.Adam(lr=0.1), lambda sd: {"param_groups": sd["param_groups"]}),
+            KeyError,
+            r"no 'state' entry",
+        ),
+        *[
+            _case(
+                f"step-{label}",
+                _load(optim.Adam(lr=0.1), _set(("state", 0, "step"), value)),
+                ValueError,
+                rf"`step` of 'weight' is {shown}; a step count is a whole number",
+            )
+            for label, value, shown in [
+                ("nan", torch.tensor(math.nan), "nan"),
+                ("negative", torch.tensor(-1.0), r"-1\.0"),
+                ("fraction", torch.tensor(1.5), r"1\.5"),
+                ("inf", torch.tensor(math.inf), "inf"),
+            ]
+        ],
+        _case(
+            "step-a-string",
+            _load(optim.Adam(lr=0.1), _set(("state", 0, "step"), "three")),
+            TypeError,
+            r"`step` of 'weight' must be a tensor or a number, got str",
+        ),
+        _case(
+            "step-a-vector",
+            _load(optim.Adam(lr=0.1), _set(("state", 1, "step"), torch.ones(2))),
+            TypeError,
+            r"`step` of 'bias' must be one real number",
+        ),
+        _case(
+            "meta-buffer",
+            _load(
+                optim.Adam(lr=0.1),
+                _set(("state", 0, "exp_avg"), torch.empty(2, 3, device="meta")),
+            ),
+            ValueError,
+            r"`exp_avg` of 'weight' is on the meta device",
+        ),
+        _case(
+            "sparse-buffer",
+            _load(
+                optim.Adam(lr=0.1),
+                _set(("state", 0, "exp_avg"), torch.zeros(2, 3).to_sparse()),
+            ),
+            TypeError,
+            r"`exp_avg` of 'weight' is a torch.sparse_coo tensor",
+        ),
+        _case(
+            "buffer-a-string",
+            _load(optim.Adam(lr=0.1), _set(("state", 1, "exp_avg_sq"), "zeros")),
+            TypeError,
+            r"`exp_avg_sq` of 'bias' must be a tensor or a number, got str",
+        ),
+        _case(
+            "state-a-list",
+            _load(optim.Adam(lr=0.1), lambda sd: sd | {"state": [sd["state"][0]]}),
+            TypeError,
+            r"`state` must be a dict from parameter index",
+        ),
+        _case(
+            "parameter-state-a-list",
+            _load(optim.Adam(lr=0.1), _set(("state", 1), [torch.ones(2)])),
+            TypeError,
+            r"`state\[1\]` must be a dict of that parameter's buffers",
+        ),
+        _case(
+            "param-groups-a-string",
+            _load(optim.Adam(lr=0.1), _set(("param_groups",), "groups")),
+            TypeError,
+            r"`param_groups` must be a list of groups",
+        ),
+        _case(
+            "group-a-string",
+            _load(optim.Adam(lr=0.1), _set(("param_groups", 0), "lr=0.1")),
+            TypeError,
+            r"`param_groups\[0\]` must be a dict of settings",
+        ),
+        _case(
+            "group-params-a-string",
+            _load(optim.Adam(lr=0.1), _set(("param_groups", 0, "params"), "01")),
+            TypeError,
+            r"`param_groups\[0\]\['params'\]` must be a list",
+        ),
+        _case(
+            "group-params-floats",
+            _load(optim.Adam(lr=0.1), _set(("param_groups", 0, "params"), [0.0, 1.0])),
+            TypeError,
+            r"must hold parameter indices \(ints\) or names \(strs\), got 0\.0",
+        ),
+        _case(
+            "steps-differ",
+            _load(optim.Adam(lr=0.1), _set(("state", 1, "step"), torch.tensor(5.0))),
+            ValueError,
+            r"torch keeps `step` for each parameter and paramdict one per group.*"
+            r"\['weight'\] have `step` 1; \['bias'\] have `step` 5",
+        ),
+        _case(
+            "state-deleted",
+            _load(optim.Adam(lr=0.1), lambda sd: sd | {"state": {0: sd["state"][0]}}),
+            ValueError,
+            r"\['bias'\] have no state \(torch would start them at step 0\)",
+        ),
+        _case(
+            "mu-products-differ",
+            _load(
+                optim.NAdam(lr=0.1),
+                _set(("state", 1, "mu_product"), torch.tensor(0.5)),
+                saved=lambda: _trained(lambda p: torch.optim.NAdam(p, lr=0.1)),
+            ),
+            ValueError,
+            r"`mu_product`.*\['bias'\] have `mu_product` 0\.5",
+        ),
+        _case(
+            "damped-buffers-missing",
+            _load(
+                optim.SGD(lr=0.1, momentum=0.9, dampening=0.5),
+                lambda sd: sd | {"state": {0: sd["state"][0]}},
+                saved=lambda: _trained(
+                    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.5)
+                ),
+            ),
+            ValueError,
+            r"momentum buffers for \['weight'\] and none for \['bias'\]",
+        ),
+        _case(
+            "step-argument-negative",
+            _load(optim.SGD(lr=0.1), saved=lambda: _trained(_sgd), step=-1),
+            ValueError,
+            r"`step` must be at least 0",
+        ),
+        _case(
+            "step-argument-a-float",
+            _load(optim.SGD(lr=0.1), saved=lambda: _trained(_sgd), step=2.0),
+            TypeError,
+            r"`step` must be None or the number of steps taken \(an int\), got float",
+        ),
+        _case(
+            "not-a-mapping",
+            _load(optim.Adam(lr=0.1), lambda sd: list(sd.items())),
+            TypeError,
+            r"The state dict must be a mapping, got list",
         ),
         _case(
             "scheduler-for-a-rate",
@@ -280,6 +430,52 @@ SCHEDULER_CASES = unique_ids(
             r"'_last_lr' has no entry for group 1",
         ),
         Case(
+            "last-epoch-a-string",
+            lambda: (_step_lr_state() | {"last_epoch": "three"},),
+            lambda sd: optim.load_torch_scheduler_state_dict(
+                optim.StepLR(base_lr=0.1, step_size=3), sd
+            ),
+            TypeError,
+            r"The scheduler state dict's `last_epoch` must be a number, got str",
+        ),
+        Case(
+            "last-epoch-nan",
+            lambda: (_step_lr_state() | {"last_epoch": math.nan},),
+            lambda sd: optim.load_torch_scheduler_state_dict(
+                optim.StepLR(base_lr=0.1, step_size=3), sd
+            ),
+            ValueError,
+            r"gives the StepLR invalid values for `last_epoch`",
+        ),
+        Case(
+            "last-lr-negative",
+            lambda: (_step_lr_state() | {"_last_lr": [-0.1]},),
+            lambda sd: optim.load_torch_scheduler_state_dict(
+                optim.StepLR(base_lr=0.1, step_size=3), sd
+            ),
+            ValueError,
+            r"invalid values for `lr`",
+        ),
+        Case(
+            "base-lr-on-meta",
+            lambda: (_step_lr_state() | {"base_lrs": [torch.ones((), device="meta")]},),
+            lambda sd: optim.load_torch_scheduler_state_dict(
+                optim.StepLR(base_lr=0.1, step_size=3), sd
+            ),
+            TypeError,
+            r"`base_lrs` must be a number, got a torch.float32 tensor of shape \(\) on "
+            r"the meta device",
+        ),
+        Case(
+            "scheduler-dict-a-list",
+            lambda: ([1, 2],),
+            lambda sd: optim.load_torch_scheduler_state_dict(
+                optim.StepLR(base_lr=0.1, step_size=3), sd
+            ),
+            TypeError,
+            r"The scheduler state dict must be a mapping, got list",
+        ),
+        Case(
             "not-a-schedule",
             lambda: (_step_lr_state(),),
             lambda sd: optim.load_torch_scheduler_state_dict(0.1, sd),  # type: ignore[arg-type]  # hostile on purpose
@@ -306,6 +502,13 @@ EXPORT_CASES = unique_ids(
             ),
             ValueError,
             r"parameters \['bias'\] that `names` does not give",
+        ),
+        Case(
+            "names-the-state-lacks",
+            lambda: (optim.Adam(lr=0.1).init(_params().select("weight")),),
+            lambda state: optim.to_torch_state_dict(optim.Adam(lr=0.1), state, NAMES),
+            ValueError,
+            r"`names` gives parameters \['bias'\] that the state does not hold",
         ),
         Case(
             "group-count",

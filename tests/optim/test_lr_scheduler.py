@@ -694,7 +694,7 @@ def test_onecycle_past_total_steps_raises() -> None:
         (
             lambda: _loose.ChainedScheduler(schedulers=["x"]),
             TypeError,
-            "index 0 is a str",
+            r"`schedulers\[0\]` is a str",
         ),
         (
             lambda: _loose.ReduceLROnPlateau(factor=1.0),
@@ -714,7 +714,7 @@ def test_onecycle_past_total_steps_raises() -> None:
         (
             lambda: _loose.ExponentialLR(gamma=0.9).init("0.1"),
             TypeError,
-            "`lr` must be a number",
+            "`base_lr` must be a number",
         ),
         (
             lambda: _loose.ExponentialLR(gamma=0.9).init(torch.ones(2)),

@@ -12,7 +12,7 @@ from torch.utils import _pytree as pytree
 
 from paramdict import ParamDict, optim
 from paramdict.optim._accumulate import _selected  # the traced form itself
-from paramdict.optim._binding import copied
+from paramdict.optim._copies import copied
 
 
 def _warmup_cosine(epoch: Any) -> float:

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from optim_cases import batches, forward, make_model
 
 from paramdict import ParamDict, optim
+from paramdict.optim import _adafactor_factors as factors
 from paramdict.optim import adafactor
 
 
@@ -163,12 +164,15 @@ def test_host_numbers_equal_the_tensor_form(
     grads[2][f"w{len(shapes) - 1}"].view(-1)[-1] = float("inf")
     results: dict[tuple[str, str], list[torch.Tensor]] = {}
     # The host form with the update by foreach kernels (small entries), then
-    # entry by entry (large ones), then the tensor form.
-    for form in ("foreach", "entrywise", "tensor"):
+    # entry by entry (large ones), then the device form (its foreach kernels
+    # over the 0-dim norms, run here on the CPU), then the tensor form.
+    for form in ("foreach", "entrywise", "device", "tensor"):
         if form == "entrywise":
-            monkeypatch.setattr(adafactor, "_SMALL", 0)
+            monkeypatch.setattr(factors, "_SMALL", 0)
+        if form == "device":
+            monkeypatch.setattr(adafactor, "factor_form", lambda *_: "device")
         if form == "tensor":
-            monkeypatch.setattr(adafactor, "_reads_on_host", lambda *_: False)
+            monkeypatch.setattr(adafactor, "factor_form", lambda *_: "traced")
         opt = optim.Adafactor(lr=_lr(lr, start), **kwargs)  # type: ignore[arg-type]
         for mode in ("step", "step_"):
             params, state = start.map(torch.clone), opt.init(start)

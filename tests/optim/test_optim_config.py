@@ -14,6 +14,9 @@ from optim_cases import classes
 
 from paramdict import ParamDict, optim
 
+SHARED = ("differentiable", "capturable")
+"""Options every optimizer of ours takes, also where torch's class has none."""
+
 
 def _newer_than_torch(ours: type[Any], name: str) -> bool:
     """Whether `name` is a hyperparameter that the installed torch.optim lacks."""
@@ -29,7 +32,7 @@ def test_hyperparameters_are_torchs_names_and_defaults(
     for field in attrs.fields(ours):
         if not field.init:
             continue  # not a constructor argument (Muon's fixed `maximize=False`)
-        if field.name == "differentiable" and field.name not in signature.parameters:
+        if field.name in SHARED and field.name not in signature.parameters:
             continue  # ours for every optimizer; torch.optim.Muon has none
         if _newer_than_torch(ours, field.name):
             continue
@@ -54,7 +57,7 @@ def test_default_configuration_is_torchs_defaults(
     for field in attrs.fields(ours):
         if not field.init:
             continue  # not a constructor argument (Muon's fixed `maximize=False`)
-        if field.name == "differentiable" and field.name not in reference.defaults:
+        if field.name in SHARED and field.name not in reference.defaults:
             continue  # ours for every optimizer; torch's Muon and Adafactor have none
         if _newer_than_torch(ours, field.name):
             continue
@@ -135,7 +138,8 @@ def test_repr_shows_every_hyperparameter() -> None:
     """The repr reads like the call that built the configuration."""
     assert repr(optim.SGD(lr=0.1, momentum=0.9)) == (
         "SGD(lr=0.1, momentum=0.9, dampening=0.0, weight_decay=0.0, "
-        "nesterov=False, maximize=False, differentiable=False, fused=None)"
+        "nesterov=False, maximize=False, capturable=False, differentiable=False, "
+        "fused=None)"
     )
 
 

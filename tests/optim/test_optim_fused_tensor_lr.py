@@ -197,13 +197,16 @@ def test_an_accelerator_lr_goes_to_the_kernel_as_a_float32_tensor(
     """On the entries' accelerator: float32 is handed over, float64 refused.
 
     `meta` stands for the accelerator (marked as having the kernels): the
-    plan is made and its commit prepared, nothing is computed.
+    plan is made and its commit prepared, nothing is computed. `fused=None`
+    takes the rule there (the foreach kernels), `fused=True` the kernel.
     """
     devices = _fused._devices() | {"meta"}  # pyright: ignore[reportPrivateUsage]
     monkeypatch.setattr(_fused, "_devices", lambda: devices)
     params = ParamDict(w=torch.ones(3, device="meta"))
     lr = torch.tensor(0.1, device="meta", requires_grad=True)
-    opt = optim.Adam(lr=lr)
+    default = optim.Adam(lr=lr)
+    assert _path(default, params, default.init(params), True) == "rule"
+    opt = optim.Adam(lr=lr, fused=True)
     state = opt.init(params)
     assert _path(opt, params, state, True) == "fused"
     double = torch.tensor(0.1, dtype=F64, device="meta")

@@ -78,7 +78,10 @@ def test_host_numbers_reads_only_what_is_free() -> None:
     """Numbers and 0-dim CPU tensors are read; anything else keeps the tensors."""
     step = torch.tensor(4.0, dtype=torch.float64)
     assert host_numbers(False, step, 0.5, torch.tensor(0.75)) == (4.0, 0.5, 0.75)
-    assert host_numbers(True, step, 0.5) is None  # differentiable: recorded
+    # Differentiable: read as torch's differentiable steps read them, unless
+    # autograd records the value (a learned rate stays a tensor).
+    assert host_numbers(True, step, 0.5) == (4.0, 0.5)
+    assert host_numbers(True, step, torch.tensor(0.5, requires_grad=True)) is None
     assert host_numbers(False, step, ParamDict(w=torch.tensor(0.5))) is None
     assert host_numbers(False, torch.tensor(4.0, device="meta")) is None
 
@@ -152,8 +155,10 @@ def test_host_step_sizes_are_torch_s_for_any_hyperparameters(
 ) -> None:
     """Random rates and betas: 20 steps are torch.optim's default path, bit for bit.
 
-    Against the tensor arithmetic too: the same run under `differentiable=True`
-    (which keeps every scalar a 0-dim tensor) agrees within rounding.
+    `differentiable=True` runs torch's differentiable arithmetic instead (Adam's
+    bias corrections on a float32 step tensor), which at rates such as 0.5 drifts
+    from the default path as torch's own does: it is compared with torch's
+    differentiable step in `test_optim_differentiable_torch.py`.
     """
     ours, theirs = {
         "adam": (optim.Adam, torch.optim.Adam),
@@ -170,8 +175,3 @@ def test_host_step_sizes_are_torch_s_for_any_hyperparameters(
     expected = run_torch(lambda m: theirs(m.parameters(), **options), dtype, steps=20)
     actual = run_ours(_rule(ours, **options), dtype, steps=20, in_place=in_place)
     torch.testing.assert_close(dict(actual), expected, rtol=0, atol=0)
-    tensors = run_ours(_rule(ours, differentiable=True, **options), dtype, steps=20)
-    tolerance = 1e-5 if dtype == torch.float32 else 1e-12
-    torch.testing.assert_close(
-        dict(tensors.detach()), expected, rtol=tolerance, atol=tolerance
-    )

@@ -24,6 +24,7 @@ def _model(dtype: torch.dtype) -> nn.Module:
         ).to(dtype)
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["update", "update_"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(
     ("average", "torch_kwargs"),
@@ -41,7 +42,10 @@ def _model(dtype: torch.dtype) -> nn.Module:
     ids=["ema-0.9", "ema-0.999", "swa"],
 )
 def test_average_equals_averaged_model(
-    average: optim.WeightAverage, torch_kwargs: dict[str, object], dtype: torch.dtype
+    average: optim.WeightAverage,
+    torch_kwargs: dict[str, object],
+    dtype: torch.dtype,
+    in_place: bool,
 ) -> None:
     """100 updates equal `AveragedModel(use_buffers=True)` bitwise, buffers too."""
     model = _model(dtype)
@@ -55,7 +59,15 @@ def test_average_equals_averaged_model(
         model(x).pow(2).mean().backward()
         opt.step()
         reference.update_parameters(model)
-        state = average.update(state, ParamDict.from_module(model, buffers=True))
+        values = ParamDict.from_module(model, buffers=True)
+        if in_place:
+            averaged = state.averaged
+            assert average.update_(state, values) is state
+            assert all(
+                a is b for a, b in zip(state.averaged.values(), averaged.values())
+            )
+        else:
+            state = average.update(state, values)
     expected = ParamDict.from_module(reference.module, buffers=True)
     assert list(state.averaged) == list(expected)
     for key in expected:

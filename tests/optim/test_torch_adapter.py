@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import torch
@@ -21,10 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 from torch.optim import lr_scheduler as tls
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from paramdict import ParamDict, optim
+from paramdict import optim
 
 STEPS = 12
 
@@ -270,66 +268,6 @@ def test_a_written_rate_needs_no_new_binding() -> None:
     assert (member.lr, getattr(member, "betas")) == used[-1]  # noqa: B009  # the last step's, as written
     assert len(set(used)) == len(used)  # each step had its own
     assert_same(net, twin)
-
-
-# ---------------------------------------------------------------- device ops
-
-
-class _DeviceOps(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves this base untyped
-    """Record the aten ops that take or make a CUDA tensor (kernel launches)."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]  # untyped torch base
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(
-        self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-    ) -> Any:
-        out = func(*args, **(kwargs or {}))
-        leaves = pytree.tree_leaves((args, kwargs, out))
-        if func.namespace == "aten" and any(
-            isinstance(t, Tensor) and t.device.type == "cuda" for t in leaves
-        ):
-            self.ops.append(func.overloadpacket.__name__)
-        return out
-
-
-@pytest.mark.filterwarnings("ignore:Accessing the data pointer of FakeTensor")
-@pytest.mark.parametrize(
-    ("name", "fused"),
-    [
-        # torch registers no fake kernel for `_fused_sgd_`; Adagrad's is CPU-only.
-        *((name, None) for name in ("Adam", "AdamW")),
-        *((name, False) for name in OPTIMIZERS if name in FUSABLE),
-        ("RMSprop", None),
-    ],
-)
-def test_step_launches_the_ops_of_step_in_place(name: str, fused: bool | None) -> None:
-    """On fake CUDA tensors, `step` launches exactly the ops of the `step_` it wraps."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    ours, _, options = OPTIMIZERS[name]
-    with FakeTensorMode():
-        shapes = {"w": (7, 5), "b": (7,), "v": (3, 7)}
-        tensors = {k: torch.empty(s, device="cuda") for k, s in shapes.items()}
-        module = [(k, nn.Parameter(t.clone())) for k, t in tensors.items()]
-        for _, p in module:
-            p.grad = torch.empty_like(p)
-        flag = {} if name == "RMSprop" else {"fused": fused}
-        adapter = optim.as_torch_optimizer(ours(**options, **flag), module)
-        params = ParamDict({k: p.detach().clone() for k, p in module})
-        grads = ParamDict({k: cast(Tensor, p.grad) for k, p in module})
-        opt = ours(**options, **flag)
-        state = opt.init(params)
-        adapter.step()  # both bound, as in a training loop
-        opt.step_(params, grads, state)
-        counted = []
-        for run in (adapter.step, lambda: opt.step_(params, grads, state)):
-            with _DeviceOps() as ops:
-                run()
-            counted.append(ops.ops)
-    assert counted[0] == counted[1]
-    assert ("_fused" in " ".join(counted[0])) is (name != "RMSprop" and fused is None)
 
 
 def test_a_module_with_frozen_parameters_trains_as_torch() -> None:

@@ -315,6 +315,34 @@ def test_a_scheduler_and_its_adapter_resume_together() -> None:
     assert_same(net, other)
 
 
+@pytest.mark.parametrize(
+    ("ours", "theirs", "foreach"),
+    [
+        (optim.RAdam, torch.optim.RAdam, True),  # torch's loop rounds otherwise
+        (optim.NAdam, torch.optim.NAdam, False),  # the rule rounds as the loop
+    ],
+    ids=["RAdam", "NAdam"],
+)
+def test_a_saved_dict_names_the_path_torch_continues_on(
+    ours: Any, theirs: Any, foreach: bool
+) -> None:
+    """`foreach` left at None is saved as the path that rounds as the rule."""
+    net, twin = model(), model()
+    adapter = optim.as_torch_optimizer(ours(lr=0.01, weight_decay=0.1), net)
+    assert adapter.param_groups[0]["foreach"] is None  # as torch's default shows it
+    for step in range(3):
+        _step(net, adapter, step)
+    saved = _saved(adapter.state_dict())
+    assert saved["param_groups"][0]["foreach"] is foreach
+    twin.load_state_dict(net.state_dict())
+    reference = theirs(twin.parameters())
+    reference.load_state_dict(saved)
+    for step in range(3, 8):
+        _step(net, adapter, step)
+        _step(twin, reference, step)
+    assert_same(net, twin)
+
+
 def test_an_optimizer_torch_has_not_saves_and_resumes() -> None:
     """Lion (no torch class): its own buffers in torch's layout, resumed bitwise."""
     net, other = model(), model()
@@ -398,7 +426,7 @@ def test_bad_gradients_are_refused_and_nothing_is_written() -> None:
 
 
 def test_a_refused_setting_writes_nothing() -> None:
-    """A negative rate, a bad beta or a buffer the state lacks: refused at `step`."""
+    """A bad rate, beta, flag or differentiable step, a buffer not kept: refused."""
     net, adapter, _, _ = pair("Adam", fused=True)
     _step(net, adapter, 0)
     group = adapter.param_groups[0]
@@ -407,7 +435,8 @@ def test_a_refused_setting_writes_nothing() -> None:
         ("lr", -0.1, ValueError, "`lr` must be non-negative"),
         ("betas", (0.9, 1.0), ValueError, r"`betas\[1\]` must be in \[0, 1\)"),
         ("amsgrad", True, ValueError, "max_exp_avg_sq"),
-        ("capturable", True, ValueError, "sets 'capturable' to True"),
+        ("differentiable", True, ValueError, "differentiable=False"),
+        ("maximize", "yes", TypeError, "maximize"),
         ("eps", "small", TypeError, "`eps` must be a number"),
     ]:
         kept = group[key]

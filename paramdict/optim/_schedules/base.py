@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, c
 import attrs
 import torch
 from torch import Tensor
+from torch.utils import _pytree as pytree
 
 from .._hyper import is_traced
 from .._registry import register_state
@@ -209,7 +210,11 @@ def _fields(state: Any) -> list[tuple[str, object]]:
 
 def _leaves(state: Any, prefix: str, out: list[tuple[str, object]]) -> None:
     """Append the fields of `state` and of its children to `out`, by full name."""
-    out += [(prefix + f, v) for f, v in _fields(state) if v is not None]
+    # Only the momentum may be None (a schedule that does not cycle it; the
+    # layout says which): a None elsewhere is a value of the wrong kind.
+    out += [
+        (prefix + f, v) for f, v in _fields(state) if v is not None or f != "momentum"
+    ]
     if isinstance(state, ScheduleState):
         for i, child in enumerate(state.children):
             _leaves(child, f"{prefix}children[{i}].", out)
@@ -220,7 +225,12 @@ def _fine(field: str, number: float) -> bool:
         return not math.isnan(number)
     # A composed schedule's later children wait at torch's `last_epoch=-1`.
     floor = -1.0 if field.startswith("children") and field.endswith("last_epoch") else 0
-    return math.isfinite(number) and number >= floor
+    counts = field.endswith(_COUNTS)  # ints in torch's schedulers
+    whole = not counts or (math.isfinite(number) and number == int(number))
+    return math.isfinite(number) and number >= floor and whole
+
+
+_COUNTS = ("last_epoch", "num_bad_epochs", "cooldown_counter")
 
 
 def _bad_fields(state: Any) -> tuple[list[str], list[str]]:
@@ -291,11 +301,23 @@ def check_schedule_state(
             f"0-dim floating-point tensor. {fix}"
         )
         raise TypeError(msg)
+    leaves: list[tuple[str, object]] = []
+    _leaves(state, "", leaves)
+    meta = sorted(f for f, v in leaves if isinstance(v, Tensor) and v.is_meta)
+    if meta:
+        names = ", ".join(f"`{field}{b}`" for b in meta)
+        msg = (
+            f"{whose} holds tensors on the meta device in {names}, which hold no "
+            f"value to step from. {fix}"
+        )
+        raise ValueError(msg)
     if values:
         names = ", ".join(f"`{field}{b}`" for b in sorted(values))
         msg = (
             f"{whose} holds invalid values in {names}: each must be finite and at "
-            f"least 0 (`best` may be infinite, a later child's `last_epoch` -1). "
+            f"least 0 (`best` may be infinite, a later child's `last_epoch` -1), "
+            "and a count (`last_epoch`, `num_bad_epochs`, `cooldown_counter`) a "
+            "whole number. "
             f"{fix}"
         )
         raise ValueError(msg)
@@ -438,6 +460,34 @@ class LRSchedule(BaseSchedule[ScheduleState]):
         """Return the state after `_update_lr(0)`: `get_lr()` at epoch 0."""
         epoch = torch.zeros_like(state.last_epoch)
         return self._advance(state._replace(last_epoch=epoch - 1), current)
+
+
+def distinct(state: StateT) -> StateT:
+    """Return `state` holding each tensor once: a repeated leaf becomes a copy.
+
+    A composed schedule's rate is the rate its last child set, and a child may
+    pass on the rate it was given. Written into the optimizer's state, leaves
+    holding one tensor make a compiled step return one tensor twice, and the
+    next call then finds the inputs aliased otherwise and recompiles ("Duplicate
+    tensors found"); nor can `step_` write one tensor as two fields.
+
+    Compiled, the copy is `x * 1` (exact): inductor drops a `clone` whose
+    result is only copied into the state, and would then return one buffer for
+    both fields again.
+    """
+    seen: list[Tensor] = []
+    compiling = torch.compiler.is_compiling()
+
+    def own(x: object) -> object:
+        if not isinstance(x, Tensor):
+            return x
+        if any(x is s for s in seen):
+            return x * 1 if compiling else x.clone()
+        seen.append(x)
+        return x
+
+    owned: StateT = pytree.tree_map(own, state)
+    return owned
 
 
 def new_state(

@@ -15,6 +15,7 @@ from .base import (
     LRSchedule,
     ScheduleState,
     check_schedule_state,
+    distinct,
     new_state,
 )
 from .numbers import (
@@ -38,8 +39,8 @@ def _check_children(
     for i, schedule in enumerate(schedulers):
         if not is_schedule(schedule):
             msg = (
-                f"{name} takes schedules from `paramdict.optim`; the one at index "
-                f"{i} is a {type(schedule).__name__}."
+                f"{name} takes schedules from `paramdict.optim`; "
+                f"`schedulers[{i}]` is a {type(schedule).__name__}."
             )
             raise TypeError(msg)
         if schedule.takes_metric and not metric:
@@ -60,8 +61,20 @@ def _check_children(
             raise ValueError(msg)
 
 
-def _tuple(value: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(value)
+def _as_tuple(name: str, value: object) -> tuple[Any, ...]:
+    """Return a list or tuple as a tuple; refuse anything else by `name`."""
+    if not isinstance(value, list | tuple):
+        msg = f"`{name}` must be a list or a tuple, got {type(value).__name__}."
+        raise TypeError(msg)
+    return tuple(cast("Sequence[Any]", value))
+
+
+def _schedulers(value: Sequence[Any]) -> tuple[Any, ...]:
+    return _as_tuple("schedulers", value)
+
+
+def _milestones(value: Sequence[Any]) -> tuple[Any, ...]:
+    return _as_tuple("milestones", value)
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -95,8 +108,8 @@ class SequentialLR(LRSchedule):
         [0.5, 0.75, 1.0, 0.5]
     """
 
-    schedulers: tuple[LRSchedule, ...] = attrs.field(converter=_tuple)
-    milestones: tuple[int, ...] = attrs.field(converter=_tuple)
+    schedulers: tuple[LRSchedule, ...] = attrs.field(converter=_schedulers)
+    milestones: tuple[int, ...] = attrs.field(converter=_milestones)
 
     def __attrs_post_init__(self) -> None:
         _check_children("SequentialLR", self.schedulers)
@@ -126,7 +139,9 @@ class SequentialLR(LRSchedule):
         # (each child's constructor writes it; then the first child again).
         momenta = [c.momentum for c in (*children, children[first])]
         momentum = _last(momenta)
-        return new_state(base, lr, momentum=momentum, children=tuple(children))
+        return distinct(
+            new_state(base, lr, momentum=momentum, children=tuple(children))
+        )
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = state.last_epoch + 1
@@ -149,8 +164,10 @@ class SequentialLR(LRSchedule):
             lr = torch.where(active, stepped.lr, lr)
             if stepped.momentum is not None and momentum is not None:
                 momentum = torch.where(active, stepped.momentum, momentum)
-        return state._replace(
-            last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
+        return distinct(
+            state._replace(
+                last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
+            )
         )
 
     def _advance_on_host(self, state: Any, current: float, /) -> Any:
@@ -176,9 +193,12 @@ class SequentialLR(LRSchedule):
 
 
 def _last(momenta: Sequence[Tensor | None]) -> Tensor | None:
-    """Return a copy of the last momentum that is not None (None if none is)."""
+    """Return the last momentum that is not None (None if none is).
+
+    The state that takes it is made `distinct`, which copies it.
+    """
     found = [m for m in momenta if m is not None]
-    return found[-1].clone() if found else None
+    return found[-1] if found else None
 
 
 def _select(condition: Tensor, a: ScheduleState, b: ScheduleState) -> ScheduleState:
@@ -236,7 +256,7 @@ class ChainedScheduler(LRSchedule):
     """
 
     schedulers: tuple[LRSchedule | ReduceLROnPlateau, ...] = attrs.field(
-        converter=_tuple
+        converter=_schedulers
     )
 
     def __attrs_post_init__(self) -> None:
@@ -282,23 +302,27 @@ class ChainedScheduler(LRSchedule):
             children.append(child)
             lr = child.lr
         momentum = _last([_momentum(c) for c in children])
-        return new_state(base, lr, momentum=momentum, children=tuple(children))
+        return distinct(
+            new_state(base, lr, momentum=momentum, children=tuple(children))
+        )
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         children: list[ScheduleState | PlateauState] = []
         lr = current
         for schedule, child in zip(self.schedulers, state.children, strict=True):
             if isinstance(child, PlateauState):
-                # Moves with the metric only; a copy, so no two fields alias.
-                child = child._replace(lr=lr.clone())
+                # Moves with the metric only (`distinct` copies the rate).
+                child = child._replace(lr=lr)
             else:
                 child = cast(LRSchedule, schedule)._advance(child, lr)
             children.append(child)
             lr = child.lr
         epoch = state.last_epoch + 1
         momentum = _last([_momentum(c) for c in children])
-        return state._replace(
-            last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
+        return distinct(
+            state._replace(
+                last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
+            )
         )
 
     def _advance_on_host(self, state: Any, current: float, /) -> Any:
@@ -373,7 +397,7 @@ class ChainedScheduler(LRSchedule):
                 )
                 child, lr = moved, moved.lr
             children.append(child)
-        return state._replace(lr=lr.clone(), children=tuple(children))
+        return distinct(state._replace(lr=lr, children=tuple(children)))
 
 
 def _momentum(state: ScheduleState | PlateauState) -> Tensor | None:

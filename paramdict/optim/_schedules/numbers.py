@@ -145,26 +145,28 @@ def refuse_epoch(schedule: object, epoch: object) -> None:
         raise TypeError(msg)
 
 
-def check_base(lr: Any) -> None:
-    """Raise unless `lr` is a number or a 0-dim floating-point tensor."""
+def check_base(lr: Any, name: str = "base_lr") -> None:
+    """Raise unless `lr` is a number or a 0-dim floating-point tensor, by `name`."""
     if isinstance(lr, ParamDict):
         msg = (
-            "A schedule's base learning rate must be a number or a 0-dim tensor, "
-            "got a ParamDict of per-key values. For per-key schedules give each "
-            "group of keys its own optimizer and schedule with `optim.ParamGroups`."
+            f"`{name}`, a schedule's base learning rate, must be a number or a "
+            "0-dim tensor, got a ParamDict of per-key values. For per-key "
+            "schedules give each group of keys its own optimizer and schedule "
+            "with `optim.ParamGroups`."
         )
         raise TypeError(msg)
     if isinstance(lr, Tensor):
         if lr.dim() != 0 or not lr.is_floating_point():
             msg = (
-                "A schedule's base learning rate must be a number or a 0-dim "
-                f"floating-point tensor, got shape {tuple(lr.shape)} and {lr.dtype}."
+                f"`{name}`, a schedule's base learning rate, must be a number or "
+                "a 0-dim floating-point tensor, got shape "
+                f"{tuple(lr.shape)} and {lr.dtype}."
             )
             raise ValueError(msg)
-        check_rate("base_lr", lr)
+        check_rate(name, lr)
         return
-    check_float("lr", lr)
-    check_rate("base_lr", lr)
+    check_float(name, lr)
+    check_rate(name, lr)
 
 
 def check_base_lr(instance: object, attribute: Any, value: Any) -> None:

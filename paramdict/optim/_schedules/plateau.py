@@ -30,6 +30,10 @@ __all__ = ["PlateauState", "ReduceLROnPlateau"]
 
 def _metric(metrics: object) -> float:
     """Return `metrics` read as torch's `float(metrics)` does (numpy scalars too)."""
+    if isinstance(metrics, (int, float)) and not isinstance(metrics, bool):
+        # First: compiled, a float metric is a symbolic float, which `hasattr`
+        # below would break the graph on.
+        return float(metrics)
     if isinstance(metrics, (bool, str, bytes)) or not hasattr(metrics, "__float__"):
         msg = (
             f"`metrics` must be a number, got {type(metrics).__name__}. Pass the "
@@ -194,8 +198,9 @@ class ReduceLROnPlateau(BaseSchedule[PlateauState]):
             The next state; `state` is unchanged.
 
         Raises:
-            TypeError: If `metrics` is not a number or a tensor.
-            ValueError: If `metrics` has more than one element.
+            TypeError: If `metrics` is not a number or a real tensor.
+            ValueError: If `metrics` has more than one element, or is on the
+                meta device (it holds no value).
 
         Example:
             >>> from paramdict import optim
@@ -212,6 +217,14 @@ class ReduceLROnPlateau(BaseSchedule[PlateauState]):
                     f"{tuple(metrics.shape)}."
                 )
                 raise ValueError(msg)
+            if metrics.is_meta or metrics.is_complex():
+                what = "on the meta device" if metrics.is_meta else "complex"
+                msg = (
+                    f"`metrics` must be a real number with a value, got a tensor "
+                    f"{what}. Pass the metric as a float or a real one-element "
+                    "tensor."
+                )
+                raise (ValueError if metrics.is_meta else TypeError)(msg)
             current = (
                 metrics.detach()
                 .reshape(())

@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import Any, TypeAlias, TypeGuard, cast
 
 import torch
+import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from ..._paramdict import ParamDict
-from .._hyper import Rate, is_traced
+from .._hyper import Rate
 from .base import (
     BaseSchedule,
     LRSchedule,
@@ -114,18 +115,22 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
 
 
 def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | PlateauState:
-    """Return the schedule's first state, on the device of `params`.
+    """Return the schedule's first state, on the host.
+
+    On the CPU whatever the parameters' device, where torch.optim keeps its
+    step counts and its schedulers their rates: a step reads the rate as a
+    number (free) and advances the schedule with Python floats, launching
+    nothing on an accelerator.
 
     Every tensor of it is a new one: a composed schedule's children start from
     their parent's base rate, and a state whose leaves shared one tensor (or held
     the caller's `base_lr` tensor) could not be written in place by `step_`.
     """
-    first = next(iter(params.values()), None)
+    del params  # the state does not follow the parameters' device
     state = schedule.init()
-    device = state.lr.device if first is None else first.device
 
     def own(x: object) -> object:
-        return x.to(device, copy=True) if isinstance(x, Tensor) else x
+        return x.to("cpu", copy=True) if isinstance(x, Tensor) else x
 
     owned: ScheduleState | PlateauState = pytree.tree_map(own, state)
     return owned
@@ -161,12 +166,26 @@ def advanced_on_host(schedule: Schedule, state: object) -> Any:
     return moved._step_on_host(host)
 
 
+def _unreadable(tensor: Tensor) -> bool:
+    """Whether a schedule tensor's value cannot be read for free (see `is_traced`).
+
+    `on_host` runs outside compilation only; a plain CPU tensor that autograd does
+    not record and no transform wraps can be read.
+    """
+    return (
+        type(tensor) is not Tensor
+        or not tensor.is_cpu
+        or tensor.requires_grad
+        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+    )
+
+
 def on_host(state: Any) -> Any:
     """`state` with each tensor read as its float, or None where one cannot be."""
     values: list[Any] = []
     for field in state:
         if isinstance(field, Tensor):
-            if not field.is_cpu or field.requires_grad or is_traced(field):
+            if _unreadable(field):
                 return None
             values.append(field.item())
         elif isinstance(field, tuple):
@@ -174,7 +193,7 @@ def on_host(state: Any) -> Any:
             members: tuple[Any, ...] = cast(Any, field)
             for item in members:
                 if isinstance(item, Tensor):
-                    if not item.is_cpu or item.requires_grad or is_traced(item):
+                    if _unreadable(item):
                         return None
                     items.append(item.item())
                 else:

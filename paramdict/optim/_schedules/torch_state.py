@@ -26,9 +26,10 @@ from torch import Tensor
 
 from .._groups import ParamGroups
 from .._optimizer import Optimizer
-from .base import LRSchedule, ScheduleState
+from .base import LRSchedule, ScheduleState, _bad_fields
 from .chain import ChainedScheduler
 from .cyclic import CyclicLR
+from .numbers import check_rate
 from .plateau import PlateauState, ReduceLROnPlateau
 from .slot import Schedule, is_schedule
 
@@ -50,13 +51,38 @@ _KEPT_OTHERWISE = frozenset(
         "div_factor",
         "final_div_factor",
         "three_phase",
+        "swa_lr",
     }
 )
 """Settings torch's schedulers keep under other names (`base_lrs`, `total_size`)."""
 
 
-def _f64(value: Any) -> Tensor:
+def _f64(value: Any, key: str) -> Tensor:
+    """Return a saved number (or one-element real tensor) as a 0-dim float64."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(value, Tensor):
+        ok = (
+            value.numel() == 1
+            and not value.is_meta
+            and (value.is_floating_point() or value.dtype not in _NOT_NUMBERS)
+            and not value.is_complex()
+        )
+    if not ok:
+        got = (
+            f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+            f"{' on the meta device' if value.is_meta else ''}"
+            if isinstance(value, Tensor)
+            else type(value).__name__
+        )
+        msg = (
+            f"The scheduler state dict's `{key}` must be a number, got {got}. Give "
+            "the `state_dict()` of torch's scheduler."
+        )
+        raise TypeError(msg)
     return torch.as_tensor(float(value), dtype=torch.float64)
+
+
+_NOT_NUMBERS = frozenset({torch.bool})
 
 
 def _number(value: Tensor) -> float | int:
@@ -82,6 +108,18 @@ def _listed(value: object) -> list[Any]:
     return []
 
 
+def _mapping(value: object, name: str) -> Mapping[str, Any]:
+    """Return a child's saved state, checking that it is a mapping."""
+    if not isinstance(value, Mapping):
+        msg = (
+            f"The scheduler state dict's `_schedulers` must hold each scheduler's "
+            f"state dict, got {type(value).__name__}. Give the `state_dict()` of "
+            f"torch's {name}."
+        )
+        raise TypeError(msg)
+    return cast("Mapping[str, Any]", value)
+
+
 def _per_group(state_dict: Mapping[str, Any], key: str, group: int, name: str) -> Any:
     values = _listed(_entry(state_dict, key, name))
     if not 0 <= group < len(values):
@@ -91,6 +129,12 @@ def _per_group(state_dict: Mapping[str, Any], key: str, group: int, name: str) -
         )
         raise ValueError(msg)
     return values[group]
+
+
+def _saved_names(name: str) -> tuple[str, ...]:
+    """The keys torch's scheduler state dicts keep a setting under."""
+    # torch's SWALR keeps its strategy as `_anneal_strategy`.
+    return (name, f"_{name}") if name == "anneal_strategy" else (name,)
 
 
 def _check_settings(schedule: object, state_dict: Mapping[str, Any]) -> None:
@@ -103,10 +147,11 @@ def _check_settings(schedule: object, state_dict: Mapping[str, Any]) -> None:
         mine = getattr(schedule, field.name)
         if not isinstance(mine, simple) or field.name in _KEPT_OTHERWISE:
             continue
-        if field.name not in state_dict:
+        saved_as = next((k for k in _saved_names(field.name) if k in state_dict), None)
+        if saved_as is None:
             missing.append(field.name)
             continue
-        theirs = state_dict[field.name]
+        theirs = state_dict[saved_as]
         if isinstance(theirs, simple) and mine != theirs:
             differ.append(f"{field.name!r} {theirs!r} (saved) and {mine!r} (ours)")
     if missing:
@@ -123,6 +168,25 @@ def _check_settings(schedule: object, state_dict: Mapping[str, Any]) -> None:
             "schedule with the saved settings."
         )
         raise ValueError(msg)
+
+
+def _check_cycle(schedule: CyclicLR, state_dict: Mapping[str, Any], group: int) -> None:
+    """Raise unless the saved `base_lrs` and `max_lrs` are the `CyclicLR`'s rates.
+
+    torch's `CyclicLR` cycles between the rates its state dict holds; this one
+    between its own `base_lr` and `max_lr`, so the two must agree.
+    """
+    name = type(schedule).__name__
+    for key, mine in (("base_lrs", schedule.base_lr), ("max_lrs", schedule.max_lr)):
+        saved = _f64(_per_group(state_dict, key, group, name), key)
+        if float(saved) != float(mine):
+            msg = (
+                f"The scheduler state dict's {key!r} holds {float(saved)!r} for "
+                f"group {group}, and the CyclicLR {float(mine)!r}: torch's would "
+                f"cycle with the saved one. Build the CyclicLR with "
+                f"`{key[:-1]}={float(saved)!r}`."
+            )
+            raise ValueError(msg)
 
 
 def load_torch_scheduler_state_dict(
@@ -171,12 +235,49 @@ def load_torch_scheduler_state_dict(
             f"got {type(schedule).__name__}."
         )
         raise TypeError(msg)
+    given: object = state_dict
+    if not isinstance(given, Mapping):
+        msg = (
+            "The scheduler state dict must be a mapping, got "
+            f"{type(given).__name__}. Give the `state_dict()` of torch's scheduler."
+        )
+        raise TypeError(msg)
+    return _checked(schedule, _load(schedule, state_dict, group))
+
+
+def _checked(
+    schedule: Schedule, state: ScheduleState | PlateauState
+) -> ScheduleState | PlateauState:
+    """Return `state`, after checking the values torch's dict gave it."""
+    _, bad = _bad_fields(state)
+    if bad:
+        names = ", ".join(f"`{b}`" for b in sorted(bad))
+        msg = (
+            f"The scheduler state dict gives the {type(schedule).__name__} invalid "
+            f"values for {names}: each must be finite and at least 0 (`best` may "
+            "be infinite). The checkpoint is damaged: save it again."
+        )
+        raise ValueError(msg)
+    return state
+
+
+def _load(
+    schedule: Schedule, state_dict: Mapping[str, Any], group: int
+) -> ScheduleState | PlateauState:
+    """`load_torch_scheduler_state_dict`, before the values are checked."""
     name = type(schedule).__name__
     _check_settings(schedule, state_dict)
-    last_lr = _f64(_per_group(state_dict, "_last_lr", group, name))
-    last_epoch = _f64(_entry(state_dict, "last_epoch", name))
+    if isinstance(schedule, CyclicLR):
+        _check_cycle(schedule, state_dict, group)
+    last_lr = _f64(_per_group(state_dict, "_last_lr", group, name), "_last_lr")
+    last_epoch = (
+        None  # torch's keeps no count of its own: its position is its last child's
+        if isinstance(schedule, ChainedScheduler)
+        else _f64(_entry(state_dict, "last_epoch", name), "last_epoch")
+    )
     if isinstance(schedule, ReduceLROnPlateau):  # torch's attributes, one by one
-        counters = [_f64(_entry(state_dict, k, name)) for k in _PLATEAU_COUNTERS]
+        assert last_epoch is not None  # not a ChainedScheduler
+        counters = [_f64(_entry(state_dict, k, name), k) for k in _PLATEAU_COUNTERS]
         return PlateauState(last_epoch, last_lr, *counters)
     base = None
     if type(schedule).takes_base:
@@ -184,10 +285,11 @@ def load_torch_scheduler_state_dict(
         holder = state_dict
         if "base_lrs" not in holder and "_schedulers" in holder:
             holder = (_listed(holder["_schedulers"]) or [holder])[0]
-        base = _f64(_per_group(holder, "base_lrs", group, name))
+        base = _f64(_per_group(holder, "base_lrs", group, name), "base_lrs")
+        check_rate("base_lrs", base)  # named as the dict names it
     template = schedule.init(base)
     counters_t = tuple(
-        _f64(_entry(state_dict, k, name)) for k in schedule._counter_names
+        _f64(_entry(state_dict, k, name), k) for k in schedule._counter_names
     )
     children = template.children
     if children:
@@ -200,15 +302,17 @@ def load_torch_scheduler_state_dict(
             )
             raise ValueError(msg)
         children = tuple(
-            cast(
-                "ScheduleState",
-                load_torch_scheduler_state_dict(kid, sub, group=group),
-            )
+            cast("ScheduleState", _load(kid, _mapping(sub, name), group))
             for kid, sub in zip(kids, saved, strict=True)
         )
-        if isinstance(schedule, ChainedScheduler):
-            # torch's keeps no count of its own: its position is its last child's.
+        if last_epoch is None:  # a ChainedScheduler's
             last_epoch = children[-1].last_epoch.clone()
+    if last_epoch is None:
+        msg = (
+            f"The scheduler state dict holds no schedulers and the {name} "
+            f"{len(schedule._schedulers)}; give the same schedulers in the same order."
+        )
+        raise ValueError(msg)
     momentum = template.momentum
     if momentum is not None and float(last_epoch) > 0:
         before = template._replace(last_epoch=last_epoch - 1)
@@ -246,9 +350,13 @@ def _slots(opt: Optimizer[Any], state: Any) -> list[tuple[Schedule, Any]]:
     return pairs
 
 
-def _position(schedule: Schedule, slot: Any) -> dict[str, Any]:
+def _position(schedule: Schedule, slot: Any, groups: int) -> dict[str, Any]:
     """Return the position entries (one group's) of `schedule` at `slot`."""
     out: dict[str, Any] = {"last_epoch": _number(slot.last_epoch)}
+    if "lr_lambda" in attrs.fields_dict(type(schedule)):
+        # `LambdaLR`, `MultiplicativeLR`: torch's `load_state_dict` pops the state
+        # of its functions, one per group (None: a plain function).
+        out["lr_lambdas"] = [None] * groups
     if isinstance(schedule, ReduceLROnPlateau):
         out.update({k: _number(getattr(slot, k)) for k in _PLATEAU_COUNTERS})
         out["best"] = float(slot.best)
@@ -262,7 +370,7 @@ def _position(schedule: Schedule, slot: Any) -> dict[str, Any]:
     if slot.children:
         kids = schedule._schedulers
         out["_schedulers"] = [
-            {**_position(kid, child), "_last_lr": [float(child.lr)]}
+            {**_position(kid, child, groups), "_last_lr": [float(child.lr)]}
             for kid, child in zip(kids, slot.children, strict=True)
         ]
     return out
@@ -302,7 +410,7 @@ def to_torch_scheduler_state_dict(opt: Optimizer[Any], state: Any, /) -> dict[st
         (3, [0.5])
     """
     slots = _slots(opt, state)
-    positions = [_position(schedule, slot) for schedule, slot in slots]
+    positions = [_position(schedule, slot, len(slots)) for schedule, slot in slots]
     shared = dict(positions[0])
     differ = sorted(
         k

@@ -1,0 +1,349 @@
+"""The holes the optimizer fuzzers found, one test each: refused by name, unchanged.
+
+Found by `test_fuzz_optim.py` and `test_fuzz_schedules.py`; each case here is
+the smallest input that showed it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+import pytest
+import torch
+from _unchanged import Case, check, unique_ids
+from torch import Tensor
+from torch.optim import lr_scheduler
+
+from paramdict import ParamDict, optim
+
+F64 = torch.float64
+
+
+def _params() -> ParamDict:
+    return ParamDict(w=torch.tensor([1.0, -2.0, 3.0]), b=torch.tensor([0.5, 0.25]))
+
+
+def _grads() -> ParamDict:
+    return ParamDict(w=torch.tensor([0.1, 0.2, -0.3]), b=torch.tensor([1.0, -1.0]))
+
+
+def _meta() -> Tensor:
+    return torch.zeros((), dtype=F64, device="meta")
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: optim.SGD(dampening=10**400), "`dampening` is too large for a float"),
+        (lambda: optim.Adam(lr=10**400), "`lr` is too large for a float"),
+        (
+            lambda: optim.Muon(ns_coefficients=(10**400, 1.0, 1.0)),
+            "`ns_coefficients` is too large for a float",
+        ),
+    ],
+    ids=["SGD dampening", "Adam lr", "Muon ns_coefficients"],
+)
+def test_an_int_too_large_for_a_float_is_refused_by_name(
+    build: Any, match: str
+) -> None:
+    """An option of 400 digits: a `ValueError` naming it, not a bare OverflowError."""
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def _sparse_params() -> tuple[Any, ...]:
+    opt = optim.SGD(lr=0.1)
+    params = ParamDict(w=torch.tensor([1.0, 0.0, 2.0]).to_sparse())
+    state = opt.init(_params().select("w"))
+    return opt, params, ParamDict(w=torch.ones(3)), state
+
+
+def _empty_params() -> tuple[Any, ...]:
+    opt = optim.SGD(lr=0.1, momentum=0.9)
+    return opt, ParamDict(), _grads(), opt.init(ParamDict())
+
+
+def _meta_scalar(make: Any, field: str) -> Any:
+    def build() -> tuple[Any, ...]:
+        opt = make()
+        state = opt.init(_params())._replace(**{field: _meta()})
+        return opt, _params(), _grads(), state
+
+    return build
+
+
+def _step(opt: Any, p: Any, g: Any, s: Any) -> None:
+    opt.step(p, g, s)
+
+
+def _step_(opt: Any, p: Any, g: Any, s: Any) -> None:
+    opt.step_(p, g, s)
+
+
+STEP_CASES = unique_ids(
+    [
+        Case(
+            f"{what} {name}",
+            build,
+            call,
+            error,
+            match,
+        )
+        for name, call in (("step", _step), ("step_", _step_))
+        for what, build, error, match in (
+            (
+                "sparse params",
+                _sparse_params,
+                TypeError,
+                r"\['w'\] are not .*`\.to_dense\(\)`",
+            ),
+            (
+                "no params, gradients for 'w' and 'b'",
+                _empty_params,
+                ValueError,
+                r"Keys differ in `step` \(params and grads\): unexpected \['b', 'w'\]",
+            ),
+            (
+                "ASGD eta on meta",
+                _meta_scalar(optim.ASGD, "eta"),
+                ValueError,
+                "The state's `eta` is on meta, the parameters on cpu",
+            ),
+            (
+                "ASGD mu on meta",
+                _meta_scalar(optim.ASGD, "mu"),
+                ValueError,
+                "The state's `mu` is on meta, the parameters on cpu",
+            ),
+            (
+                "NAdam mu_product on meta",
+                _meta_scalar(optim.NAdam, "mu_product"),
+                ValueError,
+                "The state's `mu_product` is on meta, the parameters on cpu",
+            ),
+        )
+    ]
+)
+
+
+@pytest.mark.parametrize("case", [c.param() for c in STEP_CASES])
+def test_steps_refuse_what_the_fuzzer_found(case: Case) -> None:
+    """Each refused by name before anything is written."""
+    check(case)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (
+            lambda: optim.StepLR(step_size=1, base_lr=cast(Any, "0.1")),
+            TypeError,
+            "`base_lr` must be a number",
+        ),
+        (
+            lambda: optim.StepLR(step_size=1, base_lr=torch.ones(2)),
+            ValueError,
+            "`base_lr`, a schedule's base learning rate, must be",
+        ),
+        (
+            lambda: optim.StepLR(step_size=1, base_lr=cast(Any, _params())),
+            TypeError,
+            "`base_lr`, a schedule's base learning rate",
+        ),
+        (
+            lambda: optim.StepLR(step_size=1, base_lr=10**400),
+            ValueError,
+            "`base_lr` is too large for a float",
+        ),
+        (
+            lambda: optim.ChainedScheduler(schedulers=cast(Any, None)),
+            TypeError,
+            "`schedulers` must be a list or a tuple, got NoneType",
+        ),
+        (
+            lambda: optim.SequentialLR(
+                schedulers=[optim.LinearLR()], milestones=cast(Any, 3)
+            ),
+            TypeError,
+            "`milestones` must be a list or a tuple, got int",
+        ),
+        (
+            lambda: optim.ChainedScheduler(schedulers=[0.5]),
+            TypeError,
+            r"`schedulers\[0\]` is a float",
+        ),
+    ],
+    ids=[
+        "base_lr str",
+        "base_lr vector",
+        "base_lr ParamDict",
+        "base_lr 10**400",
+        "schedulers None",
+        "milestones int",
+        "schedulers[0] float",
+    ],
+)
+def test_schedule_options_are_refused_by_name(
+    build: Any, error: type[Exception], match: str
+) -> None:
+    """The error names the option as the constructor spells it."""
+    with pytest.raises(error, match=match):
+        build()
+
+
+def _schedule_meta(field: str) -> tuple[Any, ...]:
+    schedule = optim.ReduceLROnPlateau(patience=0)
+    state = schedule.step(schedule.init(0.1), 2.0)
+    return schedule, state._replace(**{field: _meta()})
+
+
+@pytest.mark.parametrize("field", ["best", "lr", "num_bad_epochs", "last_epoch"])
+def test_a_plateau_state_on_meta_is_refused(field: str) -> None:
+    """A field on the meta device holds no value (a raw `.item()` error before)."""
+    check(
+        Case(
+            field,
+            lambda: _schedule_meta(field),
+            lambda s, state: s.step(state, 1.0),
+            ValueError,
+            f"holds tensors on the meta device in `{field}`",
+        )
+    )
+
+
+def test_a_schedule_state_on_meta_is_refused() -> None:
+    """The same for a schedule's `lr`, on its own and inside an optimizer's state."""
+    schedule = optim.StepLR(base_lr=0.1, step_size=1)
+    state = schedule.init()._replace(lr=_meta())
+    with pytest.raises(ValueError, match="meta device in `lr`"):
+        schedule.step(state)
+    opt = optim.SGD(lr=schedule)
+    inner = opt.init(_params())
+    slot: Any = inner.schedule
+    check(
+        Case(
+            "in SGD",
+            lambda: (
+                _params(),
+                inner._replace(schedule=slot._replace(lr=_meta())),
+            ),
+            lambda p, s: opt.step_(p, _grads(), s),
+            ValueError,
+            r"meta device in `schedule\.lr`",
+        )
+    )
+
+
+def _cyclic_dict(**changes: Any) -> dict[str, Any]:
+    o = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    theirs = lr_scheduler.CyclicLR(o, base_lr=0.05, max_lr=0.5, step_size_up=2)
+    o.step()
+    theirs.step()
+    return {**theirs.state_dict(), **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"base_lrs": [0.01]}, r"'base_lrs' holds 0\.01 for group 0"),
+        ({"max_lrs": [1.0]}, r"'max_lrs' holds 1\.0 for group 0"),
+        ({"base_lrs": None}, "'base_lrs' has no entry for group 0"),
+    ],
+    ids=["base_lrs", "max_lrs", "base_lrs None"],
+)
+def test_cyclic_rates_that_differ_from_the_schedule_are_refused(
+    changes: dict[str, Any], match: str
+) -> None:
+    """A `CyclicLR` dict whose saved rates differ from the schedule's is refused."""
+    schedule = optim.CyclicLR(base_lr=0.05, max_lr=0.5, step_size_up=2)
+    with pytest.raises((ValueError, TypeError), match=match):
+        optim.load_torch_scheduler_state_dict(schedule, _cyclic_dict(**changes))
+
+
+def test_cyclic_rates_that_agree_load_as_torch_continues() -> None:
+    """The control: torch's own dict loads, and the next rate is torch's."""
+    schedule = optim.CyclicLR(base_lr=0.05, max_lr=0.5, step_size_up=2)
+    state: Any = optim.load_torch_scheduler_state_dict(schedule, _cyclic_dict())
+    o = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    theirs = lr_scheduler.CyclicLR(o, base_lr=0.05, max_lr=0.5, step_size_up=2)
+    for _ in range(2):
+        o.step()
+        theirs.step()
+    assert float(schedule.step(state).lr) == o.param_groups[0]["lr"]
+
+
+def test_a_saved_base_rate_is_named_as_the_dict_names_it() -> None:
+    """A NaN in torch's `base_lrs` is refused naming `base_lrs`."""
+    o = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    saved = {**lr_scheduler.StepLR(o, step_size=1).state_dict(), "base_lrs": [math.nan]}
+    with pytest.raises(ValueError, match="`base_lrs` must be finite"):
+        optim.load_torch_scheduler_state_dict(optim.StepLR(step_size=1), saved)
+
+
+def _averaged(change: Any) -> tuple[Any, ...]:
+    average = optim.WeightAverage(kind="ema", decay=0.9)
+    state = average.update(average.init(_params()), _grads())
+    averaged = dict(state.averaged)
+    averaged["w"] = change(averaged["w"])
+    return average, state._replace(averaged=ParamDict(averaged)), _grads()
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (
+            lambda t: t.to_sparse(),
+            TypeError,
+            r"`averaged` must hold dense tensors; \['w'\]",
+        ),
+        (
+            lambda t: torch.empty_like(t, device="meta"),
+            ValueError,
+            r"`averaged` is on the meta device at \['w'\]",
+        ),
+    ],
+    ids=["sparse", "meta"],
+)
+def test_an_average_that_cannot_take_the_values_is_refused(
+    change: Any, error: type[Exception], match: str
+) -> None:
+    """A sparse average (a raw kernel error before) or one on meta (values dropped)."""
+    check(
+        Case(
+            "averaged",
+            lambda: _averaged(change),
+            lambda a, s, v: a.update(s, v),
+            error,
+            match,
+        )
+    )
+
+
+@pytest.mark.parametrize("value", [math.nan, -0.1], ids=["nan", "-0.1"])
+def test_a_tensor_rate_torch_refuses_is_refused(value: float) -> None:
+    """A 0-dim CPU tensor `lr` is read once, as torch.optim reads it, and refused."""
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=torch.tensor(value))
+    with pytest.raises(ValueError, match="`lr` must be finite and non-negative"):
+        optim.AdamW(lr=torch.tensor(value))
+
+
+def test_an_infinite_tensor_rate_is_refused_as_the_number_is() -> None:
+    """`lr=inf` is refused as a number; as a 0-dim tensor too."""
+    with pytest.raises(ValueError, match="`lr` must be finite"):
+        optim.AdamW(lr=math.inf)
+    with pytest.raises(ValueError, match="`lr` must be finite and non-negative"):
+        optim.AdamW(lr=torch.tensor(math.inf))
+
+
+@pytest.mark.parametrize("field", ["last_epoch", "num_bad_epochs", "cooldown_counter"])
+def test_a_fractional_count_in_a_schedule_state_is_refused(field: str) -> None:
+    """A count of 1.5 (torch's schedulers count in ints) is refused, not stepped."""
+    plateau = optim.ReduceLROnPlateau(patience=0)
+    state = plateau.init(0.1)._replace(**{field: torch.tensor(1.5, dtype=F64)})
+    with pytest.raises(ValueError, match=f"invalid values in `{field}`.*whole number"):
+        plateau.step(state, 1.0)
+    step = optim.StepLR(base_lr=0.1, step_size=1)
+    with pytest.raises(ValueError, match="invalid values in `last_epoch`"):
+        step.step(step.init()._replace(last_epoch=torch.tensor(1.5, dtype=F64)))
