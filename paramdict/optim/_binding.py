@@ -295,9 +295,9 @@ class Bound(Generic[S]):
         if in_place:
             check_writable(optimizer.differentiable, params, state)
         self._plan: Plan[S] = optimizer._plan(params, state, in_place=in_place)
-        self.optimizer = optimizer
-        self.params = params
-        self.state = state
+        self.optimizer: Optimizer[S] = optimizer
+        self.params: ParamDict = params
+        self.state: S = state
         self._in_place = in_place
         tensors = [*params._vals, *state_tensors(state)]
         self._tensors = tensors
