@@ -312,7 +312,7 @@ class TorchAdapter(torch.optim.Optimizer):
             self._groups, results, bounds, strict=True
         ):
             group.replace(member, state, bound, settings)
-        self.param_groups = [settings for _, _, settings in results]
+        self.param_groups: list[dict[str, Any]] = [s for _, _, s in results]
         self.state.clear()
         for group in self._groups:
             self.state.update(group.view())
