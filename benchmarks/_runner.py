@@ -35,6 +35,7 @@ import torch
 from . import (
     _device,
     _peers,
+    adapter,
     autograd,
     gpu,
     imaml,
@@ -58,6 +59,7 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "optim": optim.measure,
     "optim-scale": optim_scale.measure,
     "optim-papers": optim_papers.measure,
+    "adapter": adapter.measure,
     "maml": maml.measure,
     "memory": maml.measure_memory,
     "cnn": maml_cnn.measure,

@@ -26,6 +26,7 @@ SECTIONS = [
     "optim",
     "optim-scale",
     "optim-papers",
+    "adapter",
     "maml",
     "memory",
     "cnn",

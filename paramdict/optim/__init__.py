@@ -57,6 +57,7 @@ from ._schedules.torch_state import (
     load_torch_scheduler_state_dict,
     to_torch_scheduler_state_dict,
 )
+from ._torch_adapter import TorchAdapter, as_torch_optimizer
 from ._torch_export import to_torch_state_dict
 from ._torch_optimizer import TorchOptimizer
 from ._torch_state import load_torch_state_dict
@@ -159,8 +160,10 @@ __all__ = [
     "SequentialLR",
     "SlotState",
     "StepLR",
+    "TorchAdapter",
     "TorchOptimizer",
     "WeightAverage",
+    "as_torch_optimizer",
     "fields",
     "load_torch_scheduler_state_dict",
     "load_torch_state_dict",

@@ -389,10 +389,11 @@ class SOAP(TorchOptimizer[SOAPState]):
     def _phase(step: Tensor, frequency: int) -> tuple[_Phase, _Phase]:
         """Whether this call is the first, and whether it refreshes the bases.
 
-        Read on the host where that is free; under `torch.compile` or a
-        `torch.func` transform, 0-dim tensors.
+        Read on the host where that is free; under `torch.compile`, a
+        `torch.func` transform or with the counter on a device
+        (`capturable=True`: no host read), 0-dim tensors.
         """
-        if not torch.compiler.is_compiling():
+        if step.is_cpu and not torch.compiler.is_compiling():
             try:
                 calls = int(step.item())
             except RuntimeError:  # a `torch.func` transform: not readable
