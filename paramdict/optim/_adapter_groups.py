@@ -41,8 +41,9 @@ from ._fused import FusedPlan
 from ._groups import subset
 from ._hyper import check_rate
 from ._schedules.slot import is_schedule
+from ._torch_entries import NO_STEP as _NO_STEP
 from ._torch_optimizer import TorchOptimizer
-from ._torch_state import _NO_STEP, _defaults, _hyperparameters, _torch_class
+from ._torch_state import _defaults, _hyperparameters, _torch_class
 
 __all__ = [
     "MISSING",
