@@ -35,6 +35,7 @@ import torch
 from . import (
     _device,
     _peers,
+    adapter,
     autograd,
     gpu,
     imaml,
@@ -42,6 +43,7 @@ from . import (
     maml,
     maml_cnn,
     optim,
+    optim_papers,
     optim_scale,
     pytree,
     update,
@@ -56,6 +58,8 @@ SECTIONS: dict[str, Callable[[Config], Section]] = {
     "pytree": pytree.measure,
     "optim": optim.measure,
     "optim-scale": optim_scale.measure,
+    "optim-papers": optim_papers.measure,
+    "adapter": adapter.measure,
     "maml": maml.measure,
     "memory": maml.measure_memory,
     "cnn": maml_cnn.measure,
@@ -238,10 +242,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument(
         "--optimizers",
-        help="comma-separated optimizers for the sections optim and optim-scale "
-        "(default: all), by their names in the report: the rows of the tests' "
-        "optimizer table (tests/optim/optim_cases.py), e.g. Adam, 'SGD momentum', "
-        "Lion, and LBFGS, 'AdamW warm-up + cosine', 'nanoGPT recipe'",
+        help="comma-separated optimizers for the sections optim, optim-scale and "
+        "optim-papers (default: all), by their names in the report: the rows of the "
+        "tests' optimizer table (tests/optim/optim_cases.py), e.g. Adam, "
+        "'SGD momentum', Lion, and LBFGS, 'AdamW warm-up + cosine', 'nanoGPT "
+        "recipe', and ScheduleFreeAdamW, AdEMAMix, Adan, SOAP",
     )
     parser.add_argument(
         "--device",
@@ -264,7 +269,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--clock cpu times the host only: use the wall clock on a GPU")
     picked = [n.strip() for n in (args.optimizers or "").split(",") if n.strip()]
     if picked:  # the table is read only when asked for (it needs pytest)
-        optimizers = sorted({*optim.optimizers(), *optim_scale.optimizers()})
+        optimizers = sorted(
+            {*optim.optimizers(), *optim_scale.optimizers(), *optim_papers.OPTIONS}
+        )
         unknown = sorted(set(picked) - set(optimizers))
         if unknown:
             parser.error(f"unknown optimizers {unknown}; choose from {optimizers}")

@@ -23,7 +23,7 @@ from ._foreach import call
 
 __all__: list[str] = []
 
-_CLIP_EPS = 1e-6  # what `torch.nn.utils.clip_grad_norm_` adds to the norm
+CLIP_EPS = 1e-6  # what `torch.nn.utils.clip_grad_norm_` adds to the norm
 
 
 # One copy of every entry into a vector, then one reduction, beats one reduction per
@@ -374,7 +374,7 @@ class _Reduce(_Container):
         values = self._vals
         if not values:
             return self._derive(())
-        coef = torch.clamp(max_norm / (total + _CLIP_EPS), max=1.0)
+        coef = torch.clamp(max_norm / (total + CLIP_EPS), max=1.0)
         # A list, not the tensor: the foreach `.Tensor` overloads have neither a
         # working backward for it nor vmap support (see `_operators`).
         return self._derive(call(torch._foreach_mul, values, [coef] * len(values)))

@@ -26,6 +26,8 @@ SECTIONS = [
     "pytree",
     "optim",
     "optim-scale",
+    "optim-papers",
+    "adapter",
     "maml",
     "memory",
     "cnn",

@@ -17,7 +17,7 @@ import pytest
 import torch
 from _torch_versions import needs_torch
 
-from benchmarks import _device, _runner, _table, optim_scale
+from benchmarks import _device, _runner, _table, optim_papers, optim_scale
 from benchmarks import optim as small
 from benchmarks._report import OURS, Config, Row
 from paramdict import ParamDict, optim
@@ -60,7 +60,8 @@ def test_both_sections_time_the_table_s_optimizers() -> None:
     """Each section's optimizers are the table's rows plus its own extra rows.
 
     The table names every optimizer `paramdict.optim` exports (found, not listed)
-    but LBFGS, which the sections time on inputs of their own: an optimizer is an
+    but LBFGS, which the sections time on inputs of their own, and the papers'
+    optimizers (section optim-papers, against their packages): an optimizer is an
     exported class with `init` and `step` that wraps no other (`ParamGroups`,
     `ClipGradNorm` and `MultiSteps` take optimizers).
     """
@@ -75,7 +76,8 @@ def test_both_sections_time_the_table_s_optimizers() -> None:
         and name not in wrappers | {"Optimizer", "ReduceLROnPlateau"}
     }
     rows = _table.entries()
-    assert {e.ours.__name__ for e in rows} | {"LBFGS"} == found
+    papers = set(optim_papers.OPTIONS)  # timed against their packages there
+    assert {e.ours.__name__ for e in rows} | {"LBFGS"} | papers == found
     table = set(_table.names())
     assert {"Adam", "SGD momentum", "Muon", "Lion"} <= table
     assert set(small.optimizers()) == table | {"LBFGS"}
@@ -83,6 +85,7 @@ def test_both_sections_time_the_table_s_optimizers() -> None:
         "LBFGS",
         optim_scale.SCHEDULED,
         optim_scale.RECIPE,
+        optim_scale.AVERAGE,
     }
 
 

@@ -57,6 +57,7 @@ from ._schedules.torch_state import (
     load_torch_scheduler_state_dict,
     to_torch_scheduler_state_dict,
 )
+from ._torch_adapter import TorchAdapter, as_torch_optimizer
 from ._torch_export import to_torch_state_dict
 from ._torch_optimizer import TorchOptimizer
 from ._torch_state import load_torch_state_dict
@@ -65,6 +66,8 @@ from .adafactor import Adafactor, AdafactorState
 from .adagrad import Adagrad, AdagradState
 from .adam import Adam, AdamState, AdamW
 from .adamax import Adamax, AdamaxState
+from .adan import Adan, AdanState
+from .ademamix import AdEMAMix, AdEMAMixState
 from .asgd import ASGD, ASGDState
 from .lbfgs import LBFGS, LBFGSState
 from .lion import Lion, LionState
@@ -85,15 +88,20 @@ from .nadam import NAdam, NAdamState
 from .radam import RAdam, RAdamState
 from .rmsprop import RMSprop, RMSpropState
 from .rprop import Rprop, RpropState
+from .schedule_free import ScheduleFreeAdamW, ScheduleFreeAdamWState
 from .sgd import SGD, SGDState
+from .soap import SOAP, SOAPState
 from .swa_utils import AveragedState, WeightAverage, update_bn
 
 __all__ = [
     "ASGD",
     "LBFGS",
     "SGD",
+    "SOAP",
     "SWALR",
     "ASGDState",
+    "AdEMAMix",
+    "AdEMAMixState",
     "Adadelta",
     "AdadeltaState",
     "Adafactor",
@@ -105,6 +113,8 @@ __all__ = [
     "AdamW",
     "Adamax",
     "AdamaxState",
+    "Adan",
+    "AdanState",
     "AveragedState",
     "Bound",
     "ChainedScheduler",
@@ -143,12 +153,17 @@ __all__ = [
     "Rprop",
     "RpropState",
     "SGDState",
+    "SOAPState",
+    "ScheduleFreeAdamW",
+    "ScheduleFreeAdamWState",
     "ScheduleState",
     "SequentialLR",
     "SlotState",
     "StepLR",
+    "TorchAdapter",
     "TorchOptimizer",
     "WeightAverage",
+    "as_torch_optimizer",
     "fields",
     "load_torch_scheduler_state_dict",
     "load_torch_state_dict",

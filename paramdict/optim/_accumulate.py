@@ -13,7 +13,7 @@ from typing_extensions import override
 
 from .._container import key_mismatch_message
 from .._paramdict import ParamDict
-from ._binding import Plan, relaid_as
+from ._binding import Composed, Plan, relaid_as
 from ._copies import copied
 from ._hyper import check_count, check_counter, host_numbers, new_counter
 from ._optimizer import Optimizer
@@ -226,6 +226,10 @@ class MultiSteps(Optimizer[MultiStepsState]):
         return self.optimizer.step_count(state.inner_state)
 
     @override
+    def eval_params(self, params: P, state: MultiStepsState, /) -> P:
+        return self.optimizer.eval_params(params, state.inner_state)
+
+    @override
     def step(
         self, params: P, grads: Mapping[str, Tensor], state: MultiStepsState, /
     ) -> tuple[P, MultiStepsState]:
@@ -290,6 +294,11 @@ class MultiSteps(Optimizer[MultiStepsState]):
     ) -> Plan[MultiStepsState]:
         self.check_state(params, state)
         inner = self.optimizer._plan(params, state.inner_state, in_place=in_place)
+        # A clipping wrapper's transform runs in place on the accumulator, the
+        # state's own (the mean is left clipped there): one pass over it less.
+        whole, transform_ = inner, _in_place_transform(inner)
+        if transform_ is not None:
+            inner = cast("Composed[Any]", inner).inner
         every_k, mean = self.every_k, self.reduction == "mean"
         # The accumulator is handed to the inner plan as its gradients: in the
         # strides it takes them in, decided for the bound buffers.
@@ -302,7 +311,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
             host = host_numbers(False, counter)  # eager on the host: read, it decides
             if host is None:  # traced: both outcomes, one chosen by `where`
                 return lambda grads: _selected(
-                    inner, every_k, mean, params, grads, state
+                    whole, every_k, mean, params, grads, state
                 )
             calls = int(host[0]) + 1
             acc = state.acc_grads
@@ -321,6 +330,8 @@ class MultiSteps(Optimizer[MultiStepsState]):
                     return state
                 if mean:
                     acc.div_(every_k)
+                if transform_ is not None:
+                    transform_(acc)
                 inner_commit(relaid_as(inner, acc) if relay else acc)
                 counter.zero_()
                 return state
@@ -328,6 +339,11 @@ class MultiSteps(Optimizer[MultiStepsState]):
             return commit
 
         return prepare
+
+
+def _in_place_transform(plan: Plan[Any]) -> Callable[[ParamDict], ParamDict] | None:
+    """A clipping wrapper's in-place transform of the gradients, or None."""
+    return plan.transform_ if isinstance(plan, Composed) else None
 
 
 def _selected(
@@ -344,7 +360,12 @@ def _selected(
     total = grads.where(first, acc.add(grads))
     apply = state.mini_step + 1 >= every_k
     update = total.div(every_k) if mean else total
-    # The sum, or on a step the mean it was divided into (as `step_` keeps it).
+    transform_ = _in_place_transform(inner)
+    if transform_ is not None:  # clipped as the eager step clips it
+        inner = cast("Composed[Any]", inner).inner
+        update = transform_(update.clone() if update is total else update)
+    # The sum, or on a step the mean it was divided into (clipped where a
+    # ClipGradNorm is wrapped), as the eager step keeps it.
     acc.copy_(update.where(ParamDict.fromkeys(update, apply), total))
     stepped, inner_state = copied(params, state.inner_state, recorded=False)
     inner(stepped, inner_state)(relaid_as(inner, update))

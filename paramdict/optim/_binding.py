@@ -69,13 +69,23 @@ class Plan(Protocol[S]):
 
 
 class Composed(Generic[S]):
-    """A plan run on gradients first transformed (a wrapper's plan: clipping)."""
+    """A plan run on gradients first transformed (a wrapper's plan: clipping).
 
-    __slots__ = ("_inner", "_transform", "grad_strides")
+    `transform_`, where the wrapper has one, transforms gradients in place: a
+    caller that owns them (`MultiSteps`' accumulator) runs it, then `inner`.
+    """
 
-    def __init__(self, inner: Plan[S], transform: Callable[[ParamDict], ParamDict]):
-        self._inner = inner
+    __slots__ = ("_inner", "_transform", "grad_strides", "inner", "transform_")
+
+    def __init__(
+        self,
+        inner: Plan[S],
+        transform: Callable[[ParamDict], ParamDict],
+        transform_: Callable[[ParamDict], ParamDict] | None = None,
+    ):
+        self._inner = self.inner = inner
         self._transform = transform
+        self.transform_ = transform_
         self.grad_strides: list[Strides | None] | None = getattr(
             inner, "grad_strides", None
         )
@@ -285,9 +295,9 @@ class Bound(Generic[S]):
         if in_place:
             check_writable(optimizer.differentiable, params, state)
         self._plan: Plan[S] = optimizer._plan(params, state, in_place=in_place)
-        self.optimizer = optimizer
-        self.params = params
-        self.state = state
+        self.optimizer: Optimizer[S] = optimizer
+        self.params: ParamDict = params
+        self.state: S = state
         self._in_place = in_place
         tensors = [*params._vals, *state_tensors(state)]
         self._tensors = tensors

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+# pyright: reportPrivateUsage=false
+# (ParamDict's package-internal norm, which `clip_norm` uses)
 from typing import Any, TypeVar, cast
 
 import attrs
+import torch
 from torch import Tensor
 from typing_extensions import override
 
 from .._paramdict import ParamDict
+from .._reduce import CLIP_EPS
 from ._binding import Composed, Plan
 from ._hyper import check_non_negative, check_number
 from ._optimizer import Optimizer
@@ -96,6 +100,10 @@ class ClipGradNorm(Optimizer[S]):
     def step_count(self, state: S, /) -> int:
         return self.optimizer.step_count(state)
 
+    @override
+    def eval_params(self, params: P, state: S, /) -> P:
+        return self.optimizer.eval_params(params, state)
+
     def init(self, params: ParamDict, /) -> S:
         """Return the wrapped optimizer's first state for `params`.
 
@@ -125,4 +133,9 @@ class ClipGradNorm(Optimizer[S]):
         def clipped(grads: ParamDict) -> ParamDict:
             return grads.clip_norm(max_norm, p=norm_type)
 
-        return Composed(inner, clipped)
+        def clipped_(grads: ParamDict) -> ParamDict:
+            # `clip_norm`'s factor, multiplied in place: the same bits.
+            total = grads._norm(norm_type, "clip_norm")
+            return grads.mul_(torch.clamp(max_norm / (total + CLIP_EPS), max=1.0))
+
+        return Composed(inner, clipped, clipped_)

@@ -10,7 +10,7 @@ way everywhere (`Adam(amsgrad="yes")` is a `TypeError`, as `NAdam`'s
 | `flag(default)` | `True` or `False` |
 | `non_negative(default)` | a finite real number `>= 0` |
 | `fraction(default)` | a real number in `[0, 1]` |
-| `betas(default)` | a pair of real numbers, each in `[0, 1)` |
+| `betas(default)` | two (or, as `default`, three) real numbers, each in `[0, 1)` |
 | `fused_option()` | `None`, `True` or `False` (`True` only if not differentiable) |
 
 Each returns an attrs field, typed as its value for the class body:
@@ -40,7 +40,8 @@ a class's own, then `fused`, so the signature reads in torch.optim's order.
 
 from __future__ import annotations
 
-from typing import Any
+from numbers import Real
+from typing import Any, cast, overload
 
 import attrs
 
@@ -86,10 +87,34 @@ def fraction(default: float) -> float:
     return field
 
 
-def betas(default: tuple[float, float]) -> tuple[float, float]:
-    """Return an option that is a pair of real numbers, each in `[0, 1)`."""
-    field: tuple[float, float] = attrs.field(default=default, validator=check_betas)
+@overload
+def betas(default: tuple[float, float]) -> tuple[float, float]: ...
+@overload
+def betas(default: tuple[float, float, float]) -> tuple[float, float, float]: ...
+def betas(default: tuple[float, ...]) -> tuple[float, ...]:
+    """Return an option that is a pair of real numbers, each in `[0, 1)`.
+
+    With a `default` of three numbers (AdEMAMix's, Adan's betas), a triple.
+    """
+    check = check_betas if len(default) == 2 else _check_three_betas
+    field: tuple[float, ...] = attrs.field(default=default, validator=check)
     return field
+
+
+def _check_three_betas(instance: object, attribute: Any, value: Any) -> None:
+    """Raise unless `value` is three numbers, each in `[0, 1)`, naming the option."""
+    del instance
+    given: tuple[object, ...] = (
+        cast("tuple[object, ...]", value) if isinstance(value, tuple) else ()
+    )
+    numbers = all(isinstance(b, Real) and not isinstance(b, bool) for b in given)
+    if len(given) != 3 or not numbers:
+        msg = f"`{attribute.name}` must be three numbers, got {value!r}."
+        raise TypeError(msg)
+    for i, beta in enumerate(cast("tuple[float, float, float]", given)):
+        if not 0 <= beta < 1:
+            msg = f"`{attribute.name}[{i}]` must be in [0, 1), got {beta!r}."
+            raise ValueError(msg)
 
 
 def fused_option() -> bool | None:

@@ -306,9 +306,12 @@ def write_slot(slot: object, new_slot: object, *, floats: bool = False) -> None:
 
 
 def adam_kernel(opt: Any) -> Kernel:
-    """`torch._fused_adam_` (`_fused_adamw_` when decoupled) with `opt`'s options."""
+    """`torch._fused_adam_` (`_fused_adamw_` when decoupled) with `opt`'s options.
+
+    The betas are read at each step, as the rule reads them (`cycled`): a
+    `torch.optim` scheduler behind `as_torch_optimizer` cycles them.
+    """
     kernel = torch._fused_adamw_ if opt._decoupled() else torch._fused_adam_
-    beta1, beta2 = opt.betas
     amsgrad = opt.amsgrad
 
     def run(
@@ -318,6 +321,7 @@ def adam_kernel(opt: Any) -> Kernel:
         steps: list[Tensor],
         lr: float | Tensor,
     ) -> None:
+        beta1, beta2 = opt.betas
         kernel(
             params,
             grads,

@@ -198,14 +198,20 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             )
             raise TypeError(msg)
         pairs = tuple((_as_selector(k), opt) for k, opt in groups.items())
-        members: list[object] = [opt for _, opt in pairs]
-        if default is not None:
-            members.append(default)
-        bad = [type(m).__name__ for m in members if not isinstance(m, Optimizer)]
+        members: list[tuple[str, object]] = [
+            (f"the group {_name(k) if callable(k) else repr(k)}", opt)
+            for k, opt in groups.items()
+        ]
+        members += [("`default`", default)] if default is not None else []
+        bad = [
+            f"{w}: {type(m).__name__}"
+            for w, m in members
+            if not isinstance(m, Optimizer)
+        ]
         if bad:
             msg = (
                 "Every group needs a paramdict optimizer (an `Optimizer` such as "
-                f"`optim.AdamW(...)`), got {', '.join(bad)}."
+                f"`optim.AdamW(...)`), got {'; '.join(bad)}."
             )
             raise TypeError(msg)
         flags = {opt.differentiable for _, opt in pairs}
@@ -438,6 +444,26 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     @override
     def step_count(self, state: tuple[S, ...], /) -> int:
         return max(opt.step_count(sub) for opt, sub in zip(self._members(), state))
+
+    @override
+    def eval_params(self, params: P, state: tuple[S, ...], /) -> P:
+        """Return each group's point to evaluate at, merged in the key order.
+
+        `params` itself where every group evaluates at its parameters.
+        """
+        routes = self._routes_for(params)
+        found: dict[str, Tensor] = {}
+        moved = False
+        for opt, keys, sub in zip(self._members(), routes, self._full(state)):
+            if not keys:
+                continue
+            part = subset(params, keys)
+            point = opt.eval_params(part, sub)
+            moved = moved or point is not part
+            found.update(zip(keys, point.values()))
+        if not moved:
+            return params
+        return params._derive([found[k] for k in params._keys])
 
     @override
     def step(

@@ -1,8 +1,10 @@
-"""The optional hooks of every optimizer: a metric schedule, its rates, its count.
+"""The optional hooks of every optimizer: schedules, rates, counts, eval points.
 
-Each default refuses with a message naming the hook to implement;
-`TorchOptimizer` implements them, and the wrappers (`ParamGroups`,
+Each default but `eval_params`'s refuses with a message naming the hook to
+implement; `TorchOptimizer` implements them, and the wrappers (`ParamGroups`,
 `ClipGradNorm`, `MultiSteps`) hand them to the optimizers they hold.
+`eval_params` returns the parameters themselves unless an optimizer evaluates
+elsewhere (`ScheduleFreeAdamW`).
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from typing import Generic, TypeVar
 
 from torch import Tensor
 
+from .._paramdict import ParamDict
+
 __all__ = ["OptionalHooks"]
 
 S = TypeVar("S")
+P = TypeVar("P", bound=ParamDict)
 
 
 class OptionalHooks(Generic[S]):
-    """`takes_metric`, `step_schedule`, `last_lr` and `step_count` (see `Optimizer`)."""
+    """`takes_metric`, `step_schedule`, `last_lr`, `step_count`, `eval_params`."""
 
     __slots__ = ()
 
@@ -115,3 +120,34 @@ class OptionalHooks(Generic[S]):
             "on it."
         )
         raise TypeError(msg)
+
+    def eval_params(self, params: P, state: S, /) -> P:
+        """Return the parameters to evaluate the model at, given the state.
+
+        The gradients of a step are taken at `params`. For most optimizers that
+        is also the point to evaluate (validate, test, export), and `params` is
+        returned as it is. An optimizer that takes its gradients elsewhere than
+        at the point it converges to overrides this: `ScheduleFreeAdamW` keeps
+        the gradient point `y` as its parameters and evaluates at the average
+        `x`, computed from `y` and the state. It is a function: nothing is
+        written, so evaluating in the middle of training, or saving a
+        checkpoint, needs no switch of mode. The wrappers (`ParamGroups`,
+        `ClipGradNorm`, `MultiSteps`) ask the optimizers they hold, key by key.
+
+        Args:
+            params: The parameters, as `step` returns them.
+            state: The optimizer's state for them.
+
+        Returns:
+            The parameters to evaluate at: `params` itself, or new tensors (not
+            recorded by autograd unless the optimizer is differentiable).
+
+        Example:
+            >>> from paramdict import optim
+            >>> params = ParamDict(w=torch.ones(2))
+            >>> opt = optim.AdamW()
+            >>> opt.eval_params(params, opt.init(params)) is params
+            True
+        """
+        del state
+        return params

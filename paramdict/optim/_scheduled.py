@@ -2,9 +2,10 @@
 
 The rate of a step (a number, a 0-dim tensor, a per-key ParamDict, or a
 schedule's current value kept in the state's `schedule` field), the momentum a
-schedule cycles, the schedule's next state, and the schedule-facing hooks
-(`step_schedule`, `last_lr`, `step_count`): the part of `TorchOptimizer` that
-asks `_schedules/slot.py`, kept apart from the step's driver.
+schedule cycles, the schedule's next state, the schedule-facing hooks
+(`step_schedule`, `last_lr`, `step_count`), and the step's numbers read on the
+host where that is free (`host_numbers`): the part of `TorchOptimizer` that asks
+`_schedules/slot.py`, kept apart from the step's driver.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._hooks import OptionalHooks
-from ._hyper import Rate
+from ._hyper import Rate, host_numbers
 from ._schedules.slot import (
     LearningRate,
     Schedule,
@@ -85,6 +86,37 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
             current: Tensor = slot.lr
             return current
         return cast(Rate, value)
+
+    def host_numbers(self, *values: Rate) -> tuple[float, ...] | None:
+        """Return `values` (the step, a rate) as Python floats where reading is free.
+
+        What torch.optim's foreach steps do with their step counts and tensor
+        rates: read them on the host and compute the step sizes with Python
+        floats, which the foreach kernels take as scalars on their fast path (a
+        0-dim tensor of another dtype than the entries costs a conversion and
+        a kernel per entry on the CPU). A rule computes its step-dependent
+        numbers from these where it gets them, and from the tensors otherwise:
+        None when a read is not free or not allowed (compiled, under a
+        `torch.func` transform, a value on an accelerator or per key, or, with
+        `differentiable=True`, a value that requires grad, which stays a
+        tensor for autograd).
+
+        Args:
+            values: Numbers, 0-dim tensors or per-key ParamDicts.
+
+        Returns:
+            The values as floats, or None.
+
+        Example:
+            >>> from paramdict import optim
+            >>> step = torch.tensor(3.0, dtype=torch.float64)
+            >>> optim.Adan().host_numbers(step, 0.1)
+            (3.0, 0.1)
+            >>> rate = torch.tensor(0.1, requires_grad=True)
+            >>> optim.Adan(differentiable=True).host_numbers(step, rate) is None
+            True
+        """
+        return host_numbers(bool(getattr(self, "differentiable", False)), *values)
 
     def cycled(self, name: str, state: object, /) -> Any:
         """Return the field `name` (`"momentum"`, `"betas"`) for this step.

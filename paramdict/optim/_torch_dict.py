@@ -63,7 +63,13 @@ def param_groups(state_dict: Mapping[str, Any]) -> list[Mapping[str, Any]]:
             )
             raise TypeError(msg)
         entries = cast("Mapping[str, Any]", group)
-        ids: object = entries.get("params", [])
+        if "params" not in entries:
+            msg = (
+                f"The state dict's `param_groups[{i}]` has no 'params' entry (the "
+                f"indices or names of its parameters). {_FIX}"
+            )
+            raise KeyError(msg)
+        ids: object = entries["params"]
         kind = type(ids).__name__
         if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Sequence):
             msg = (

@@ -17,9 +17,9 @@ from torch import Tensor
 
 from .._paramdict import ParamDict
 from ._optimizer import Optimizer
+from ._torch_entries import NO_STEP as _NO_STEP
 from ._torch_optimizer import TorchOptimizer
 from ._torch_state import (
-    _NO_STEP,
     Names,
     _buffer_fields,
     _check_state,

@@ -36,8 +36,11 @@ every option set of `tests/optim/optim_cases.py` in float32, bit for bit.
 
 
 def _entries(state: Any) -> ParamDict | None:
-    """A buffer of `state` keyed like the parameters (their dtypes and devices)."""
-    for field in state._fields:
+    """A buffer of `state` keyed like the parameters (their dtypes and devices).
+
+    None without a state (settings read before there is one).
+    """
+    for field in getattr(state, "_fields", ()):
         value = getattr(state, field)
         if field != "schedule" and isinstance(value, ParamDict) and value:
             return value

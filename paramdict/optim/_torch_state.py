@@ -36,8 +36,11 @@ from ._torch_dict import (
     saved_state,
     tensor_of,
 )
+from ._torch_entries import NO_STEP as _NO_STEP
+from ._torch_entries import check_entries, check_first_buffers
 from ._torch_optimizer import TorchOptimizer
 from ._torch_paths import FLAGS, torch_flags
+from ._torch_since import check_class_exists, check_settings_exist
 
 S = TypeVar("S")
 
@@ -45,36 +48,13 @@ Names = nn.Module | Sequence[Sequence[str]]
 
 _FLAGS = FLAGS
 
-_NO_STEP = frozenset({"SGD", "Muon"})
-"""The optimizers whose torch state keeps no step count."""
-
-
-_CLASS_SINCE = {"Muon": "2.9"}
-"""torch.optim's classes newer than the oldest torch supported, with the release
-that added each: on an older torch their states do not convert."""
-
-_SETTING_SINCE = {
-    ("Adam", "decoupled_weight_decay"): (
-        "2.7",
-        "use `optim.AdamW`, the same update, whose counterpart is torch.optim.AdamW",
-    )
-}
-"""Settings of torch.optim's classes newer than the oldest torch supported: the
-release that added each, and the way around it. On an older torch a paramdict
-optimizer that uses one (a value other than False) has no torch counterpart."""
-
 
 def _torch_class(opt: object) -> type[torch.optim.Optimizer]:
     """Return torch.optim's class of the same name as `opt`'s."""
     name = type(opt).__name__
     cls = getattr(torch.optim, name, None)
-    if cls is None and name in _CLASS_SINCE and isinstance(opt, TorchOptimizer):
-        msg = (
-            f"{name}'s state converts to torch.optim.{name}, which torch "
-            f"{_CLASS_SINCE[name]} added; this torch is {torch.__version__}. "
-            f"Install torch>={_CLASS_SINCE[name]} to convert it."
-        )
-        raise TypeError(msg)
+    if cls is None and isinstance(opt, TorchOptimizer):
+        check_class_exists(name)
     if (
         name == "LBFGS"
         or not isinstance(opt, TorchOptimizer)
@@ -107,13 +87,19 @@ def _group_names(names: Names) -> list[list[str]]:
     """Return the ordered names of each group (a module is one group)."""
     if isinstance(names, nn.Module):
         return [[name for name, _ in names.named_parameters()]]
-    given: Sequence[object] = names
-    if isinstance(given, str) or not all(
-        isinstance(group, Sequence) and not isinstance(group, str) for group in given
+    given: object = names
+    if (
+        not isinstance(given, Sequence)
+        or isinstance(given, str)
+        or not all(
+            isinstance(group, Sequence) and not isinstance(group, str)
+            for group in given
+        )
     ):
         msg = (
             "`names` must be a module or a sequence of groups, each a sequence of "
-            "parameter names; wrap one group's names in a list: `[names]`."
+            "parameter names; wrap one group's names in a list: `[names]`. Got "
+            f"{type(given).__name__}."
         )
         raise TypeError(msg)
     return [list(group) for group in names]
@@ -133,7 +119,7 @@ def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:
     """Return the group settings of torch's class for `opt`'s configuration."""
     cls = _torch_class(opt)
     defaults = _defaults(cls)
-    _check_settings_exist(opt, cls, defaults)
+    check_settings_exist(opt, cls, defaults)
     flags = torch_flags(opt, state, defaults)
     group: dict[str, Any] = {}
     for name, default in defaults.items():
@@ -159,23 +145,6 @@ def _hyperparameters(opt: TorchOptimizer[Any], state: Any) -> dict[str, Any]:
             raise TypeError(msg)
         group[name] = value
     return group
-
-
-def _check_settings_exist(
-    opt: TorchOptimizer[Any], cls: type[torch.optim.Optimizer], defaults: Any
-) -> None:
-    """Raise if `opt` uses a setting that this torch's `cls` does not have yet."""
-    for (name, setting), (since, instead) in _SETTING_SINCE.items():
-        if cls.__name__ == name and setting not in defaults:
-            if getattr(opt, setting, False) is False:
-                continue
-            msg = (
-                f"{type(opt).__name__}({setting}=True) converts to torch.optim."
-                f"{name}({setting}=True), which torch {since} added; this torch "
-                f"is {torch.__version__}. Install torch>={since} to convert it, or "
-                f"{instead}."
-            )
-            raise ValueError(msg)
 
 
 def _schedule_settings(schedule: object, slot: Any) -> dict[str, float]:
@@ -246,6 +215,22 @@ def _check_group(
         )
         raise ValueError(msg)
     mine = _hyperparameters(opt, template)
+    lacking = sorted(
+        name
+        for name, value in mine.items()
+        if name not in group
+        and name in defaults
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)  # flags: torch's `__setstate__` sets them
+        and name not in _FLAGS
+    )
+    if lacking:  # torch's step would raise a KeyError on each
+        msg = (
+            f"Group {index} of the state dict has no settings {lacking}; "
+            f"{cls.__name__} reads them at every step. Save the state dict again "
+            "with `state_dict()`."
+        )
+        raise KeyError(msg)
     swa = _swa_rates(opt.lr)
     if "swa_lr" in group and swa and not _same(group["swa_lr"], swa["swa_lr"]):
         mine_swa = swa["swa_lr"]
@@ -375,10 +360,14 @@ def load_torch_state_dict(
         The state, as `opt.init(params)` returns it, at torch's step.
 
     Raises:
-        KeyError: If `state_dict` has no `state` or `param_groups` (as torch).
+        KeyError: If `state_dict` has no `state` or `param_groups` (as torch),
+            a group has no `params` or lacks a setting, or a parameter's state
+            lacks an entry that torch's step reads (torch's step raises
+            `KeyError` there); the message names it.
         TypeError: If `opt` has no torch.optim counterpart (in the installed
-            torch), `names` is malformed, or an entry of `state_dict` is of the
-            wrong kind (a string step, `state` as a list); the message names it.
+            torch), `params` is not a ParamDict, `names` is malformed, or an
+            entry of `state_dict` is of the wrong kind (a string step, `state`
+            as a list, a `None` buffer); the message names it.
         ValueError: If the groups, settings, parameters or buffers do not fit
             `opt` and `params`, a step count is not a whole number at least 0
             or differs between a group's parameters, a buffer is on the meta
@@ -400,6 +389,13 @@ def load_torch_state_dict(
         (1, ['bias', 'weight'])
     """
     check_step_argument(step)
+    given: object = params
+    if not isinstance(given, ParamDict):
+        msg = (
+            "`params` must be the ParamDict of the parameters the state is for, "
+            f"got {type(given).__name__}."
+        )
+        raise TypeError(msg)
     saved_groups = param_groups(state_dict)
     saved_state_ = saved_state(state_dict)
     by_name = [
@@ -509,6 +505,7 @@ def _load_group(
                 "optimizer's or another configuration's."
             )
             raise ValueError(msg)
+    check_entries(opt, saved, template, fields, per_key)
     values: dict[str, Any] = {}
     for f in fields:
         value = getattr(template, f)
@@ -525,7 +522,7 @@ def _load_group(
         if shared is not None:
             values[f] = _fit(shared, value, f"`{f}`")
         elif f == "step" and type(opt).__name__ in _NO_STEP:
-            _check_first_buffers(opt, saved, list(params))
+            check_first_buffers(opt, saved, list(params))
             count = step if step is not None else int(any(v for v in saved.values()))
             values[f] = torch.full_like(value, count)
     if _scheduled(opt):
@@ -547,34 +544,6 @@ def _load_group(
     loaded = template._replace(**values)
     opt.check_state(params, loaded)  # what the dict's values make of the state
     return loaded
-
-
-def _check_first_buffers(
-    opt: TorchOptimizer[Any],
-    saved: Mapping[str, Mapping[str, Any]],
-    names: list[str],
-) -> None:
-    """Raise if torch's SGD would start some buffers otherwise than paramdict's.
-
-    torch's SGD (and Muon) keep no step count: a parameter without a momentum
-    buffer starts one at its next step. paramdict's one count per group starts
-    them alike where that start is the rule's step from a zero buffer (no
-    dampening); with dampening, torch starts a buffer as a copy of the gradient,
-    which paramdict does only at the group's first step.
-    """
-    if getattr(opt, "dampening", 0) == 0:
-        return
-    held = [n for n in names if saved.get(n, {}).get("momentum_buffer") is not None]
-    lacking = sorted(set(names) - set(held))
-    if held and lacking:
-        msg = (
-            f"The state dict holds momentum buffers for {sorted(held)} and none for "
-            f"{lacking}: torch's SGD starts a damped buffer as a copy of the next "
-            "gradient, and paramdict's one step count per group cannot start some "
-            "buffers and continue others. Load a checkpoint in which every "
-            "parameter of the group has taken a step (or none has)."
-        )
-        raise ValueError(msg)
 
 
 def _fit(got: Any, like: Tensor, what: str) -> Tensor:

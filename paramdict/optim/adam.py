@@ -173,13 +173,14 @@ class Adam(AdamOptions[AdamState]):
         second = state.exp_avg_sq
         if self.amsgrad:
             second = state.max_exp_avg_sq.maximum_(second)
-        if self.differentiable and not isinstance(lr, ParamDict):
+        float64 = compute_dtype(params) == torch.float64
+        if self.differentiable and not isinstance(lr, ParamDict) and not float64:
             # torch's differentiable step: its arithmetic on the step tensor,
-            # bit for bit (float32 unless the default dtype is float64). For
-            # float64 parameters the count stays float64: a gradient through
-            # the step keeps float64's precision (torch's rounds it to float32).
-            float64 = compute_dtype(params) == torch.float64
-            count = step if float64 else step.to(state_scalar_dtype(step.device))
+            # bit for bit (float32 unless the default dtype is float64). Float64
+            # parameters take the default path's float64 numbers instead (a
+            # meta-gradient keeps float64's precision; torch's differentiable
+            # step rounds its bias corrections to float32 there).
+            count = step.to(state_scalar_dtype(step.device))
             step_size_neg = (lr / (1 - beta1**count)).neg()
             denom = second.sqrt().div((1 - beta2**count).sqrt() * step_size_neg)
             denom.add_(self.eps / step_size_neg)

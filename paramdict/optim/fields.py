@@ -10,7 +10,7 @@ refused the same way everywhere:
 | `flag(default)` | `True` or `False` |
 | `non_negative(default)` | a finite real number `>= 0` |
 | `fraction(default)` | a real number in `[0, 1]` |
-| `betas(default)` | a pair of real numbers, each in `[0, 1)` |
+| `betas(default)` | two (or, as `default`, three) real numbers, each in `[0, 1)` |
 | `fused_option()` | `None`, `True` or `False` (`True` only if not differentiable) |
 
 `shared_last` puts the options every optimizer shares (`maximize`,

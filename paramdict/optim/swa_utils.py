@@ -202,7 +202,9 @@ class WeightAverage:
                     count,
                     in_place=False,
                 )
-            return AveragedState(state.n_averaged + 1, averaged._derive(made))
+            return AveragedState(
+                state.n_averaged + 1, averaged._derive(_flagged(made, averaged._vals))
+            )
         n = state.n_averaged
         new: dict[str, Tensor] = {}
         with torch.no_grad():
@@ -212,7 +214,8 @@ class WeightAverage:
                 # The first update copies; `where` keeps it free of host reads.
                 mixed = self._average(avg, value, counted)
                 new[key] = torch.where(counted == 0, value.to(avg.dtype), mixed)
-        return AveragedState(n + 1, ParamDict(new))
+        made = _flagged(list(new.values()), averaged._vals)
+        return AveragedState(n + 1, ParamDict(zip(new, made, strict=True)))
 
     def update_(
         self, state: AveragedState, values: Mapping[str, Tensor], /
@@ -471,3 +474,15 @@ def update_bn(
     torch.optim.swa_utils.update_bn(loader, copied, device=device)
     refreshed = ParamDict.from_module(copied, buffers=True)
     return ParamDict((k, refreshed[k].detach().clone()) for k in values)
+
+
+def _flagged(made: list[Tensor], averages: list[Tensor]) -> list[Tensor]:
+    """`made`, each requiring grad where its old average did.
+
+    New leaves, as `AveragedModel`'s averaged parameters stay leaves that
+    require grad.
+    """
+    for new, old in zip(made, averages, strict=True):
+        if old.requires_grad and not new.requires_grad:
+            new.requires_grad_()
+    return made

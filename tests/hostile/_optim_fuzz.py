@@ -35,6 +35,7 @@ from paramdict import ParamDict, optim
 __all__ = [
     "OPTIMIZERS",
     "Spec",
+    "check_readable",
     "constructor_args",
     "matrices",
     "opt_arg",
@@ -437,6 +438,24 @@ def state_arg(spec: Spec, *, alias_ok: bool) -> Arg:
 # ---------------------------------------------------------------- torch's answer
 
 
+def check_readable(saved: dict[str, Any], params: list[Tensor]) -> None:
+    """Raise where torch's kernels would read a buffer unchecked (and may crash).
+
+    torch's fused kernels read a buffer of another shape than its parameter's
+    (a zero-size one, say) out of bounds, and a sparse one as if dense; such a
+    state has no torch answer, so it must be refused. (Adafactor's factored
+    `row_var` and `col_var` have shapes of their own.)
+    """
+    for i, buffers in saved["state"].items():
+        for name, buffer in buffers.items():
+            if not isinstance(buffer, Tensor) or name in ("row_var", "col_var"):
+                continue
+            sized = buffer.dim() > 0 and buffer.shape != params[i].shape
+            if sized or buffer.layout != torch.strided:
+                msg = f"torch's kernels would misread the `{name}` of {i}"
+                raise ValueError(msg)
+
+
 def torch_step(
     spec: Spec, params: Any, grads: Any, state: Any, *, steps: int = 1
 ) -> dict[str, Tensor]:
@@ -446,9 +465,10 @@ def torch_step(
     leaves = {k: params[k].detach().clone().requires_grad_() for k in names}
     options = {k: v for k, v in spec.options.items() if k != "fused"}
     theirs = spec.theirs(list(leaves.values()), **options)
-    exported = optim.to_torch_state_dict(spec.make(), state, [names])
-    _check_fused_shapes(exported, list(leaves.values()))
-    theirs.load_state_dict(exported)
+    saved = optim.to_torch_state_dict(spec.make(), state, [names])
+    check_readable(saved, [params[k] for k in names])
+    _check_fused_shapes(saved, list(leaves.values()))
+    theirs.load_state_dict(saved)
     for _ in range(steps):
         for k in names:
             leaves[k].grad = grads[k].detach().clone()

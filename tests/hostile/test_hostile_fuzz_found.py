@@ -6,6 +6,7 @@ the smallest input that showed it.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, cast
 
@@ -347,3 +348,131 @@ def test_a_fractional_count_in_a_schedule_state_is_refused(field: str) -> None:
     step = optim.StepLR(base_lr=0.1, step_size=1)
     with pytest.raises(ValueError, match="invalid values in `last_epoch`"):
         step.step(step.init()._replace(last_epoch=torch.tensor(1.5, dtype=F64)))
+
+
+@pytest.mark.parametrize(
+    ("groups", "default", "match"),
+    [
+        ({"w": optim.SGD()}, "sgd", r"got `default`: str\."),
+        ({"w": None}, None, r"got the group 'w': NoneType\."),
+        (
+            {("w", "b"): torch.optim.SGD, "x": optim.SGD()},
+            torch.optim.Adam,
+            r"got the group \('w', 'b'\): type; `default`: type\.",
+        ),
+    ],
+    ids=["default", "group", "both"],
+)
+def test_param_groups_name_the_member_that_is_not_an_optimizer(
+    groups: Any, default: Any, match: str
+) -> None:
+    """A group or `default` that is not an optimizer: the error says which."""
+    with pytest.raises(TypeError, match=match):
+        optim.ParamGroups(groups, default=default)
+
+
+def _adam_dict(cls: Any = torch.optim.Adam) -> tuple[list[Tensor], dict[str, Any]]:
+    leaves = [t.clone().requires_grad_() for t in _params().values()]
+    theirs = cls(leaves, lr=0.1)
+    for leaf in leaves:
+        leaf.grad = torch.ones_like(leaf)
+    theirs.step()
+    return leaves, copy.deepcopy(theirs.state_dict())
+
+
+def _edited(edit: Any, cls: Any = torch.optim.Adam) -> Any:
+    def build() -> tuple[Any, ...]:
+        _, saved = _adam_dict(cls)
+        edit(saved)
+        return saved, _params()
+
+    return build
+
+
+def _load(opt: Any) -> Any:
+    def call(saved: Any, params: Any) -> None:
+        optim.load_torch_state_dict(opt, saved, params, [["w", "b"]])
+
+    return call
+
+
+LOAD_CASES = unique_ids(
+    [
+        Case(
+            "params=None",
+            lambda: (_adam_dict()[1], None),
+            _load(optim.Adam(lr=0.1)),
+            TypeError,
+            "`params` must be the ParamDict .* got NoneType",
+        ),
+        Case(
+            "a group without params",
+            _edited(lambda sd: sd["param_groups"][0].pop("params")),
+            _load(optim.Adam(lr=0.1)),
+            KeyError,
+            r"`param_groups\[0\]` has no 'params' entry",
+        ),
+        Case(
+            "a group without lr",
+            _edited(lambda sd: sd["param_groups"][0].pop("lr")),
+            _load(optim.Adam(lr=0.1)),
+            KeyError,
+            r"Group 0 of the state dict has no settings \['lr'\]",
+        ),
+        Case(
+            "exp_avg None",
+            _edited(lambda sd: sd["state"][0].update(exp_avg=None)),
+            _load(optim.Adam(lr=0.1)),
+            TypeError,
+            r"The state of 'w' holds None as \['exp_avg'\]",
+        ),
+        Case(
+            "exp_avg missing",
+            _edited(lambda sd: sd["state"][0].pop("exp_avg")),
+            _load(optim.Adam(lr=0.1)),
+            KeyError,
+            r"The state of 'w' has no \['exp_avg'\] but other entries",
+        ),
+        Case(
+            "RAdam's dict into NAdam",
+            _edited(lambda sd: None, torch.optim.RAdam),
+            _load(optim.NAdam(lr=0.1)),
+            KeyError,
+            r"no settings \['momentum_decay'\]; NAdam reads them",
+        ),
+        Case(
+            "NAdam's dict without mu_product",
+            _edited(lambda sd: sd["state"][1].pop("mu_product"), torch.optim.NAdam),
+            _load(optim.NAdam(lr=0.1)),
+            KeyError,
+            r"The state of 'b' has no \['mu_product'\]",
+        ),
+    ]
+)
+
+
+@pytest.mark.parametrize("case", [c.param() for c in LOAD_CASES])
+def test_load_refuses_what_torch_cannot_step(case: Case) -> None:
+    """A dict torch loads but cannot step (KeyError, crash): refused, unchanged."""
+    check(case)
+
+
+def test_sgd_without_a_momentum_buffer_still_loads_as_torch_starts_it() -> None:
+    """A missing or None SGD momentum buffer starts afresh, as in torch."""
+    leaves = [t.clone().requires_grad_() for t in _params().values()]
+    theirs = torch.optim.SGD(leaves, lr=0.1, momentum=0.9)
+    for leaf in leaves:
+        leaf.grad = torch.ones_like(leaf)
+    theirs.step()
+    saved = copy.deepcopy(theirs.state_dict())
+    saved["state"][0]["momentum_buffer"] = None
+    opt = optim.SGD(lr=0.1, momentum=0.9)
+    state = optim.load_torch_state_dict(opt, saved, _params(), [["w", "b"]], step=0)
+    assert sorted(state.momentum_buffer) == ["b", "w"]
+
+
+def test_export_names_a_names_that_is_not_a_sequence() -> None:
+    """`to_torch_state_dict(..., names=None)`: a TypeError naming `names`."""
+    opt = optim.Adam()
+    with pytest.raises(TypeError, match=r"`names` must be a module .* Got NoneType"):
+        optim.to_torch_state_dict(opt, opt.init(_params()), cast(Any, None))

@@ -222,7 +222,10 @@ def test_groups_must_agree_on_differentiable() -> None:
         ({3: optim.SGD()}, r"pattern or a non-empty tuple of patterns"),
         ({("*", 3): optim.SGD()}, r"or a predicate on \(name, tensor\), got"),
         ({(): optim.SGD()}, r"pattern or a non-empty tuple of patterns"),
-        ({"*": torch.optim.SGD}, r"needs a paramdict optimizer .* got type"),
+        (
+            {"*": torch.optim.SGD},
+            r"needs a paramdict optimizer .* got the group '\*': type",
+        ),
     ],
 )
 def test_groups_of_the_wrong_kind_are_refused(groups: Any, match: str) -> None:

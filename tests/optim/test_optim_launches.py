@@ -7,6 +7,7 @@ with torch.optim's `foreach=True` step on the same tensors (its fastest default
 path on a GPU): never more calls, never a host sync. Learning-rate schedules run
 on the host (torch's schedulers do), so a scheduled step launches what an
 unscheduled one does; two parameter groups launch what torch's two groups do.
+`as_torch_optimizer`'s `step` launches exactly what the `step_` it wraps does.
 """
 
 from __future__ import annotations
@@ -390,3 +391,46 @@ def test_weight_average_launches_one_kernel_per_group(
     ops = count(update)
     assert not ops.syncs, f"host syncs: {ops.syncs}"
     assert len(ops.ops) == 1, ops.summary()
+
+
+# ------------------------------------------------------------ as_torch_optimizer
+
+
+def _adapter_ops(opt: optim.Optimizer[Any], *, scheduled: bool) -> DeviceOps:
+    """`as_torch_optimizer(opt)`'s step (and a torch scheduler's) in a plain loop."""
+    # Leaves, as torch.optim wants; not requiring grad: autograd's views of a
+    # fake tensor outside its mode end the process (Adafactor's `init` makes one).
+    tensors = cuda_tensors(SHAPES)
+    grads = cuda_tensors(SHAPES)
+    adapter = optim.as_torch_optimizer(opt, list(zip(_keys(), tensors)))
+    sched = torch.optim.lr_scheduler.StepLR(adapter, step_size=2) if scheduled else None
+
+    def step() -> None:
+        for tensor, grad in zip(tensors, grads):
+            tensor.grad = grad
+        adapter.step()
+        if sched is not None:
+            sched.step()
+
+    return count(step)
+
+
+@pytest.mark.parametrize("config", ["default", "rich", "scheduled", "groups"])
+@pytest.mark.parametrize("name", list(TABLE))
+def test_the_torch_adapter_launches_what_step_in_place_does(
+    name: str, config: str
+) -> None:
+    """`as_torch_optimizer`'s `step` makes the device calls of the `step_` it wraps.
+
+    The same calls, in the same order, and no host sync; a torch scheduler
+    writing `lr` into the group each step adds none (two parameter groups: as
+    `ParamGroups` of the same optimizers).
+    """
+    options = TABLE[name][3] if config == "rich" else TABLE[name][2]
+    opt = _ours(name, options, "groups" if config == "groups" else "default")
+    adapted = _adapter_ops(opt, scheduled=config == "scheduled")
+    wrapped = _ours_ops(opt, in_place=True)
+    assert not adapted.syncs, f"host syncs: {adapted.syncs}"
+    assert adapted.ops == wrapped.ops, (
+        f"{name} ({config}): the adapter {adapted.summary()}; step_ {wrapped.summary()}"
+    )

@@ -51,10 +51,12 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.optim import lr_scheduler as tls
 from torch.optim import swa_utils
 
-from paramdict import optim
+from paramdict import ParamDict, optim
 
 _loose: Any = optim  # untyped view of the API, to pass bad arguments
 TorchMake = Callable[[torch.optim.Optimizer], Any]
@@ -1044,6 +1046,43 @@ def test_onecycle_lr(
     )
     _bitwise(got_lrs, torch_lrs)
     _bitwise([m if m is not None else math.nan for m in got_moms], torch_moms)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    max_lr=st.sampled_from([1.3, 0.1, 25.0, 0.013, 3e-4, 7.77]),
+    total_steps=st.integers(2, 1000),
+    div_factor=st.sampled_from([25.0, 3.0, 10.0, 1.7]),
+    pct_start=st.sampled_from([0.3, 0.25, 0.5, 0.9]),
+    anneal_strategy=st.sampled_from(["cos", "linear"]),
+    three_phase=st.booleans(),
+)
+def test_onecycle_first_rate_is_torchs_exactly(**settings: Any) -> None:
+    """The rate and momentum at `init`, before any step, are torch's, bit for bit.
+
+    Also as an optimizer's `lr` (its `last_lr` and its torch export). torch's
+    group whose `lr` is a float32 tensor (upstream's second group) holds the
+    float32 rounding of the same rate (0.052000001 for 0.052): that rounding is
+    the tensor's, not the schedule's.
+    """
+    ours = optim.OneCycleLR(**settings)
+    state = ours.init()
+    rate = torch.zeros(1, requires_grad=True)
+    exact = torch.optim.SGD([rate], lr=0.05, momentum=0.9)
+    tls.OneCycleLR(exact, **settings)
+    group = exact.param_groups[0]
+    assert float(state.lr) == group["lr"]
+    assert state.momentum is not None
+    assert float(state.momentum) == group["momentum"]
+    opt = optim.SGD(lr=ours, momentum=0.9)
+    held = opt.init(ParamDict(w=torch.zeros(1)))
+    assert opt.last_lr(held) == [group["lr"]]
+    saved = optim.to_torch_state_dict(opt, held, [["w"]])
+    assert saved["param_groups"][0]["lr"] == group["lr"]
+    tensor_rate = torch.optim.SGD([rate], lr=torch.tensor(0.5), momentum=0.9)
+    tls.OneCycleLR(tensor_rate, **settings)
+    rounded = tensor_rate.param_groups[0]["lr"]
+    assert float(rounded) == float(torch.tensor(group["lr"], dtype=torch.float32))
 
 
 @pytest.mark.parametrize(

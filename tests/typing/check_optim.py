@@ -119,6 +119,28 @@ def check_adafactor(p: ParamDict, q: MyParams, g: ParamDict, t: Tensor) -> None:
     assert_type(state.variance, ParamDict)
 
 
+def check_papers(p: ParamDict, q: MyParams, g: ParamDict, t: Tensor) -> None:
+    free = optim.ScheduleFreeAdamW(lr=t, warmup_steps=10, r=0.5)
+    assert_type(free.init(p), optim.ScheduleFreeAdamWState)
+    assert_type(
+        free.step(q, g, free.init(q)), tuple[MyParams, optim.ScheduleFreeAdamWState]
+    )
+    assert_type(free.eval_params(q, free.init(q)), MyParams)
+    assert_type(free.init(p).weight_sum, Tensor)
+    mix = optim.AdEMAMix(betas=(0.9, 0.999, 0.9999), t_alpha_beta3=100)
+    assert_type(mix.betas, tuple[float, float, float])
+    assert_type(mix.alpha_at(t), float | Tensor)
+    assert_type(mix.init(p).exp_avg_slow, ParamDict)
+    adan = optim.Adan(no_prox=True)
+    assert_type(adan.step_(q, g, adan.init(q)), tuple[MyParams, optim.AdanState])
+    assert_type(adan.host_numbers(t, 0.1), tuple[float, ...] | None)
+    soap = optim.SOAP(precondition_frequency=5, qr_dtype=torch.float32)
+    assert_type(soap.init(p).gg, tuple[ParamDict, ...])
+    assert_type(soap.layout(t), tuple[tuple[int, ...], list[int | None]])
+    groups = optim.ParamGroups({"*.bias": optim.AdamW()}, default=optim.AdamW())
+    assert_type(groups.eval_params(q, groups.init(q)), MyParams)
+
+
 def check_lbfgs(p: ParamDict, q: MyParams) -> None:
     opt = optim.LBFGS(line_search_fn="strong_wolfe", history_size=10)
     assert_type(opt, optim.LBFGS)

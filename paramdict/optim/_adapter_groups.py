@@ -1,0 +1,483 @@
+"""One parameter group of `TorchAdapter`: its optimizer, state and binding.
+
+The adapter's `param_groups` are the plain dicts that torch's schedulers,
+`GradScaler` and training frameworks read and write. Each is paired with a
+`Group`: the group's parameters as a ParamDict (the module's own tensors), a
+private copy of the paramdict optimizer configured as the dict says, its
+state, and its binding (`Optimizer.bind`), made once.
+
+Before each step `Group.sync` compares the dict's settings with those the copy
+was configured with. A new learning rate, which a scheduler writes every step,
+is checked as a number and set on the copy, whose bound plan reads it at the
+step: nothing else is checked again. Any other change makes a new copy
+(`attrs.evolve`, so the constructor's validation) and binds it again, once.
+
+The settings are torch's: for an optimizer with a `torch.optim` counterpart,
+the keys of that class's `defaults`, in its order; for another, its own
+options. `fused` shows what runs (True where torch's fused kernel takes the
+step), and a written `fused` has torch's meaning (None or False: not fused).
+`foreach` is kept as written (torch's default, None, until then): the rule
+runs its own kernels anyway. A saved dict whose group leaves it at None names
+the path that rounds as the rule (`to_torch_state_dict`'s flags), so torch
+continues on it.
+"""
+
+from __future__ import annotations
+
+# pyright: reportPrivateUsage=false
+# (the binding's plan and the shared conversions of this package)
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
+from typing import Any, TypeGuard, cast
+
+import attrs
+import torch
+from torch import Tensor
+
+from .._paramdict import ParamDict
+from ._binding import Bound
+from ._fused import FusedPlan
+from ._groups import subset
+from ._hyper import check_rate
+from ._schedules.slot import is_schedule
+from ._torch_entries import NO_STEP as _NO_STEP
+from ._torch_optimizer import TorchOptimizer
+from ._torch_state import _defaults, _hyperparameters, _torch_class
+
+__all__ = [
+    "MISSING",
+    "Group",
+    "checked",
+    "configured",
+    "counterpart",
+    "defaults_of",
+    "unchanged",
+]
+
+MISSING: Any = object()
+_FREE = frozenset({"foreach"})
+"""Settings kept as written, with no effect: the rule's kernels are foreach."""
+_RATES = frozenset({"lr", "weight_decay"})
+_LIVE = _RATES | {"momentum", "betas"}
+"""Settings the step reads each time (`rate`, `cycled`): set without a new binding."""
+
+
+def counterpart(opt: object) -> bool:
+    """Whether `opt` has a `torch.optim` class of its name whose state converts."""
+    name = type(opt).__name__
+    cls = getattr(torch.optim, name, None)
+    return (
+        name != "LBFGS"
+        and isinstance(cls, type)
+        and issubclass(cls, torch.optim.Optimizer)
+    )
+
+
+def _torch_style(opt: object) -> TypeGuard[TorchOptimizer[Any]]:
+    return isinstance(opt, TorchOptimizer)
+
+
+def checked(opt: object, where: str) -> TorchOptimizer[Any]:
+    """Return `opt` if the adapter can step it (see the errors).
+
+    Raises:
+        TypeError: If `opt` is not an optimizer in the style of `torch.optim`,
+            or a rate is a schedule or per-key.
+        ValueError: If it is differentiable.
+    """
+    if not _torch_style(opt):
+        msg = (
+            f"{where} needs an optimizer in the style of torch.optim (a "
+            f"`TorchOptimizer` such as `optim.AdamW(...)`), got "
+            f"{type(opt).__name__}. Clip with `torch.nn.utils.clip_grad_norm_` and "
+            "accumulate gradients in the loop, as with torch.optim; give groups as "
+            "`optim.ParamGroups` or as torch's list of dicts."
+        )
+        raise TypeError(msg)
+    member = opt
+    name = type(member).__name__
+    if is_schedule(member.lr):
+        msg = (
+            f"{where}: the {name}'s `lr` is a paramdict schedule; as a torch.optim "
+            "optimizer its rate is `param_groups[i]['lr']`, which torch's "
+            "schedulers set. Give a number as `lr` and attach a "
+            "`torch.optim.lr_scheduler` to the adapter."
+        )
+        raise TypeError(msg)
+    per_key = sorted(
+        f.name
+        for f in attrs.fields(type(member))
+        if isinstance(getattr(member, f.name), ParamDict)
+    )
+    if per_key:
+        msg = (
+            f"{where}: the {name}'s {per_key} are per-key ParamDicts; torch.optim's "
+            "param_groups take one number per group. Give each set of values its "
+            "own group (a list of dicts, or `optim.ParamGroups`)."
+        )
+        raise TypeError(msg)
+    if member.differentiable:
+        msg = (
+            f"{where}: the {name} is differentiable; the adapter writes its steps "
+            "into the parameters, outside autograd. Build it with "
+            "`differentiable=False`."
+        )
+        raise ValueError(msg)
+    return member
+
+
+def _init_fields(member: TorchOptimizer[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in attrs.fields(type(member)) if f.init)
+
+
+def defaults_of(member: TorchOptimizer[Any], state: object) -> dict[str, Any]:
+    """The settings of `member` under torch's names (`fused` as configured).
+
+    `foreach` is torch's class default, as a torch optimizer built with
+    `member`'s settings shows it (the export names the path, `exported`).
+    """
+    if counterpart(member):
+        settings = _hyperparameters(member, state)
+        if "foreach" in settings:
+            settings["foreach"] = _defaults(_torch_class(member))["foreach"]
+        return settings
+    return {name: getattr(member, name) for name in sorted(_init_fields(member))}
+
+
+def _numbers(value: object) -> list[object]:
+    """A setting's numbers: its members if it is a pair (`betas`), else itself."""
+    if isinstance(value, (tuple, list)):
+        return list(cast("Sequence[object]", value))
+    return [value]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def unchanged(now: object, before: object) -> bool:
+    """Whether a written setting equals the applied one (tensors by identity)."""
+    if now is before:
+        return True
+    if _is_number(now) and _is_number(before):
+        return bool(now == before)
+    if isinstance(now, (tuple, list)) and isinstance(before, (tuple, list)):
+        a = cast("Sequence[object]", now)
+        b = cast("Sequence[object]", before)
+        return len(a) == len(b) and all(map(unchanged, a, b))
+    if isinstance(now, (str, type(None))) and isinstance(before, (str, type(None))):
+        return now == before
+    return False
+
+
+def configured(
+    member: TorchOptimizer[Any],
+    shown: Mapping[str, Any],
+    changes: Mapping[str, Any],
+    where: str,
+    *,
+    keep_fused: bool = False,
+) -> TorchOptimizer[Any]:
+    """Return `member` with the written `changes` of its shown settings.
+
+    A new copy (`attrs.evolve` validates it as the constructor does), or
+    `member` when nothing it holds changes. `keep_fused`: a `fused` of None
+    keeps the optimizer's own choice (a group being added) instead of torch's
+    meaning, not fused.
+
+    Raises:
+        ValueError: If a setting is missing, or one the optimizer fixes or does
+            not have is changed.
+        TypeError: As the optimizer's constructor.
+    """
+    fields = _init_fields(member)
+    name = type(member).__name__
+    options: dict[str, Any] = {}
+    for key, value in changes.items():
+        if value is MISSING:
+            msg = f"{where} has no {key!r}; put it back (it was {shown[key]!r})."
+            raise ValueError(msg)
+        if key == "fused" and key in fields:
+            if value is not None and not isinstance(value, bool):
+                msg = f"{where}: `fused` must be None, True or False, got {value!r}."
+                raise TypeError(msg)
+            if not (keep_fused and value is None):
+                options[key] = value is True
+        elif key in fields:
+            before = shown[key]
+            if isinstance(before, tuple) and isinstance(value, list):
+                value = tuple(cast("list[object]", value))
+            options[key] = value
+        elif key not in _FREE:
+            msg = (
+                f"{where} sets {key!r} to {value!r}; paramdict's {name} keeps it at "
+                f"{shown[key]!r} (it has no such option). Leave it at that value."
+            )
+            raise ValueError(msg)
+    if not options:
+        return member
+    try:
+        made = attrs.evolve(member, **options)
+    except (TypeError, ValueError) as error:
+        msg = f"{where}: {error}"
+        raise type(error)(msg) from error
+    return checked(made, where)
+
+
+def _sub_state(state: Any, keys: Sequence[str]) -> Any:
+    """The state of the entries `keys`: the same tensors, buffers subset."""
+    values: dict[str, ParamDict] = {}
+    for field in state._fields:
+        value = getattr(state, field)
+        if isinstance(value, ParamDict) and len(value):
+            values[field] = subset(value, [k for k in keys if k in value])
+    return state._replace(**values)
+
+
+def _misfit(params: ParamDict, grads: list[Tensor], name: str) -> str | None:
+    """Say which `.grad`s do not fit their parameters and why, or None."""
+    sparse = sorted(k for k, g in zip(params._keys, grads) if g.layout != torch.strided)
+    if sparse:
+        return (
+            f"the `.grad` of {sparse} is sparse; {name} takes dense gradients, as "
+            "torch's does (torch's SparseAdam takes sparse ones). Build the "
+            "embedding with `sparse=False`."
+        )
+    described = [
+        f"{k!r}: {tuple(g.shape)} {g.dtype} on {g.device} for "
+        f"{tuple(p.shape)} {p.dtype} on {p.device}"
+        for k, p, g in zip(params._keys, params._vals, grads)
+        if g.shape != p.shape or g.dtype != p.dtype or g.device != p.device
+    ]
+    if not described:
+        return None
+    return (
+        f"a `.grad` does not fit its parameter ({', '.join(sorted(described))}). "
+        "A gradient has its parameter's shape, dtype and device: set it with "
+        "`p.grad = ...`, which torch checks, rather than through `.data`."
+    )
+
+
+_grad = cast("Callable[[Tensor], Tensor | None]", operator.attrgetter("grad"))
+
+
+class Group:
+    """One torch parameter group: its parameters, optimizer, state and binding.
+
+    Attributes:
+        index: The group's place in `param_groups`.
+        params: The parameters, the module's own tensors, keyed by their names
+            (or by their numbers in torch's state dict, where they have none).
+        member: The private optimizer copy, configured as the dict says.
+        state: Its state.
+        shown: The settings the copy was configured with, as the dict shows them.
+    """
+
+    __slots__ = (
+        "_bound",
+        "_live",
+        "_partial",
+        "index",
+        "member",
+        "params",
+        "shown",
+        "state",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        params: ParamDict,
+        member: TorchOptimizer[Any],
+        state: Any,
+        settings: Mapping[str, Any],
+    ) -> None:
+        self.index = index
+        self.params = params
+        self.member = member
+        self.state = state
+        self._bound: Bound[Any] = member.bind(params, state)
+        self._partial: dict[tuple[str, ...], Bound[Any]] = {}
+        self._live = _LIVE & _init_fields(member)
+        self.shown = self._shown(settings)
+
+    @classmethod
+    def made(
+        cls,
+        index: int,
+        base: TorchOptimizer[Any],
+        group: dict[str, Any],
+        keys: list[str],
+    ) -> Group:
+        """Return the group for torch's `group` dict, whose settings are filled.
+
+        The optimizer is `base` with the dict's settings; its state is `init`'s.
+        The dict's `fused` is set to what runs.
+        """
+        where = f"param_groups[{index}]"
+        params = ParamDict(dict(zip(keys, group["params"], strict=True)))
+        shown = defaults_of(base, None)
+        changes = {
+            k: group.get(k, MISSING)
+            for k, v in shown.items()
+            if not unchanged(group.get(k, MISSING), v)
+        }
+        member = configured(base, shown, changes, where, keep_fused=True)
+        if member is base:  # each group sets its own copy's rates
+            member = attrs.evolve(base)
+        made = cls(index, params, member, member.init(params), group)
+        group.update(made.shown)
+        return made
+
+    def _shown(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings as shown: `fused` as what runs, the free ones as written."""
+        shown = defaults_of(self.member, self.state)
+        if "fused" in shown and "fused" in _init_fields(self.member):
+            shown["fused"] = True if self.runs_fused() else None
+        for key in (_FREE & shown.keys()) - _init_fields(self.member):
+            shown[key] = settings.get(key, shown[key])
+        for key, value in shown.items():  # the dict's own objects: `is` next time
+            if key in settings and unchanged(settings[key], value):
+                shown[key] = settings[key]
+        return shown
+
+    def sync(self, group: Mapping[str, Any]) -> None:
+        """Configure the optimizer as `group` says now (see the module)."""
+        if len(group.get("params", ())) != len(self.params):
+            msg = (
+                f"param_groups[{self.index}]['params'] was changed in place; add "
+                "parameters with `add_param_group`, as a new group."
+            )
+            raise ValueError(msg)
+        shown = self.shown
+        changes: dict[str, Any] = {}
+        for key, before in shown.items():
+            now = group.get(key, MISSING)
+            if now is before or unchanged(now, before):
+                continue
+            if key in self._live and self._set_live(key, now):
+                shown[key] = now
+            else:
+                changes[key] = now
+        if changes:
+            self.reconfigure(changes, group)
+
+    def _set_live(self, key: str, value: object) -> bool:
+        """Set a rate or the momentum on the copy, if nothing bound depends on it.
+
+        The rules read `lr` and `weight_decay` through `rate` and the momentum
+        or `betas` through `cycled`, at each step (the fused kernels too), so a
+        number for a number needs no new binding; a momentum that starts or
+        stops being zero changes the state's buffers and the plan, and does.
+        """
+        member = self.member
+        before: object = getattr(member, key)
+        numbers, olds = _numbers(value), _numbers(before)
+        if len(numbers) != len(olds) or not all(map(_is_number, [*numbers, *olds])):
+            return False
+        if isinstance(before, tuple):
+            value = tuple(numbers)  # `betas` written as a list
+        if key == "momentum" and (value == 0) != (before == 0):
+            return False
+        attribute = attrs.fields_dict(type(member))[key]
+        check = check_rate if key in _RATES else attribute.validator
+        try:
+            if check is not None:
+                check(member, attribute, value)
+        except (TypeError, ValueError) as error:
+            msg = f"param_groups[{self.index}]: {error}"
+            raise type(error)(msg) from error
+        object.__setattr__(member, key, value)  # the adapter's private copy
+        return True
+
+    def reconfigure(self, changes: Mapping[str, Any], group: Mapping[str, Any]) -> None:
+        """Rebuild the optimizer with `changes` and bind it again."""
+        where = f"param_groups[{self.index}]"
+        member = configured(self.member, self.shown, changes, where)
+        bound = member.bind(self.params, self.state)
+        self.member, self._bound = member, bound
+        self._partial.clear()
+        self._live = _LIVE & _init_fields(member)
+        self.shown = self._shown(group)
+
+    def replace(
+        self,
+        member: TorchOptimizer[Any],
+        state: Any,
+        bound: Bound[Any],
+        settings: dict[str, Any],
+    ) -> None:
+        """Hold `member`, `state` and their binding, and `settings` (a loaded dict).
+
+        `settings` is set to what runs (its `fused`).
+        """
+        self.member, self.state, self._bound = member, state, bound
+        self._partial.clear()
+        self._live = _LIVE & _init_fields(member)
+        self.shown = self._shown(settings)
+        settings.update(self.shown)
+
+    def prepare(self) -> Callable[[], object] | None:
+        """Check this step's gradients and prepare it; return its commit.
+
+        None when no parameter has a gradient (torch skips the group). Where
+        only some have one, those are stepped, as torch skips the others.
+        """
+        params = self.params
+        values = params._vals
+        grads = list(map(_grad, values))
+        missing = list(map(operator.is_, grads, repeat(None)))
+        if all(missing):
+            return None
+        bound = self._bound
+        if any(missing):
+            keys = tuple(k for k, g in zip(params._keys, grads) if g is not None)
+            bound = self._subset(keys)
+            present = [g for g in grads if g is not None]
+            given = bound.params._derive(present)
+        else:
+            given = params._derive(cast("list[Tensor]", grads))
+            if not bound.holds(params, self.state):
+                bound = self._bound = self.member.bind(params, self.state)
+        try:
+            aligned = bound.grads(given)
+        except ValueError as error:
+            misfit = _misfit(bound.params, given._vals, type(self.member).__name__)
+            if misfit is None:
+                raise
+            msg = f"param_groups[{self.index}]: {misfit}"
+            raise ValueError(msg) from error
+        with torch.no_grad():
+            commit = bound._plan(bound.params, bound.state)
+        return lambda: commit(aligned)
+
+    def _subset(self, keys: tuple[str, ...]) -> Bound[Any]:
+        """The binding of the entries `keys` (made once per set of keys)."""
+        bound = self._partial.get(keys)
+        if bound is None or not bound.holds(bound.params, bound.state):
+            params = subset(self.params, keys)
+            bound = self.member.bind(params, _sub_state(self.state, keys))
+            self._partial[keys] = bound
+        return bound
+
+    def runs_fused(self) -> bool:
+        """Whether the bound step runs torch's fused kernel."""
+        return isinstance(self._bound._plan, FusedPlan)
+
+    def view(self) -> dict[Tensor, dict[str, Tensor]]:
+        """Each parameter's buffers under torch's names (the state's own tensors)."""
+        state = self.state
+        per_key = [
+            (f, v)
+            for f in state._fields
+            if isinstance(v := getattr(state, f), ParamDict)
+        ]
+        counted = type(self.member).__name__ not in _NO_STEP
+        out: dict[Tensor, dict[str, Tensor]] = {}
+        for key, param in self.params.items():
+            entry = {f: v[key] for f, v in per_key if key in v}
+            if counted:
+                entry["step"] = state.step
+            out[param] = entry
+        return out

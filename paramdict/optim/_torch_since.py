@@ -1,0 +1,57 @@
+"""What torch.optim gained after the oldest torch supported (2.6), by release.
+
+A conversion of state to or from torch.optim that needs a newer class or setting
+than the installed torch has is refused with the release that added it and the
+way around it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["check_class_exists", "check_settings_exist"]
+
+_CLASS_SINCE = {"Muon": "2.9"}
+"""torch.optim's classes newer than the oldest torch supported, with the release
+that added each: on an older torch their states do not convert."""
+
+_SETTING_SINCE = {
+    ("Adam", "decoupled_weight_decay"): (
+        "2.7",
+        "use `optim.AdamW`, the same update, whose counterpart is torch.optim.AdamW",
+    )
+}
+"""Settings of torch.optim's classes newer than the oldest torch supported: the
+release that added each, and the way around it. On an older torch a paramdict
+optimizer that uses one (a value other than False) has no torch counterpart."""
+
+
+def check_class_exists(name: str) -> None:
+    """Raise if torch.optim's class `name` came after the installed torch."""
+    if name in _CLASS_SINCE:
+        since = _CLASS_SINCE[name]
+        msg = (
+            f"{name}'s state converts to torch.optim.{name}, which torch {since} "
+            f"added; this torch is {torch.__version__}. Install torch>={since} "
+            "to convert it."
+        )
+        raise TypeError(msg)
+
+
+def check_settings_exist(
+    opt: Any, cls: type[torch.optim.Optimizer], defaults: Any
+) -> None:
+    """Raise if `opt` uses a setting that this torch's `cls` does not have yet."""
+    for (name, setting), (since, instead) in _SETTING_SINCE.items():
+        if cls.__name__ == name and setting not in defaults:
+            if getattr(opt, setting, False) is False:
+                continue
+            msg = (
+                f"{type(opt).__name__}({setting}=True) converts to torch.optim."
+                f"{name}({setting}=True), which torch {since} added; this torch "
+                f"is {torch.__version__}. Install torch>={since} to convert it, or "
+                f"{instead}."
+            )
+            raise ValueError(msg)
