@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .._paramdict import ParamDict
 from ._fields import betas, non_negative, shared_last
-from ._hyper import Rate
+from ._hyper import Rate, host_numbers
 from ._schedules.slot import LearningRate
 from ._torch_optimizer import HasStep, TorchOptimizer
 
@@ -80,5 +80,8 @@ def moments_(
     `addcmul_` of the second.
     """
     beta1, beta2 = betas
+    if isinstance(beta1, Tensor):  # a cycled momentum: read where that is free
+        read = host_numbers(False, beta1)
+        beta1 = beta1 if read is None else read[0]
     exp_avg.lerp_(grads, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grads, grads, value=1 - beta2)

@@ -33,6 +33,9 @@ def __getattr__(name: str) -> Any:
         msg = f"module {__name__!r} has no attribute {name!r}"
         raise AttributeError(msg)
     disable = cast("Callable[..., Any]", torch.compiler.disable)  # pyright: ignore[reportUnknownMemberType]  # untyped in torch
-    made = disable(_checked, reason=REASON)
+    try:
+        made = disable(_checked, reason=REASON)
+    except TypeError:  # torch before 2.7: `disable` takes no reason
+        made = disable(_checked)
     globals()["checked"] = made
     return made

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from launches import DeviceOps, count, cuda_tensors
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -161,6 +162,7 @@ def test_a_cuda_graph_captures_step_in_place(name: str) -> None:  # pragma: no c
         torch.testing.assert_close(graphed[key], eager[key], rtol=1e-6, atol=1e-7)
 
 
+@ONE_GRAPH
 def test_a_compiled_capturable_step_does_not_recompile() -> None:
     """The counter is a tensor input: the compiled step is made once."""
     params = ParamDict(w=torch.randn(4, 3), b=torch.randn(3))

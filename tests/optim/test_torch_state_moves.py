@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import needs_torch
 from optim_cases import TABLE, TorchMuon, batches, forward, make_model, unfused
 from torch import Tensor, nn
 
@@ -339,6 +340,7 @@ def test_scheduled_runs_move_both_ways_bit_for_bit(
     move_in(ours(ours_schedule()), theirs, theirs_schedule)
 
 
+@needs_torch(2, 7, "torch.optim.AdamW saving `decoupled_weight_decay` in its groups")
 def test_another_optimizers_dict_that_fits_loads_as_torch_loads_it() -> None:
     """An RAdam dict fits Adam's settings and buffers: taken, as torch takes it.
 
