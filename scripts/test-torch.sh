@@ -54,7 +54,7 @@ fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet "torch==${version}"
 "$venv/bin/python" -m pip install --quiet \
-  pytest hypothesis "$NUMPY" attrs typing_extensions tqdm matplotlib
+  pytest hypothesis "$NUMPY" attrs typing_extensions tqdm matplotlib lightning
 
 cd "$root"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"

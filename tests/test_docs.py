@@ -99,6 +99,7 @@ NEWER_TORCH = {
     "docs/optim.md": ((2, 8), "which compiles a step with fullgraph=True,"),
     "docs/tutorials/compile.md": ((2, 8), "which compiles with fullgraph=True,"),
     "docs/tutorials/schedules.md": ((2, 8), "which compiles a schedule in one graph,"),
+    "docs/tutorials/porting.md": ((2, 8), "which compiles a step with fullgraph=True,"),
 }
 
 

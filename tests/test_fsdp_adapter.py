@@ -25,7 +25,10 @@ if not hasattr(fsdp, "fully_shard"):
 from _distributed_worker import run  # noqa: E402 (after the skips)
 from _fsdp_adapter_scenarios import CHECKPOINT_VARIABLE  # noqa: E402
 from _fsdp_scenarios import OPTIMIZERS, STEPS  # noqa: E402
+from _torch_versions import needs_torch  # noqa: E402
 from test_fsdp import full_batch_training  # noqa: E402
+
+pytestmark = needs_torch(2, 7, "FSDP2 on the CPU")
 
 SCENARIOS = "_fsdp_adapter_scenarios"
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import ONE_GRAPH
 from paper_cases import (
     DTYPE,
     ROWS,
@@ -152,6 +153,7 @@ def test_a_schedule_equals_the_reference_with_its_rates(row: Row) -> None:
     assert opt.last_lr(state) == pytest.approx(_cosine_rates(0.05, 10, 16)[-1:])
 
 
+@ONE_GRAPH
 @pytest.mark.parametrize("row", row_params())
 def test_compiled_with_fullgraph_equals_the_reference(row: Row) -> None:
     """`torch.compile(opt.step, fullgraph=True)`: one graph, the reference's values.

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import ONE_GRAPH
 from paper_cases import DTYPE, gradients, reference_run, row_params, run, start
 from references import ademamix_alpha, ademamix_beta3
 
@@ -333,6 +334,7 @@ def test_soap_bases_stay_orthonormal_through_refreshes() -> None:
 # ---------------------------------------------------------------- host_numbers
 
 
+@ONE_GRAPH
 def test_host_numbers_are_floats_only_where_reading_is_free() -> None:
     """Eager: floats; a rate that requires grad, per key or compiled: None."""
     step = torch.tensor(3.0, dtype=DTYPE)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from _torch_versions import needs_torch
 from test_torch_adapter import FUSABLE, OPTIMIZERS, assert_same, data, model, pair
 from torch import Tensor, nn
 
@@ -366,7 +367,12 @@ def test_an_optimizer_torch_has_not_saves_and_resumes() -> None:
         ("SGD momentum", "Adam", r"lacks the settings \['amsgrad', 'betas'"),
         ("Adam", "RMSprop", r"lacks the settings \['alpha', 'centered'"),
         ("Adagrad", "SGD momentum", r"lacks the settings \['dampening', 'momentum'"),
-        ("Adam", "AdamW", "sets 'decoupled_weight_decay' to False"),
+        pytest.param(
+            "Adam",
+            "AdamW",
+            "sets 'decoupled_weight_decay' to False",
+            marks=needs_torch(2, 7, "torch.optim.Adam's `decoupled_weight_decay`"),
+        ),
     ],
 )
 def test_another_optimizers_dict_is_refused(donor: str, taker: str, match: str) -> None:

@@ -51,6 +51,7 @@ from typing import Any
 
 import pytest
 import torch
+from _torch_versions import needs_torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.optim import lr_scheduler as tls
@@ -1048,6 +1049,7 @@ def test_onecycle_lr(
     _bitwise([m if m is not None else math.nan for m in got_moms], torch_moms)
 
 
+@needs_torch(2, 13, "torch's OneCycleLR over 2 total steps (2.6's divides by zero)")
 @settings(max_examples=40, deadline=None)
 @given(
     max_lr=st.sampled_from([1.3, 0.1, 25.0, 0.013, 3e-4, 7.77]),
