@@ -192,7 +192,14 @@ def _hostile_of(name: str, default: object) -> tuple[Value, ...]:
             ("10**40", 10**40),
             ("nan", math.nan),
         )
-    return _bad(name, *_NOT_NUMBERS, *_BAD_NUMBERS)
+    # A rate (`lr`, `weight_decay`) may be per key: a ParamDict is paramdict's
+    # extension there, checked against the parameters when the optimizer meets
+    # them, not a hostile value of the constructor.
+    rate = name in ("lr", "weight_decay")
+    numbers = [
+        (label, v) for label, v in _NOT_NUMBERS if not (rate and label == "a ParamDict")
+    ]
+    return _bad(name, *numbers, *_BAD_NUMBERS)
 
 
 def _valid_of(name: str, default: object) -> tuple[Value, ...]:
