@@ -173,8 +173,11 @@ class Adam(AdamOptions[AdamState]):
         second = state.exp_avg_sq
         if self.amsgrad:
             second = state.max_exp_avg_sq.maximum_(second)
-        float64 = compute_dtype(params) == torch.float64
-        if self.differentiable and not isinstance(lr, ParamDict) and not float64:
+        if (
+            self.differentiable
+            and not isinstance(lr, ParamDict)
+            and compute_dtype(params) != torch.float64
+        ):
             # torch's differentiable step: its arithmetic on the step tensor,
             # bit for bit (float32 unless the default dtype is float64). Float64
             # parameters take the default path's float64 numbers instead (a
