@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .._paramdict import ParamDict
 from ._optimizer import Optimizer
@@ -52,7 +52,11 @@ def to_torch_state_dict(
     parameters are keyed by name instead of number, as
     `torch.distributed.checkpoint.state_dict.set_optimizer_state_dict` takes
     them (and `torch.distributed.checkpoint.load` fills them, resharded).
-    `state` is unchanged.
+    `state` is checked as `step` checks it, against the module's parameters
+    when `names` is a module; given names alone, against its own buffers (a
+    counter, kinds and shapes that agree with one another: a state whose
+    every buffer disagrees with the parameters in the same way passes, so
+    give the module where you have it). `state` is unchanged.
 
     Args:
         opt: The paramdict optimizer.
@@ -66,11 +70,12 @@ def to_torch_state_dict(
 
     Raises:
         TypeError: If `opt` has no torch.optim counterpart (in the installed
-            torch) or a setting is not one number per group.
+            torch), a setting is not one number per group, or a field of
+            `state` holds another kind of value than `init` puts there.
         ValueError: If `names` and the state's keys or groups differ (a name
-            the state does not hold, or a key `names` does not give), or `opt`
-            uses a setting the installed torch's class lacks; the message names
-            them.
+            the state does not hold, or a key `names` does not give), a buffer
+            or the counter is not what `step` accepts, or `opt` uses a setting
+            the installed torch's class lacks; the message names them.
 
     Example:
         >>> import torch
@@ -100,9 +105,12 @@ def to_torch_state_dict(
         raise ValueError(msg)
     out_state: dict[Any, dict[str, Any]] = {}
     param_groups: list[dict[str, Any]] = []
+    module: dict[str, Tensor] | None = None
+    if isinstance(names, nn.Module):
+        module = {k: v.detach() for k, v in names.named_parameters()}
     offset = 0
     for member, substate, group in zip(members, substates, groups, strict=True):
-        part, settings = _export_group(member, substate, group, offset)
+        part, settings = _export_group(member, substate, group, offset, module)
         if by_name:
             out_state.update((group[i - offset], entry) for i, entry in part.items())
             settings["params"] = list(group)
@@ -114,12 +122,23 @@ def to_torch_state_dict(
 
 
 def _export_group(
-    opt: Optimizer[Any], state: Any, group: list[str], offset: int
+    opt: Optimizer[Any],
+    state: Any,
+    group: list[str],
+    offset: int,
+    module: dict[str, Tensor] | None,
 ) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
-    """Return torch's entries and settings of one group, indices from `offset`."""
+    """Return torch's entries and settings of one group, indices from `offset`.
+
+    The state is checked as `step` checks it: against the module's parameters
+    where `names` is a module, else against stand-ins read from its buffers
+    (its counter, kinds and buffers agreeing with one another).
+    """
     _torch_class(opt)
     member = cast("TorchOptimizer[Any]", opt)
     _check_state(member, state)
+    if module is not None:
+        member.check_state(ParamDict({k: module[k] for k in group}), state)
     fields = _buffer_fields(state)
     per_key = [f for f in fields if isinstance(getattr(state, f), ParamDict)]
     keys: set[str] = set()
@@ -140,6 +159,8 @@ def _export_group(
             "state with `init` on all of them)."
         )
         raise ValueError(msg)
+    if module is None:
+        member.check_state(member._stand_ins(state), state)
     settings = _hyperparameters(member, state)
     scalar = (
         torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32

@@ -230,6 +230,26 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
         state: S = type(self).state_type(self.counter(params), *buffers)
         return state
 
+    def _stand_ins(self, state: S) -> ParamDict:
+        """Stand-ins for the parameters `state` is for, read from its buffers.
+
+        For each key, its entry in the first buffer keyed like the parameters
+        that holds it (in field order, passing over `own_fields`): what
+        `check_state` compares the state with where no parameters are given
+        (`to_torch_state_dict` with names). Override it where no buffer has
+        the parameters' shapes (Adafactor's factored moments).
+        """
+        entries: dict[str, Tensor] = {}
+        given: Any = state
+        for field in given._fields:
+            value = getattr(given, field)
+            if field in ("step", "schedule", *self.own_fields):
+                continue
+            if isinstance(value, ParamDict):
+                for k, v in value.items():
+                    entries.setdefault(k, v)
+        return ParamDict(entries)
+
     def _check_rates(self, params: ParamDict) -> None:
         for name in ("lr", "weight_decay"):
             rate = getattr(self, name)

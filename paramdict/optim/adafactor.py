@@ -290,6 +290,27 @@ class Adafactor(TorchOptimizer[AdafactorState]):
             check_slot(self, self.lr, given.schedule)
         _check_buffers(params, given)  # once while unchanged
 
+    @override
+    def _stand_ins(self, state: AdafactorState) -> ParamDict:
+        """Each matrix's shape from its row and column moments; `variance`'s entries."""
+        stand_ins = super()._stand_ins(state)
+        cols: object = state.col_var
+        if not isinstance(cols, ParamDict):
+            return stand_ins
+        out = dict(stand_ins.items())
+        for k, row in stand_ins.items():
+            col = cols.get(k)
+            if (
+                col is not None
+                and row.dim() >= 2
+                and col.dim() == row.dim()
+                and row.shape[-1] == 1
+                and col.shape[-2] == 1
+                and row.shape[:-2] == col.shape[:-2]
+            ):
+                out[k] = row.expand(*row.shape[:-1], col.shape[-1])
+        return ParamDict(out)
+
     def _eps1(self, dtype: torch.dtype) -> float:
         eps1 = self.eps[0]
         return torch.finfo(dtype).eps if eps1 is None else eps1

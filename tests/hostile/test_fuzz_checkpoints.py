@@ -7,9 +7,10 @@ optimizer's dict), and hostile names and parameters; what it loads steps on as
 torch's optimizer does after its own `load_state_dict` and one step, and what it
 refuses is refused with a `TypeError`, `ValueError` or (where torch raises one)
 `KeyError` naming the entry, with the dict and everything else as it was.
-`to_torch_state_dict` meets hostile names; what it exports, torch's optimizer
-loads and steps on as paramdict's `step` does from the state. (It does not yet
-check a hand-made state as `step` does: hostile states are left out here.)
+`to_torch_state_dict` meets hostile names, and (for a module's parameters)
+hostile states, each field bad as the optimizer fuzzer draws them: what it
+exports, torch's optimizer loads and steps on as paramdict's `step` does from
+the state, and what it refuses, `step` refuses.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Any
 
 import pytest
 import torch
-from _optim_fuzz import OPTIMIZERS, Spec, check_readable
+from _optim_fuzz import OPTIMIZERS, Spec, check_readable, state_arg
 from fuzz import FUZZ, Arg, Built, Entry, Value, check_entry, check_picks
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch import Tensor
+from torch import Tensor, nn
 
 from paramdict import ParamDict, optim
 
@@ -243,6 +244,8 @@ def _other_dict(cls: Any, spec: Spec, **options: Any) -> dict[str, Any]:
 
 def _flat(names: Any) -> Any:
     """The names of all groups, in order (as given where not a list of lists)."""
+    if isinstance(names, nn.Module):
+        return [n for n, _ in names.named_parameters()]
     if names and isinstance(names, list) and isinstance(names[0], list):
         return [n for group in names for n in group]
     return names
@@ -387,9 +390,36 @@ def _export_state(spec: Spec) -> Arg:
     return Arg("state", (Value("state=init", init), Value("after a step", stepped)))
 
 
+def _module_of(params: ParamDict) -> nn.Module:
+    """A module whose parameters are copies of `params`, under the same names."""
+    module = nn.Module()
+    for k, v in params.items():
+        module.register_parameter(k, nn.Parameter(v.detach().clone()))
+    return module
+
+
+def _export_checked_entry(spec: Spec) -> Entry:
+    """Export a hostile state for a module: refused as `step` refuses it."""
+    entry = _export_entry(spec)
+    state = state_arg(spec, alias_ok=True)
+    hostile = tuple(v for v in state.hostile if not v.label.endswith("the parameters"))
+    names = Value("names=the module", lambda b: _module_of(spec.like()))
+    return Entry(
+        f"to_torch_state_dict[{spec.name}, states]",
+        entry.call,
+        (
+            entry.args[0],
+            Arg("state", state.valid[:1], hostile),
+            Arg("names", (names,)),
+        ),
+        reference=entry.reference,
+    )
+
+
 ENTRIES = {
     "load_torch_state_dict": [_load_entry(s) for s in SPECS],
     "to_torch_state_dict": [_export_entry(s) for s in SPECS],
+    "to_torch_state_dict states": [_export_checked_entry(s) for s in SPECS],
 }
 
 CHECKPOINT_FUZZ = settings(FUZZ, max_examples=3 * FUZZ.max_examples)

@@ -539,6 +539,52 @@ EXPORT_CASES = unique_ids(
             r"The setting 'lr' of Adam is ParamDict",
         ),
         Case(
+            "nan-step",
+            lambda: (_stepped(optim.Adam(lr=0.1))._replace(step=_f64(math.nan)),),
+            lambda state: optim.to_torch_state_dict(optim.Adam(lr=0.1), state, NAMES),
+            ValueError,
+            r"The state's `step` must be a whole number >= 0, got nan",
+        ),
+        Case(
+            "string-buffer",
+            lambda: (_stepped(optim.Adam(lr=0.1))._replace(exp_avg="exp_avg"),),
+            lambda state: optim.to_torch_state_dict(optim.Adam(lr=0.1), state, NAMES),
+            TypeError,
+            r"The state's `exp_avg` must be a ParamDict keyed like the parameters",
+        ),
+        Case(
+            "none-scalar",
+            lambda: (_stepped(optim.NAdam(lr=0.1))._replace(mu_product=None),),
+            lambda state: optim.to_torch_state_dict(optim.NAdam(lr=0.1), state, NAMES),
+            TypeError,
+            r"The state's `mu_product` must be a 0-dim floating-point tensor",
+        ),
+        Case(
+            "0-dim-moment-beside-a-full-one",
+            lambda: (_zero_dim(_stepped(optim.Adam(lr=0.1)), "exp_avg_sq"),),
+            lambda state: optim.to_torch_state_dict(optim.Adam(lr=0.1), state, NAMES),
+            ValueError,
+            r"The state's `exp_avg_sq` must match the parameters",
+        ),
+        Case(
+            "0-dim-buffer-against-the-module",
+            lambda: (_zero_dim(_stepped(optim.SGD(momentum=0.9)), "momentum_buffer"),),
+            lambda state: optim.to_torch_state_dict(
+                optim.SGD(momentum=0.9), state, _module()
+            ),
+            ValueError,
+            r"The state's `momentum_buffer` must match the parameters",
+        ),
+        Case(
+            "adafactor-vector-row",
+            lambda: (_flat_rows(_stepped(optim.Adafactor(lr=0.1))),),
+            lambda state: optim.to_torch_state_dict(
+                optim.Adafactor(lr=0.1), state, NAMES
+            ),
+            ValueError,
+            r"`row_var`.*'weight'",
+        ),
+        Case(
             "groups-at-different-positions",
             lambda: (
                 optim.ParamGroups(
@@ -554,7 +600,33 @@ EXPORT_CASES = unique_ids(
 )
 
 
+def _module() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(3, 2)
+
+
+def _stepped(opt: optim.Optimizer[Any]) -> Any:
+    """`opt`'s state after one step on `_params()`."""
+    params = _params()
+    return opt.step(params, params.ones_like(), opt.init(params))[1]
+
+
+def _f64(value: float) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.float64)
+
+
+def _zero_dim(state: Any, field: str) -> Any:
+    """`state` with each entry of `field` summed to a 0-dim tensor."""
+    buffer: ParamDict = getattr(state, field)
+    return state._replace(**{field: buffer.map(lambda v: v.sum())})
+
+
+def _flat_rows(state: Any) -> Any:
+    """An Adafactor state whose `row_var` entries lost their trailing dimension."""
+    return state._replace(row_var=state.row_var.map(lambda v: v.squeeze(-1)))
+
+
 @pytest.mark.parametrize("case", [c.param() for c in EXPORT_CASES])
 def test_export_that_does_not_fit_is_refused(case: Case) -> None:
-    """An export whose names or settings do not fit torch is refused by name."""
+    """An export whose names, settings or state do not fit is refused by name."""
     check(case)
