@@ -477,9 +477,10 @@ def distinct(state: StateT) -> StateT:
     next call then finds the inputs aliased otherwise and recompiles ("Duplicate
     tensors found"); nor can `step_` write one tensor as two fields.
 
-    Compiled, the copy is `x * 1` (exact): inductor drops a `clone` whose
-    result is only copied into the state, and would then return one buffer for
-    both fields again.
+    Compiled, the copy is `x.neg().neg()` (exact, NaN and -0.0 included):
+    inductor drops a `clone` whose result is only copied into the state, and
+    (from torch 2.15) a multiplication by 1, and would then return one buffer
+    for both fields again.
     """
     seen: list[Tensor] = []
     compiling = torch.compiler.is_compiling()
@@ -488,7 +489,7 @@ def distinct(state: StateT) -> StateT:
         if not isinstance(x, Tensor):
             return x
         if any(x is s for s in seen):
-            return x * 1 if compiling else x.clone()
+            return x.neg().neg() if compiling else x.clone()
         seen.append(x)
         return x
 
