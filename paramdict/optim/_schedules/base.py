@@ -1,4 +1,4 @@
-"""The schedule state, the schedule base classes and their exact scalar arithmetic.
+"""The schedule base classes and their exact scalar arithmetic.
 
 A schedule is an immutable configuration with a pure, explicit state:
 
