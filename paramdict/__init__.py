@@ -53,8 +53,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    # `optim` is imported on first use: it brings in attrs and builds its classes,
-    # which costs about as much as the rest of the package.
+    # `optim` is imported on first use: its import registers the optimizers'
+    # state classes with `torch.load` (its optimizers load on their own first use).
     # So is `distributed`: it builds the collectives' helpers and is only needed by
     # programs that run on several processes.
     if name in {"distributed", "optim"}:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import attrs
 import torch
@@ -17,39 +17,12 @@ from ._binding import Composed, Plan, relaid_as
 from ._copies import copied
 from ._hyper import check_count, check_counter, host_numbers, new_counter
 from ._optimizer import Optimizer
-from ._registry import register_state
+from ._states import MultiStepsState
 from ._validate import check_keyed, transformed
 
 __all__ = ["MultiSteps", "MultiStepsState"]
 
 P = TypeVar("P", bound=ParamDict)
-
-
-@register_state
-class MultiStepsState(NamedTuple):
-    """The state of `MultiSteps`.
-
-    Attributes:
-        mini_step: Calls since the inner optimizer last stepped, a 0-dim tensor
-            in `[0, every_k)`.
-        acc_grads: The gradients accumulated (summed) since then, keyed like the
-            parameters. At `mini_step` 0 nothing is accumulated and the values
-            are left over (the next call writes over them, without a pass to
-            clear them first).
-        inner_state: The wrapped optimizer's state.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.MultiSteps(optim.SGD(lr=1.0), every_k=2)
-        >>> params = ParamDict(w=torch.tensor([1.0]))
-        >>> _, state = opt.step(params, {"w": torch.tensor([3.0])}, opt.init(params))
-        >>> state.mini_step, state.acc_grads["w"]
-        (tensor(1., dtype=torch.float64), tensor([3.]))
-    """
-
-    mini_step: Tensor
-    acc_grads: ParamDict
-    inner_state: Any
 
 
 def _check_reduction(instance: object, attribute: Any, value: Any) -> None:

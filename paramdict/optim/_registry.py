@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 from torch.utils import _pytree as pytree
 
-__all__ = ["register_state"]
+__all__ = ["register_state", "register_state_as"]
 
 T = TypeVar("T", bound=type[Any])
 
@@ -38,3 +39,26 @@ def register_state(cls: T) -> T:
         cls, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}"
     )
     return cls
+
+
+def register_state_as(module: str) -> Callable[[T], T]:
+    """Register a built-in state class under the module its checkpoints name.
+
+    Pickles (`torch.save`) and pytree specs name a class by `__module__` and
+    `__qualname__`. The built-in states are defined in light modules, so that
+    `import paramdict.optim` registers them without building the optimizers;
+    each keeps the name it was saved under, that of the module holding its
+    optimizer (which re-exports it), so saved states load as they always did.
+
+    Args:
+        module: The module path checkpoints name, `"paramdict.optim.adam"`.
+
+    Returns:
+        A class decorator: it sets `__module__` and applies `register_state`.
+    """
+
+    def register(cls: T) -> T:
+        cls.__module__ = module
+        return register_state(cls)
+
+    return register

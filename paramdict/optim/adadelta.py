@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import attrs
 from torch import Tensor
@@ -11,34 +11,11 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._fields import fraction, non_negative, shared_last
 from ._hyper import Rate
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import AdadeltaState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Adadelta", "AdadeltaState"]
-
-
-@register_state
-class AdadeltaState(NamedTuple):
-    """The state of `Adadelta`: two running averages between `step` and `schedule`.
-
-    Attributes:
-        square_avg: The running average of the squared gradients.
-        acc_delta: The running average of the squared updates.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.Adadelta(rho=0.5)
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> state = opt.step(params, params.full_like(2.0), opt.init(params))[1]
-        >>> state.square_avg["w"]
-        tensor([2., 2.])
-    """
-
-    step: Tensor
-    square_avg: ParamDict
-    acc_delta: ParamDict
-    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple, cast
+from typing import Any, ClassVar, cast
 
 import attrs
 import torch
@@ -32,42 +32,12 @@ from ._hyper import (
     compute_dtype,
     is_traced,
 )
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState, check_slot
+from ._schedules.slot import LearningRate, check_slot
+from ._states import AdafactorState
 from ._torch_optimizer import TorchOptimizer
 from ._validate import check_keyed
 
 __all__ = ["Adafactor", "AdafactorState"]
-
-
-@register_state
-class AdafactorState(NamedTuple):
-    """The state of `Adafactor`: `step`, the second moments, `schedule`.
-
-    Entries of two or more dimensions keep factored second moments (`row_var`,
-    `col_var`, averaged over the last and the second-to-last dimension); the
-    others keep a full one (`variance`). Each buffer holds only its own keys.
-
-    Attributes:
-        row_var: Per matrix: the running mean of the squared gradient over the
-            last dimension (its shape with the last dimension 1).
-        col_var: Per matrix: the same over the second-to-last dimension.
-        variance: Per entry of fewer than two dimensions: the running mean of
-            the squared gradient.
-
-    Example:
-        >>> from paramdict import optim
-        >>> params = ParamDict(w=torch.ones(2, 3), b=torch.ones(3))
-        >>> state = optim.Adafactor().init(params)
-        >>> state.row_var["w"].shape, state.col_var["w"].shape, list(state.variance)
-        (torch.Size([2, 1]), torch.Size([1, 3]), ['b'])
-    """
-
-    step: Tensor
-    row_var: ParamDict
-    col_var: ParamDict
-    variance: ParamDict
-    schedule: SlotState = ()
 
 
 def _mean_squares(grads: ParamDict, dim: int) -> ParamDict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import attrs
 from torch import Tensor
@@ -12,32 +12,11 @@ from .._paramdict import ParamDict
 from ._fields import fused_option, non_negative, shared_last
 from ._fused import FusedPlan, adagrad_kernel, fused_plan
 from ._hyper import Rate, quotient
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import AdagradState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Adagrad", "AdagradState"]
-
-
-@register_state
-class AdagradState(NamedTuple):
-    """The state of `Adagrad`: `step`, `sum` and `schedule` (see `TorchOptimizer`).
-
-    Attributes:
-        sum: The accumulated squared gradients, keyed like the parameters.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.Adagrad(initial_accumulator_value=0.5)
-        >>> grads = ParamDict(w=torch.tensor([2.0, 3.0]))
-        >>> state = opt.init(grads)
-        >>> state.sum["w"], opt.step(grads, grads, state)[1].sum["w"]
-        (tensor([0.5000, 0.5000]), tensor([4.5000, 9.5000]))
-    """
-
-    step: Tensor
-    sum: ParamDict
-    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import attrs
 import torch
@@ -25,8 +25,7 @@ from ._hyper import (
     quotient,
     state_scalar_dtype,
 )
-from ._registry import register_state
-from ._schedules.slot import SlotState
+from ._states import AdamState
 from .adamax import Adamax, AdamaxState
 from .nadam import NAdam, NAdamState
 from .radam import RAdam, RAdamState
@@ -42,35 +41,6 @@ __all__ = [
     "RAdam",
     "RAdamState",
 ]
-
-
-@register_state
-class AdamState(NamedTuple):
-    """The state of `Adam` and `AdamW`.
-
-    Attributes:
-        step: The number of steps taken, a 0-dim tensor.
-        exp_avg: The running average of the gradients, keyed like the parameters.
-        exp_avg_sq: The running average of the squared gradients.
-        max_exp_avg_sq: The running maximum of `exp_avg_sq` (AMSGrad); empty
-            unless `amsgrad=True`.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.Adam(betas=(0.5, 0.5))
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> grads = ParamDict(w=torch.tensor([2.0, 2.0]))
-        >>> _, state = opt.step(params, grads, opt.init(params))
-        >>> state.exp_avg["w"], state.exp_avg_sq["w"]
-        (tensor([1., 1.]), tensor([2., 2.]))
-    """
-
-    step: Tensor
-    exp_avg: ParamDict
-    exp_avg_sq: ParamDict
-    max_exp_avg_sq: ParamDict
-    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)

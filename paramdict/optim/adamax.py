@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import attrs
 from torch import Tensor
@@ -11,36 +11,10 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order
 from ._hyper import Rate, host_numbers, quotient
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import AdamaxState
 
 __all__ = ["Adamax", "AdamaxState"]
-
-
-@register_state
-class AdamaxState(NamedTuple):
-    """The state of `Adamax`.
-
-    `AdamState`'s `step`, `exp_avg` and `schedule` (the same meaning), and:
-
-    Attributes:
-        exp_inf: The exponentially weighted infinity norm of the gradients,
-            in place of `exp_avg_sq`.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.Adamax(betas=(0.5, 0.5), eps=0.0)
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> grads = ParamDict(w=torch.tensor([2.0, -3.0]))
-        >>> _, state = opt.step(params, grads, opt.init(params))
-        >>> state.exp_avg["w"], state.exp_inf["w"]
-        (tensor([ 1.0000, -1.5000]), tensor([2., 3.]))
-    """
-
-    step: Tensor
-    exp_avg: ParamDict
-    exp_inf: ParamDict
-    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)

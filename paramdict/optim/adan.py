@@ -7,7 +7,7 @@ Optimizing Deep Models".
 from __future__ import annotations
 
 import math
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import attrs
 from torch import Tensor
@@ -17,41 +17,11 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from . import fields
 from ._hyper import Rate
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import AdanState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Adan", "AdanState"]
-
-
-@register_state
-class AdanState(NamedTuple):
-    """The state of `Adan`.
-
-    Attributes:
-        step: The number of steps taken, a 0-dim tensor.
-        exp_avg: The running average of the gradients.
-        exp_avg_diff: The running average of the gradients' changes.
-        exp_avg_sq: The running average of the squared Nesterov gradients.
-        prev_grad: The previous step's gradients (zero before the first step,
-            which takes no change).
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.Adan()
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> _, state = opt.step(params, params.ones_like(), opt.init(params))
-        >>> state.prev_grad["w"], state.exp_avg_diff["w"]
-        (tensor([1., 1.]), tensor([0., 0.]))
-    """
-
-    step: Tensor
-    exp_avg: ParamDict
-    exp_avg_diff: ParamDict
-    exp_avg_sq: ParamDict
-    prev_grad: ParamDict
-    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=fields.shared_last)

@@ -6,7 +6,7 @@ Pagliardini et al., 2024, "The AdEMAMix Optimizer: Better, Faster, Older".
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -17,39 +17,11 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from . import fields
 from ._hyper import Rate
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import AdEMAMixState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["AdEMAMix", "AdEMAMixState"]
-
-
-@register_state
-class AdEMAMixState(NamedTuple):
-    """The state of `AdEMAMix`.
-
-    Attributes:
-        step: The number of steps taken, a 0-dim tensor.
-        exp_avg_fast: The fast running average of the gradients (Adam's `m`).
-        exp_avg_slow: The slow running average of the gradients (no bias
-            correction).
-        exp_avg_sq: The running average of the squared gradients.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.AdEMAMix(betas=(0.5, 0.5, 0.75))
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> _, state = opt.step(params, params.ones_like(), opt.init(params))
-        >>> state.exp_avg_fast["w"], state.exp_avg_slow["w"]
-        (tensor([0.5000, 0.5000]), tensor([0.2500, 0.2500]))
-    """
-
-    step: Tensor
-    exp_avg_fast: ParamDict
-    exp_avg_slow: ParamDict
-    exp_avg_sq: ParamDict
-    schedule: SlotState = ()
 
 
 def _check_warmup(instance: object, attribute: Any, value: Any) -> None:

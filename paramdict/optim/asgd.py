@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple, cast
+from typing import ClassVar, cast
 
 import attrs
 import torch
@@ -20,41 +20,12 @@ from ._hyper import (
     quotient,
     state_scalar_dtype,
 )
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState, initial_rate
+from ._schedules.slot import LearningRate, initial_rate
 from ._state_check import check_scalar
+from ._states import ASGDState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["ASGD", "ASGDState"]
-
-
-@register_state
-class ASGDState(NamedTuple):
-    """The state of `ASGD`: `step`, `eta`, `mu`, `ax` and `schedule`.
-
-    `eta` and `mu` are 0-dim tensors in torch.optim's dtype for them (float32
-    unless the default dtype is float64), which keeps its rounding; with a
-    per-key learning rate `eta` is a ParamDict of per-key values in that dtype.
-
-    Attributes:
-        eta: The step size of the next step.
-        mu: The averaging coefficient of the next step.
-        ax: The running average of the parameters, keyed like them.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.ASGD(lr=0.5, lambd=0.0)
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> _, state = opt.step(params, params.ones_like(), opt.init(params))
-        >>> state.eta, state.mu, state.ax["w"]
-        (tensor(0.5000), tensor(1.), tensor([0.5000, 1.5000]))
-    """
-
-    step: Tensor
-    eta: Tensor | ParamDict
-    mu: Tensor
-    ax: ParamDict
-    schedule: SlotState = ()
 
 
 def _eta(lr: Rate, lambd: float, alpha: float, step: Tensor) -> Tensor | ParamDict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, NoReturn, TypeAlias, TypeVar, cast
+from typing import Any, NoReturn, TypeAlias, TypeVar, cast
 
 import attrs
 import torch
@@ -13,9 +13,9 @@ from torch._C._nn import flatten_dense_tensors, unflatten_dense_tensors
 
 from .._paramdict import ParamDict
 from ._hyper import check_count, check_flag, check_non_negative
-from ._lbfgs_checks import Layout, check_lr, check_state, closure_result, layout_of
+from ._lbfgs_checks import check_lr, check_state, closure_result, layout_of
 from ._line_search import strong_wolfe
-from ._registry import register_state
+from ._states import LBFGSState
 from ._validate import aligned_grads, check_grads, check_real
 
 __all__ = ["LBFGS", "LBFGSState"]
@@ -26,47 +26,6 @@ Closure: TypeAlias = Callable[
     [ParamDict], "Tensor | tuple[Tensor, Mapping[str, Tensor]]"
 ]
 """A function of the parameters returning the loss, or `(loss, grads)`."""
-
-
-@register_state
-class LBFGSState(NamedTuple):
-    """The state of `LBFGS`, with `torch.optim.LBFGS`'s names.
-
-    Attributes:
-        func_evals: The number of closure evaluations so far.
-        n_iter: The number of iterations so far.
-        d: The last search direction (flat), or None before the first step.
-        t: The last step size along `d`.
-        old_dirs: The gradient differences `y` kept (at most `history_size`).
-        old_stps: The steps `s` kept.
-        ro: `1 / (y . s)` for each kept pair.
-        H_diag: The scale of the initial inverse-Hessian estimate.
-        prev_flat_grad: The last flat gradient.
-        prev_loss: The last loss (negated under `maximize`, as torch keeps it).
-        layout: The keys and shapes of the parameters the flat vectors stand
-            for (checked at every step; `()` in a state saved without it).
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.LBFGS(max_iter=3)
-        >>> params = ParamDict(w=torch.tensor([1.0, -2.0]))
-        >>> loss = lambda p: (p["w"] ** 2).sum()
-        >>> params, state = opt.step(params, loss, opt.init(params))
-        >>> state.n_iter, len(state.old_dirs)
-        (2, 1)
-    """
-
-    func_evals: int
-    n_iter: int
-    d: Tensor | None
-    t: float | Tensor | None
-    old_dirs: tuple[Tensor, ...]
-    old_stps: tuple[Tensor, ...]
-    ro: tuple[Tensor, ...]
-    H_diag: float | Tensor
-    prev_flat_grad: Tensor | None
-    prev_loss: float | None
-    layout: Layout = ()
 
 
 def _check_max_eval(instance: object, attribute: Any, value: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import attrs
 from torch import Tensor
@@ -12,35 +12,11 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from . import fields
 from ._hyper import Rate
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import LionState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Lion", "LionState"]
-
-
-@register_state
-class LionState(NamedTuple):
-    """The state of `Lion`.
-
-    Attributes:
-        step: The number of steps taken, a 0-dim tensor.
-        exp_avg: The running average of the gradients, keyed like the parameters.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.Lion(betas=(0.5, 0.5))
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> grads = {"w": torch.tensor([2.0, -2.0])}
-        >>> _, state = opt.step(params, grads, opt.init(params))
-        >>> state.exp_avg["w"]
-        tensor([ 1., -1.])
-    """
-
-    step: Tensor
-    exp_avg: ParamDict
-    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=fields.shared_last)

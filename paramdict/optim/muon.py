@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, NamedTuple, cast
+from typing import Any, ClassVar, cast
 
 import attrs
 from torch import Tensor
@@ -13,8 +13,8 @@ from .._paramdict import ParamDict
 from ._fields import flag, non_negative, shared_last
 from ._hyper import Rate, is_finite
 from ._matrix import newton_schulz
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import MuonState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Muon", "MuonState"]
@@ -28,28 +28,6 @@ NOT_A_MATRIX = (
     "Give the other entries to another optimizer by key pattern, e.g. "
     "`optim.ParamGroups({{'*.weight': optim.Muon(...)}}, default=optim.AdamW(...))`."
 )
-
-
-@register_state
-class MuonState(NamedTuple):
-    """The state of `Muon`: `step`, a momentum buffer and `schedule`.
-
-    Attributes:
-        momentum_buffer: The momentum buffer, keyed like the parameters.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.Muon(momentum=0.5)
-        >>> params = ParamDict(w=torch.ones(2, 2))
-        >>> _, state = opt.step(params, params, opt.init(params))
-        >>> state.momentum_buffer["w"]
-        tensor([[0.5000, 0.5000],
-                [0.5000, 0.5000]])
-    """
-
-    step: Tensor
-    momentum_buffer: ParamDict
-    schedule: SlotState = ()
 
 
 def _check_coefficients(instance: object, attribute: Any, value: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import attrs
 from torch import Tensor
@@ -12,37 +12,10 @@ from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag, non_negative
 from ._hyper import Rate, host_numbers, product, quotient, state_scalar_dtype
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import NAdamState
 
 __all__ = ["NAdam", "NAdamState"]
-
-
-@register_state
-class NAdamState(NamedTuple):
-    """The state of `NAdam`.
-
-    `AdamState`'s fields (the same meaning) without `max_exp_avg_sq`, and:
-
-    Attributes:
-        mu_product: The product of the momentum coefficients so far, a 0-dim
-            tensor in torch.optim's dtype for it (float32 unless the default
-            dtype is float64).
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.NAdam()
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> _, state = opt.step(params, params.ones_like(), opt.init(params))
-        >>> state.mu_product
-        tensor(0.4501)
-    """
-
-    step: Tensor
-    mu_product: Tensor
-    exp_avg: ParamDict
-    exp_avg_sq: ParamDict
-    schedule: SlotState = ()
 
 
 def _momentum(beta1: float | Tensor, step: Tensor, momentum_decay: float) -> Tensor:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import attrs
 import torch
@@ -13,28 +13,9 @@ from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag
 from ._hyper import Rate, host_numbers, product, quotient
-from ._registry import register_state
-from ._schedules.slot import SlotState
+from ._states import RAdamState
 
 __all__ = ["RAdam", "RAdamState"]
-
-
-@register_state
-class RAdamState(NamedTuple):
-    """The state of `RAdam`.
-
-    Its fields are `AdamState`'s (the same meaning) without `max_exp_avg_sq`.
-
-    Example:
-        >>> from paramdict import optim
-        >>> optim.RAdamState._fields
-        ('step', 'exp_avg', 'exp_avg_sq', 'schedule')
-    """
-
-    step: Tensor
-    exp_avg: ParamDict
-    exp_avg_sq: ParamDict
-    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)

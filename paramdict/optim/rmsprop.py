@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import attrs
 from torch import Tensor
@@ -12,36 +12,11 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._fields import flag, fraction, non_negative, shared_last
 from ._hyper import Rate
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import RMSpropState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["RMSprop", "RMSpropState"]
-
-
-@register_state
-class RMSpropState(NamedTuple):
-    """The state of `RMSprop`; `step` and `schedule` are as in `TorchOptimizer`.
-
-    Attributes:
-        square_avg: The running average of the squared gradients.
-        momentum_buffer: The momentum buffer; empty when `momentum == 0`.
-        grad_avg: The running average of the gradients; empty unless `centered`.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.RMSprop(alpha=0.5, centered=True)
-        >>> grads = ParamDict(w=torch.ones(2))
-        >>> state = opt.step(grads, grads * 2, opt.init(grads))[1]
-        >>> state.square_avg["w"], state.grad_avg["w"], len(state.momentum_buffer)
-        (tensor([2., 2.]), tensor([1., 1.]), 0)
-    """
-
-    step: Tensor
-    square_avg: ParamDict
-    momentum_buffer: ParamDict
-    grad_avg: ParamDict
-    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)

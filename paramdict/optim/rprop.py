@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any, ClassVar, NamedTuple, cast
+from typing import Any, ClassVar, cast
 
 import attrs
 from torch import Tensor
@@ -13,8 +13,8 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._fields import shared_last
 from ._hyper import Rate
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState, initial_rate
+from ._schedules.slot import LearningRate, initial_rate
+from ._states import RpropState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["Rprop", "RpropState"]
@@ -51,30 +51,6 @@ def _check_step_sizes(instance: object, attribute: Any, value: Any) -> None:
             f"got {value!r}."
         )
         raise ValueError(msg)
-
-
-@register_state
-class RpropState(NamedTuple):
-    """The state of `Rprop`: `step`, `prev`, `step_size`, `schedule`.
-
-    Attributes:
-        prev: The previous step's gradient (zero where its sign flipped).
-        step_size: The per-entry step sizes, starting at `lr`.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.Rprop(lr=0.1)
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> grads = ParamDict(w=torch.tensor([2.0, -2.0]))
-        >>> _, state = opt.step(params, grads, opt.init(params))
-        >>> state.prev["w"], state.step_size["w"]
-        (tensor([ 2., -2.]), tensor([0.1000, 0.1000]))
-    """
-
-    step: Tensor
-    prev: ParamDict
-    step_size: ParamDict
-    schedule: SlotState = ()
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=shared_last)

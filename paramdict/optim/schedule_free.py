@@ -7,7 +7,7 @@ the weighted average `x` of the `z`s, is a function of both (`eval_params`).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import attrs
 import torch
@@ -18,43 +18,13 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from . import fields
 from ._hyper import Rate
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import ScheduleFreeAdamWState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["ScheduleFreeAdamW", "ScheduleFreeAdamWState"]
 
 P = TypeVar("P", bound=ParamDict)
-
-
-@register_state
-class ScheduleFreeAdamWState(NamedTuple):
-    """The state of `ScheduleFreeAdamW`, beside the parameters `y`.
-
-    Attributes:
-        step: The number of steps taken, a 0-dim tensor.
-        z: The base sequence `z` (the Adam iterates), keyed like the parameters.
-        exp_avg_sq: The running average of the squared gradients.
-        weight_sum: The sum of the averaging weights so far, a 0-dim tensor.
-        lr_max: The largest learning rate so far (warm-up included), a 0-dim
-            tensor; the averaging weights are computed from it.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.ScheduleFreeAdamW(lr=0.1)
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> state = opt.init(params)
-        >>> torch.equal(state.z["w"], params["w"]), state.weight_sum
-        (True, tensor(0., dtype=torch.float64))
-    """
-
-    step: Tensor
-    z: ParamDict
-    exp_avg_sq: ParamDict
-    weight_sum: Tensor
-    lr_max: Tensor
-    schedule: SlotState = ()
 
 
 def _check_steps(instance: object, attribute: Any, value: Any) -> None:

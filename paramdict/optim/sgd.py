@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import attrs
 from torch import Tensor
@@ -13,36 +13,11 @@ from .._paramdict import ParamDict
 from ._fields import flag, fused_option, non_negative, shared_last
 from ._fused import FusedPlan, fused_plan, sgd_kernel
 from ._hyper import Rate, check_number, host_numbers, is_finite
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import SGDState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["SGD", "SGDState"]
-
-
-@register_state
-class SGDState(NamedTuple):
-    """The state of `SGD`: a step count and the momentum buffer.
-
-    Attributes:
-        step: The number of steps taken, a 0-dim tensor.
-        momentum_buffer: The momentum buffer, keyed like the parameters; empty
-            when `momentum == 0`.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.SGD(lr=0.1, momentum=0.9)
-        >>> params = ParamDict(w=torch.tensor([1.0, 2.0]))
-        >>> grads = ParamDict(w=torch.tensor([1.0, 1.0]))
-        >>> _, state = opt.step(params, grads, opt.init(params))
-        >>> state.step, state.momentum_buffer["w"]
-        (tensor(1., dtype=torch.float64), tensor([1., 1.]))
-    """
-
-    step: Tensor
-    momentum_buffer: ParamDict
-    schedule: SlotState = ()
 
 
 def _check_dampening(instance: object, attribute: Any, value: Any) -> None:

@@ -6,7 +6,7 @@ Vyas et al., 2024, "SOAP: Improving and Stabilizing Shampoo using Adam".
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, NamedTuple, cast
+from typing import Any, ClassVar, cast
 
 import attrs
 import torch
@@ -17,47 +17,14 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from . import fields
 from ._hyper import Rate
-from ._registry import register_state
-from ._schedules.slot import LearningRate, SlotState
+from ._schedules.slot import LearningRate
+from ._states import SOAPState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["SOAP", "SOAPState"]
 
 _Phase = bool | Tensor
 """A decision of the step: a bool read on the host, or a 0-dim bool tensor."""
-
-
-@register_state
-class SOAPState(NamedTuple):
-    """The state of `SOAP`.
-
-    Attributes:
-        step: The number of calls taken, a 0-dim tensor (the first builds the
-            preconditioner, so Adam's step count is one less).
-        exp_avg: The running average of the gradients, in the parameters' own
-            coordinates.
-        exp_avg_sq: The running average of the squared gradients, in the
-            eigenbasis coordinates.
-        gg: One ParamDict per dimension `i` (of the shape the preconditioner
-            sees): each entry whose dimension `i` is preconditioned, its
-            Kronecker factor (`d_i x d_i`, the running average of the gradient's
-            Gram matrix along that dimension).
-        q: The eigenbases of `gg`, laid out alike.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
-
-    Example:
-        >>> from paramdict import optim
-        >>> state = optim.SOAP().init(ParamDict(w=torch.ones(3, 2), b=torch.ones(2)))
-        >>> [list(factors) for factors in state.gg], state.gg[1]["w"].shape
-        ([['w'], ['w']], torch.Size([2, 2]))
-    """
-
-    step: Tensor
-    exp_avg: ParamDict
-    exp_avg_sq: ParamDict
-    gg: tuple[ParamDict, ...]
-    q: tuple[ParamDict, ...]
-    schedule: SlotState = ()
 
 
 def _check_count(instance: object, attribute: Any, value: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, cast
 
 import attrs
 import torch
@@ -18,31 +18,9 @@ from torch import Tensor, nn
 from .._paramdict import ParamDict
 from ._averaging import averaged as _averaged
 from ._hyper import is_traced
-from ._registry import register_state
+from ._states import AveragedState
 
 __all__ = ["AveragedState", "WeightAverage", "update_bn"]
-
-
-@register_state
-class AveragedState(NamedTuple):
-    """The state of a `WeightAverage`: the average and how many values it holds.
-
-    Attributes:
-        n_averaged: The number of `update` calls, a 0-dim `int64` tensor (torch's
-            `AveragedModel.n_averaged`).
-        averaged: The running average, keyed like the averaged values.
-
-    Example:
-        >>> from paramdict import optim
-        >>> swa = optim.WeightAverage.swa()
-        >>> state = swa.init(ParamDict(w=torch.zeros(2)))
-        >>> state = swa.update(state, ParamDict(w=torch.ones(2)))
-        >>> state.n_averaged, state.averaged["w"]
-        (tensor(1), tensor([1., 1.]))
-    """
-
-    n_averaged: Tensor
-    averaged: ParamDict
 
 
 def _check_decay(instance: object, attribute: Any, value: Any) -> None:

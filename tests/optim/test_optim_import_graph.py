@@ -3,11 +3,16 @@
 Every import a module of `paramdict.optim` makes when it runs is an edge: those at
 the top and those inside functions (a function-level import that hides a cycle is
 still a cycle); imports under `if TYPE_CHECKING:` are for the type checkers only.
+
+Importing the package loads only the state classes (`_states.py`,
+`_schedules/states.py`) and registers them with `torch.load`; every other public
+name loads its module on first use, through the package's `__getattr__`.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +185,39 @@ def test_importing_optim_leaves_the_compiler_unloaded(module: str) -> None:
     if out[0] == "True":
         pytest.skip(f"this torch imports {module} with itself")
     assert out == ["False", "False"]
+
+
+_LOADED = """
+import json, sys, torch
+before = set(sys.modules)
+from paramdict import optim
+loaded = sorted(m for m in set(sys.modules) - before if m.startswith("paramdict.optim"))
+first = "attr" in sys.modules
+missing = [name for name in optim.__all__ if name not in dir(optim)]
+resolved = sum(getattr(optim, name) is not None for name in optim.__all__)
+print(json.dumps([loaded, first, missing, resolved]))
+"""
+
+
+def test_importing_optim_loads_the_states_only() -> None:
+    """The import loads the state modules and no attrs; each public name resolves."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LOADED], capture_output=True, text=True, check=True
+    ).stdout
+    loaded, attrs_loaded, missing, resolved = json.loads(out)
+    assert loaded == [
+        "paramdict.optim",
+        "paramdict.optim._registry",
+        "paramdict.optim._schedules",
+        "paramdict.optim._schedules.states",
+        "paramdict.optim._states",
+    ]
+    assert not attrs_loaded
+    assert missing == []
+    assert resolved == len(paramdict.optim.__all__)
+
+
+def test_a_misspelt_name_is_an_attribute_error() -> None:
+    """An unknown name raises AttributeError naming it, as any module does."""
+    with pytest.raises(AttributeError, match="has no attribute 'Adamw'"):
+        _ = paramdict.optim.Adamw  # type: ignore[attr-defined]  # the misspelling

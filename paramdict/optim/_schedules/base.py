@@ -1,4 +1,4 @@
-"""The schedule state, the schedule base classes and their exact scalar arithmetic.
+"""The schedule base classes and their exact scalar arithmetic.
 
 A schedule is an immutable configuration with a pure, explicit state:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 import attrs
 import torch
@@ -32,48 +32,13 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from .._hyper import is_traced
-from .._registry import register_state
 from .numbers import base_of, check_base_lr, refuse_epoch, scalar
+from .states import ScheduleState
 
 if TYPE_CHECKING:
     from .plateau import PlateauState, ReduceLROnPlateau
 
 __all__ = ["BaseSchedule", "LRSchedule", "ScheduleState"]
-
-
-@register_state
-class ScheduleState(NamedTuple):
-    """The state of a learning-rate schedule: its position and current value.
-
-    Attributes:
-        last_epoch: torch's `last_epoch`: the number of `step` calls (0 after
-            `init`), a 0-dim float64 tensor.
-        base_lr: torch's `initial_lr` (`base_lrs[0]`), a 0-dim float64 tensor.
-        lr: The current learning rate, torch's `get_last_lr()[0]`.
-        momentum: The cycled momentum (or first beta) of `CyclicLR` and
-            `OneCycleLR` with `cycle_momentum=True`; `None` otherwise.
-        counters: Schedule-specific counters (`CosineAnnealingWarmRestarts`:
-            `T_cur`, `T_i`; `ReduceLROnPlateau`: `best`, `num_bad_epochs`,
-            `cooldown_counter`); empty for the others.
-        children: The states of the schedules of `SequentialLR` and
-            `ChainedScheduler`; empty for the others.
-
-    Example:
-        >>> from paramdict import optim
-        >>> schedule = optim.StepLR(step_size=2, gamma=0.5)
-        >>> state = schedule.init(1.0)
-        >>> for _ in range(2):
-        ...     state = schedule.step(state)
-        >>> state.last_epoch, state.lr
-        (tensor(2., dtype=torch.float64), tensor(0.5000, dtype=torch.float64))
-    """
-
-    last_epoch: Tensor
-    base_lr: Tensor
-    lr: Tensor
-    momentum: Tensor | None
-    counters: tuple[Tensor, ...]
-    children: tuple[ScheduleState | PlateauState, ...]
 
 
 StateT = TypeVar("StateT", "ScheduleState", "PlateauState")

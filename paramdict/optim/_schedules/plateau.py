@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal, NamedTuple, cast
+from typing import Any, ClassVar, Literal, cast
 
 import attrs
 import torch
 from torch import Tensor
 
-from .._registry import register_state
 from .base import (
     BaseSchedule,
     check_schedule_state,
@@ -21,6 +20,7 @@ from .numbers import (
     number_field,
     scalar,
 )
+from .states import PlateauState
 
 __all__ = ["PlateauState", "ReduceLROnPlateau"]
 
@@ -48,31 +48,6 @@ def _metric(metrics: object) -> float:
             f"`float` cannot read ({error}). Pass a scalar."
         )
         raise ValueError(msg) from error
-
-
-@register_state
-class PlateauState(NamedTuple):
-    """The state of `ReduceLROnPlateau`.
-
-    Attributes:
-        last_epoch: The number of `step` calls, a 0-dim float64 tensor.
-        lr: The current learning rate.
-        best: The best metric so far (`inf` or `-inf` before the first).
-        num_bad_epochs: Epochs since the last improvement.
-        cooldown_counter: Epochs of cooldown left.
-
-    Example:
-        >>> from paramdict import optim
-        >>> state = optim.ReduceLROnPlateau().init(0.1)
-        >>> state.best
-        tensor(inf, dtype=torch.float64)
-    """
-
-    last_epoch: Tensor
-    lr: Tensor
-    best: Tensor
-    num_bad_epochs: Tensor
-    cooldown_counter: Tensor
 
 
 @attrs.frozen(kw_only=True, eq=False)

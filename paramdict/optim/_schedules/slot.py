@@ -35,12 +35,11 @@ from .base import (
     state_layout,
 )
 from .plateau import PlateauState, ReduceLROnPlateau
+from .states import SlotState
 
 LearningRate: TypeAlias = Rate | LRSchedule | ReduceLROnPlateau
 """A rate (number, 0-dim tensor, per-key ParamDict) or a schedule."""
 
-SlotState: TypeAlias = ScheduleState | PlateauState | tuple[()]
-"""The `schedule` field of an optimizer's state: `()` (no leaves) for a plain rate."""
 
 __all__ = [
     "LearningRate",
