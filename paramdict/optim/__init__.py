@@ -71,6 +71,8 @@ from ._states import (
 
 if TYPE_CHECKING:
     from . import fields
+    from . import lr_scheduler as lr_scheduler
+    from . import swa_utils as swa_utils
     from ._accumulate import MultiSteps
     from ._binding import Bound
     from ._clip import ClipGradNorm
@@ -263,11 +265,17 @@ after `import torch` (attrs, and building the optimizers' attrs classes); the
 package without them imports in about 12 ms (`python -m benchmarks --only import`)."""
 
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+_SUBMODULES = frozenset(
+    m[1:] for m in _LAZY_MODULES if not m.startswith("._") and "." not in m[1:]
+)
+"""The public submodules (`optim.lr_scheduler.StepLR`, as `torch.optim`'s)."""
 
 
 if not TYPE_CHECKING:  # checkers read the imports above: a misspelt name stays an error
 
     def __getattr__(name: str) -> Any:
+        if name in _SUBMODULES:  # importing it binds the name
+            return importlib.import_module(f".{name}", __name__)
         if name not in _LAZY:
             msg = f"module {__name__!r} has no attribute {name!r}"
             raise AttributeError(msg)

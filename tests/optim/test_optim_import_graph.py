@@ -221,3 +221,19 @@ def test_a_misspelt_name_is_an_attribute_error() -> None:
     """An unknown name raises AttributeError naming it, as any module does."""
     with pytest.raises(AttributeError, match="has no attribute 'Adamw'"):
         _ = paramdict.optim.Adamw  # type: ignore[attr-defined]  # the misspelling
+
+
+_SUBMODULE = """
+import json, paramdict
+print(json.dumps([paramdict.optim.lr_scheduler.StepLR.__name__,
+                  paramdict.optim.swa_utils.WeightAverage.__name__,
+                  paramdict.optim.adam.AdamW.__name__]))
+"""
+
+
+def test_a_public_submodule_is_an_attribute_on_first_use() -> None:
+    """`paramdict.optim.lr_scheduler.StepLR` works as `torch.optim.lr_scheduler`'s."""
+    out = subprocess.run(
+        [sys.executable, "-c", _SUBMODULE], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == ["StepLR", "WeightAverage", "AdamW"]
