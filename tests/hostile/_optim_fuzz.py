@@ -19,7 +19,7 @@ torch.optim has it, torch's class. From them:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -469,6 +469,10 @@ def torch_step(
     """Return torch's parameters after `steps` steps from `state` (its export)."""
     assert spec.theirs is not None
     names = list(params)
+    if not names and isinstance(grads, Mapping) and not grads:
+        # torch.optim refuses to be built on no parameters; paramdict steps an
+        # empty ParamDict (a group that matched nothing) to an empty one.
+        return {}
     leaves = {k: params[k].detach().clone().requires_grad_() for k in names}
     options = {k: v for k, v in spec.options.items() if k != "fused"}
     theirs = spec.theirs(list(leaves.values()), **options)
