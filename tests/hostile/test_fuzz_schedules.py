@@ -542,21 +542,27 @@ def _averaged_state() -> Arg:
 
 
 def _average_reference(average: Any, state: Any, values: Any) -> dict[str, Tensor]:
-    """The averages of `swa_utils.get_ema_avg_fn` and `get_swa_avg_fn`, by hand."""
+    """The averages of `swa_utils.get_ema_avg_fn` and `get_swa_avg_fn`, by hand.
+
+    As `AveragedModel.update_parameters` applies them: the first update copies
+    the values into the average's dtype; later ones compute torch's formula on
+    the values as given (promoting) and copy the result back.
+    """
     n = int(state.n_averaged)
     out = {}
-    for k, v in values.items():
+    for k, value in values.items():
         avg = state.averaged[k]
-        v = v.detach().to(avg.dtype)  # (torch's average holds the model's dtypes)
+        raw = value.detach()
+        v = raw.to(avg.dtype)  # (torch's average holds the model's dtypes)
         floating = avg.is_floating_point() or avg.is_complex()
         if n == 0:
             new = v.clone()
         elif average.kind == "ema" and floating:
             new = avg.lerp(v, 1 - average.decay)
-        elif average.kind == "ema":  # integers: in floats, back to the average's
-            new = avg * average.decay + v * (1 - average.decay)
+        elif average.kind == "ema":  # integers: torch's formula, promoting
+            new = avg * average.decay + raw * (1 - average.decay)
         else:
-            new = avg + (v - avg) / (n + 1)
+            new = avg + (raw - avg) / (n + 1)
         out[k] = new.to(avg.dtype)
     return out
 

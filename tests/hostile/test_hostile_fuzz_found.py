@@ -476,3 +476,43 @@ def test_export_names_a_names_that_is_not_a_sequence() -> None:
     opt = optim.Adam()
     with pytest.raises(TypeError, match=r"`names` must be a module .* Got NoneType"):
         optim.to_torch_state_dict(opt, opt.init(_params()), cast(Any, None))
+
+
+def test_warm_restarts_refuse_an_eta_min_no_float_holds() -> None:
+    """`eta_min=10**400`: refused by name (torch's first step overflows)."""
+    with pytest.raises(ValueError, match=r"`eta_min` is too large for a float"):
+        optim.CosineAnnealingWarmRestarts(T_0=2, eta_min=10**400)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    with pytest.raises(OverflowError):
+        lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, eta_min=10**400)
+
+
+def test_a_composed_schedule_names_the_child_state_that_is_not_its_own() -> None:
+    """A `ChainedScheduler` state whose children are dicts: the message names them."""
+    schedule = optim.ChainedScheduler(
+        base_lr=0.1,
+        schedulers=(optim.StepLR(step_size=2), optim.ExponentialLR(gamma=0.9)),
+    )
+    state = schedule.init()
+    children = tuple(cast(Any, c._asdict()) for c in state.children)
+    bad = state._replace(children=children)
+    with pytest.raises(ValueError, match=r"`children\[0\]` \(a dict\) is not what"):
+        schedule.step(bad)
+
+
+def test_an_integer_average_takes_torchs_formula_on_the_values_as_given() -> None:
+    """An int64 average with float values (NaN among them): torch's `avg_fn`, promoting.
+
+    `AveragedModel.update_parameters` computes `decay * avg + (1 - decay) * value`
+    on the tensors as given and copies the result into the average.
+    """
+    average = optim.WeightAverage.ema(0.9)
+    values = ParamDict(w=torch.tensor([1.5, math.nan, -2.0]))
+    state = average.init(ParamDict(w=torch.tensor([4, 8, -6])))
+    state = average.update(state, values.map(lambda v: v.nan_to_num()))
+    held = state.averaged["w"].clone()
+    new = average.update(state, values).averaged["w"]
+    swa_utils: Any = torch.optim.swa_utils  # unannotated
+    avg_fn = swa_utils.get_ema_avg_fn(0.9)
+    expected = torch.empty_like(held).copy_(avg_fn(held, values["w"], torch.tensor(1)))
+    assert torch.equal(new, expected)

@@ -236,6 +236,30 @@ def _bad_fields(state: Any) -> tuple[list[str], list[str]]:
     return kinds, values
 
 
+def _departure(
+    state: object, expected: tuple[object, ...], prefix: str = ""
+) -> tuple[str, object]:
+    """The field of `state` (and its value) where its layout departs from `expected`.
+
+    The path is empty where the whole state is of another kind.
+    """
+    got = state_layout(state)
+    if got is None or got[0] != expected[0] or not isinstance(state, ScheduleState):
+        return prefix.rstrip("."), state
+    for i, (name, value) in enumerate(
+        (("momentum", state.momentum), ("counters", state.counters)), start=1
+    ):
+        if got[i] != expected[i]:
+            return f"{prefix}{name}", value
+    theirs = cast("tuple[tuple[object, ...], ...]", expected[3])
+    if len(state.children) != len(theirs):
+        return f"{prefix}children", state.children
+    for i, (child, layout) in enumerate(zip(state.children, theirs, strict=True)):
+        if state_layout(child) != layout:
+            return _departure(child, layout, f"{prefix}children[{i}].")
+    return prefix.rstrip("."), state
+
+
 def check_schedule_state(
     schedule: BaseSchedule[Any],
     state: object,
@@ -255,11 +279,17 @@ def check_schedule_state(
     kind = type(schedule).__name__
     got = state_layout(state) if structure else layout_of(schedule)
     if got is None or got != layout_of(schedule):
+        path, part = _departure(state, layout_of(schedule))
         what = "a" if got is None else "the state of another schedule, a"
+        got_what = f"got {what} {type(state).__name__}"
+        if got is not None and path.startswith("children["):
+            got_what = (
+                f"but the given {type(state).__name__}'s `{path}` (a "
+                f"{type(part).__name__}) is not what it keeps there"
+            )
         msg = (
-            f"`{kind}.step` takes a state of this `{kind}`, got {what} "
-            f"{type(state).__name__}. Use the state from this schedule's `init` "
-            "(or the `step` before)."
+            f"`{kind}.step` takes a state of this `{kind}`, {got_what}. Use the "
+            "state from this schedule's `init` (or the `step` before)."
         )
         raise (TypeError if got is None else ValueError)(msg)
     kinds, values = _bad_fields(state)

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from .base import LRSchedule, ScheduleState, check_schedule_state, new_state
-from .numbers import check_int, cos, is_int, nonzero, number_field
+from .numbers import check_float, check_int, cos, is_int, nonzero, number_field
 
 __all__ = ["CosineAnnealingLR", "CosineAnnealingWarmRestarts"]
 
@@ -102,7 +102,8 @@ class CosineAnnealingWarmRestarts(LRSchedule):
 
     Raises:
         ValueError: If `T_0` is not a positive int, `T_mult` not an int >= 1, or
-            `eta_min` not a number (torch's kinds of error).
+            `eta_min` not a number (torch's kinds of error) or too large for a
+            float (torch's first step overflows).
 
     Example:
         >>> from paramdict import optim
@@ -133,6 +134,7 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         if isinstance(eta_min, bool) or not isinstance(eta_min, (int, float)):
             msg = f"Expected float or int `eta_min`, but got {eta_min!r}."
             raise ValueError(msg)
+        check_float("eta_min", eta_min)  # torch's first step overflows on 10**400
 
     def step(
         self, state: ScheduleState, epoch: float | None = None, /
