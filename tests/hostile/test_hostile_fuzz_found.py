@@ -516,3 +516,30 @@ def test_an_integer_average_takes_torchs_formula_on_the_values_as_given() -> Non
     avg_fn = swa_utils.get_ema_avg_fn(0.9)
     expected = torch.empty_like(held).copy_(avg_fn(held, values["w"], torch.tensor(1)))
     assert torch.equal(new, expected)
+
+
+def test_asgd_steps_meta_parameters_as_the_other_optimizers_do() -> None:
+    """Meta parameters step to meta parameters of the same metadata.
+
+    torch's ASGD reads a number of each parameter's state, which a meta tensor
+    does not have, so the fuzzer's reference keeps only the metadata there; the
+    other optimizers step meta tensors in torch and in paramdict alike.
+    """
+    from _optim_fuzz import OPTIMIZERS, torch_step
+
+    spec = next(s for s in OPTIMIZERS if s.name == "ASGD")
+    params = ParamDict(w=torch.zeros(3, device="meta"))
+    grads = ParamDict(w=torch.zeros(3, device="meta"))
+    opt = spec.make()
+    state = opt.init(params)._replace(ax=params)
+    new, _ = opt.step(params, grads, state)
+    theirs = torch_step(spec, params, grads, state)
+    assert list(theirs) == ["w"]
+    for got in (new["w"], theirs["w"]):
+        assert got.is_meta
+        assert (got.shape, got.dtype) == (torch.Size([3]), torch.float32)
+    # The limit is torch's own: its ASGD cannot step meta parameters at all.
+    w = torch.zeros(3, device="meta", requires_grad=True)
+    w.grad = torch.zeros(3, device="meta")
+    with pytest.raises(RuntimeError, match="on meta tensors"):
+        torch.optim.ASGD([w], lr=0.1, t0=1).step()
