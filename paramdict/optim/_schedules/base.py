@@ -447,6 +447,9 @@ class LRSchedule(BaseSchedule[ScheduleState]):
 
     def _restart_on_host(self, state: Any, current: float, /) -> Any:
         """`_restart` with Python floats; None if not defined."""
+        lr = self._restart_lr(state.base_lr)
+        if lr is not None:
+            return state._replace(last_epoch=0.0, lr=lr)
         return self._advance_on_host(state._replace(last_epoch=-1.0), current)
 
     @abc.abstractmethod
@@ -460,7 +463,14 @@ class LRSchedule(BaseSchedule[ScheduleState]):
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         """Return the state after `_update_lr(0)`: `get_lr()` at epoch 0."""
         epoch = torch.zeros_like(state.last_epoch)
+        lr = self._restart_lr(state.base_lr)
+        if lr is not None:
+            return state._replace(last_epoch=epoch, lr=lr)
         return self._advance(state._replace(last_epoch=epoch - 1), current)
+
+    def _restart_lr(self, base: Any) -> Any:
+        """The rate at epoch 0 from `base` (a float or a tensor), or None."""
+        return None
 
 
 def distinct(state: StateT) -> StateT:

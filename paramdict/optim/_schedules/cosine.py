@@ -77,15 +77,8 @@ class CosineAnnealingLR(LRSchedule):
             lr = numerator / denominator * (current - eta_min) + eta_min
         return state._replace(last_epoch=epoch, lr=lr)
 
-    def _restart_on_host(self, state: Any, current: float, /) -> Any:
-        eta_min = self.eta_min
-        lr = eta_min + (state.base_lr - eta_min) * (1 + math.cos(0.0)) / 2
-        return state._replace(last_epoch=0.0, lr=lr)
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        eta_min = self.eta_min
-        lr = eta_min + (state.base_lr - eta_min) * (1 + math.cos(0.0)) / 2
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
+    def _restart_lr(self, base: Any) -> Any:
+        return self.eta_min + (base - self.eta_min) * (1 + math.cos(0.0)) / 2
 
 
 @attrs.frozen(kw_only=True, eq=False)
