@@ -11,23 +11,12 @@ import attrs
 import torch
 from torch import Tensor
 
-from .base import (
-    LRSchedule,
-    ScheduleState,
-    check_schedule_state,
-    distinct,
-    new_state,
-)
-from .numbers import (
-    check_int,
-)
+from .base import LRSchedule, ScheduleState, check_schedule_state, distinct, new_state
+from .numbers import check_int
 from .plateau import PlateauState, ReduceLROnPlateau
 from .slot import is_schedule
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
-
-
-# ---------------------------------------------------------------- combinators
 
 
 def _check_children(
@@ -193,10 +182,7 @@ class SequentialLR(LRSchedule):
 
 
 def _last(momenta: Sequence[Tensor | None]) -> Tensor | None:
-    """Return the last momentum that is not None (None if none is).
-
-    The state that takes it is made `distinct`, which copies it.
-    """
+    """Return the last momentum that is not None (None if none is)."""
     found = [m for m in momenta if m is not None]
     return found[-1] if found else None
 
@@ -338,9 +324,7 @@ class ChainedScheduler(LRSchedule):
                     return None
             children.append(moved)
             lr = moved.lr
-        momenta = [c.momentum for c in children if isinstance(c, ScheduleState)]
-        found = [m for m in momenta if m is not None]
-        momentum = found[-1] if found else None
+        momentum = _last([_momentum(c) for c in children])
         return state._replace(
             last_epoch=state.last_epoch + 1,
             lr=lr,
