@@ -1,15 +1,9 @@
 """Schedule positions to and from `torch.optim.lr_scheduler` state dicts.
 
-A torch scheduler keeps its position in its own attributes (`last_epoch`,
-`base_lrs`, `_last_lr`, and `T_cur`, `best`, ... for some); a paramdict schedule
-keeps it in a `ScheduleState` or `PlateauState`. The two functions here read one
-from the other, so a run moves between the libraries mid-schedule.
-
 The schedule says what its state holds (its counters by torch's names, the
-schedules it wraps); only the entries that one torch class keeps its own way
-are mapped by class: `ReduceLROnPlateau`'s counters and missing `base_lrs`,
-`CyclicLR`'s `_scale_fn_custom`, and `ChainedScheduler`'s position, which
-torch reads from its last scheduler.
+schedules it wraps); only what one torch class keeps its own way is mapped by
+class: `ReduceLROnPlateau`'s counters and missing `base_lrs`, `CyclicLR`'s
+`_scale_fn_custom`, and `ChainedScheduler`'s position (its last scheduler's).
 """
 
 from __future__ import annotations
@@ -64,7 +58,7 @@ def _f64(value: Any, key: str) -> Tensor:
         ok = (
             value.numel() == 1
             and not value.is_meta
-            and (value.is_floating_point() or value.dtype not in _NOT_NUMBERS)
+            and value.dtype != torch.bool
             and not value.is_complex()
         )
     if not ok:
@@ -80,9 +74,6 @@ def _f64(value: Any, key: str) -> Tensor:
         )
         raise TypeError(msg)
     return torch.as_tensor(float(value), dtype=torch.float64)
-
-
-_NOT_NUMBERS = frozenset({torch.bool})
 
 
 def _number(value: Tensor) -> float | int:
@@ -171,11 +162,7 @@ def _check_settings(schedule: object, state_dict: Mapping[str, Any]) -> None:
 
 
 def _check_cycle(schedule: CyclicLR, state_dict: Mapping[str, Any], group: int) -> None:
-    """Raise unless the saved `base_lrs` and `max_lrs` are the `CyclicLR`'s rates.
-
-    torch's `CyclicLR` cycles between the rates its state dict holds; this one
-    between its own `base_lr` and `max_lr`, so the two must agree.
-    """
+    """Raise unless the saved `base_lrs` and `max_lrs` are the `CyclicLR`'s rates."""
     name = type(schedule).__name__
     for key, mine in (("base_lrs", schedule.base_lr), ("max_lrs", schedule.max_lr)):
         saved = _f64(_per_group(state_dict, key, group, name), key)
@@ -242,13 +229,7 @@ def load_torch_scheduler_state_dict(
             f"{type(given).__name__}. Give the `state_dict()` of torch's scheduler."
         )
         raise TypeError(msg)
-    return _checked(schedule, _load(schedule, state_dict, group))
-
-
-def _checked(
-    schedule: Schedule, state: ScheduleState | PlateauState
-) -> ScheduleState | PlateauState:
-    """Return `state`, after checking the values torch's dict gave it."""
+    state = _load(schedule, state_dict, group)
     _, bad = _bad_fields(state)
     if bad:
         names = ", ".join(f"`{b}`" for b in sorted(bad))
