@@ -2,10 +2,7 @@
 
 Each class has torch's name and arguments, less the optimizer (the base rate is
 the argument of `init`) and `last_epoch` (resume from a saved `ScheduleState`
-instead). The machinery is in the `_schedules` package: `base.py` holds the state,
-`numbers.py` the exact arithmetic, `cosine.py` the cosine schedules, `cyclic.py`
-`CyclicLR` and `OneCycleLR`, `chain.py` the combinators and `plateau.py`
-`ReduceLROnPlateau`.
+instead). The machinery is in the `_schedules` package.
 """
 
 from __future__ import annotations
@@ -19,11 +16,7 @@ import attrs
 import torch
 from torch import Tensor
 
-from ._schedules.base import (
-    LRSchedule,
-    ScheduleState,
-    new_state,
-)
+from ._schedules.base import LRSchedule, ScheduleState, new_state
 from ._schedules.cosine import CosineAnnealingLR, CosineAnnealingWarmRestarts
 from ._schedules.numbers import (
     check_float,
@@ -59,12 +52,7 @@ def _check_callable(instance: object, attribute: Any, value: Any) -> None:
 
 
 def _check_gamma(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless a decay factor is a finite number at least 0, naming it.
-
-    torch takes any number: with a negative `gamma` every other rate is
-    negative (a step uphill), which a schedule's state refuses once it holds
-    one; refused here instead, when the schedule is built.
-    """
+    """Raise unless a decay factor is a finite number at least 0 (torch takes any)."""
     number_field(instance, attribute, value)
     if not (math.isfinite(value) and value >= 0):
         msg = (

@@ -13,19 +13,9 @@ import attrs
 import torch
 from torch import Tensor
 
-from .base import (
-    LRSchedule,
-    ScheduleState,
-    new_state,
-)
+from .base import LRSchedule, ScheduleState, new_state
 from .cyclic import _read  # pyright: ignore[reportPrivateUsage]  # this package's own
-from .numbers import (
-    check_float,
-    check_int,
-    check_rate,
-    cos,
-    nonzero,
-)
+from .numbers import check_float, check_int, check_rate, cos, nonzero
 
 __all__ = ["SWALR"]
 
