@@ -45,7 +45,6 @@ __all__ = [
     "initial_rate",
     "is_schedule",
     "on_host",
-    "stepped_with_metric",
     "takes_metric",
     "write_on_host",
 ]
@@ -182,16 +181,6 @@ def cycled_momentum(lr: object, slot: object) -> Tensor | None:
 def takes_metric(lr: object) -> bool:
     """Whether `lr` is a schedule that moves with a metric (`takes_metric`)."""
     return is_schedule(lr) and lr.takes_metric
-
-
-def stepped_with_metric(
-    schedule: Schedule, state: object, metrics: float | Tensor
-) -> ScheduleState | PlateauState:
-    """Return the slot `state` after `schedule` saw `metrics` (its `_step_metric`)."""
-    # `check_slot` matched the slot to this schedule: it is the state it takes.
-    moved = cast("BaseSchedule[Any]", schedule)
-    stepped: ScheduleState | PlateauState = moved._step_metric(state, metrics)
-    return stepped
 
 
 def advanced(schedule: Schedule, state: SlotState) -> SlotState:
