@@ -56,12 +56,9 @@ class BaseSchedule(Generic[StateT], abc.ABC):
     def cycles_momentum(self) -> bool:
         """Whether the schedule sets the momentum (or first beta) too.
 
-        torch's `cycle_momentum=True` of `CyclicLR` and `OneCycleLR`; a
-        schedule that wraps others (`SequentialLR`, `ChainedScheduler`) does
-        when one of them does, as torch's schedulers write the momentum into
-        the optimizer they share. The state carries the value in
-        `ScheduleState.momentum`; an optimizer without a momentum (or `betas`)
-        refuses such a schedule.
+        torch's `cycle_momentum=True` of `CyclicLR` and `OneCycleLR`, or of a
+        schedule a combinator wraps. The value is `ScheduleState.momentum`; an
+        optimizer without a momentum (or `betas`) refuses such a schedule.
 
         Example:
             >>> from paramdict import optim
@@ -292,23 +289,18 @@ class LRSchedule(BaseSchedule[ScheduleState]):
     """The base of every learning-rate schedule except `ReduceLROnPlateau`.
 
     A subclass is an immutable configuration with `torch.optim.lr_scheduler`'s
-    arguments, less the optimizer, plus `base_lr`: the base learning rate
-    (torch's `initial_lr`, the optimizer's `lr`). A schedule is the `lr` of any
-    `TorchOptimizer` (`optim.Adam(lr=optim.CosineAnnealingLR(base_lr=0.1,
-    T_max=100))`), which keeps its state; on its own, `init` gives the state and
-    `step` is pure; the schedule's position and value live in the returned
-    `ScheduleState`.
+    arguments, less the optimizer, plus `base_lr` (torch's `initial_lr`). It is
+    the `lr` of any `TorchOptimizer` (`optim.Adam(lr=optim.CosineAnnealingLR(
+    base_lr=0.1, T_max=100))`), which keeps its state; on its own, `init` gives
+    the state and `step` is pure.
 
     Subclasses define `_initial` (the value after torch's constructor), `_advance`
     (one `scheduler.step()`) and, for `SequentialLR`, `_restart`
-    (`scheduler._update_lr(0)`). Each receives `current`, the learning rate the
-    optimizer holds now, which the recursive formulas start from; a schedule on
-    its own passes its own `lr`, `SequentialLR` and `ChainedScheduler` pass the
-    value their children share. A subclass whose state is not one plain rate
-    says so, and the optimizer holding it follows: `cycles_momentum` (its state
-    carries a momentum), `_schedulers` (the schedules it wraps, whose states are
-    its children), `_counter_names` (the counters its state keeps) and
-    `_step_once` (the step after each update, `_advance` by default).
+    (`scheduler._update_lr(0)`, or its closed form `_restart_lr`), each from
+    `current`, the rate the optimizer holds now. A subclass whose state is not one
+    plain rate says so: `cycles_momentum`, `_schedulers` (the schedules whose
+    states are its children), `_counter_names` and `_step_once` (the step after
+    each update, `_advance` by default).
 
     Example:
         >>> from paramdict import optim

@@ -55,11 +55,9 @@ class CyclicLR(LRSchedule):
     """Cycle the rate between `base_lr` and `max_lr`, the functional `CyclicLR`.
 
     The policies `"triangular"`, `"triangular2"` and `"exp_range"`, or a custom
-    `scale_fn` (which receives the cycle or the iteration as a 0-dim float64
-    tensor). With `cycle_momentum=True` the momentum moves between
-    `max_momentum` and `base_momentum` the opposite way, in `state.momentum`.
-    The base rate given to `init` is ignored, as torch replaces the optimizer's
-    with `base_lr`.
+    `scale_fn` (of the cycle or the iteration, a 0-dim float64 tensor). With
+    `cycle_momentum=True` the momentum moves the opposite way, in
+    `state.momentum`. The base rate given to `init` is ignored, as in torch.
 
     Attributes:
         base_lr: The lower rate of the cycle. This and the other numbers
@@ -177,10 +175,9 @@ class OneCycleLR(LRSchedule):
 
     The rate rises from `max_lr / div_factor` to `max_lr`, then falls to
     `max_lr / div_factor / final_div_factor` (with `three_phase`, back to the
-    start first); with `cycle_momentum=True` the momentum moves the opposite
-    way, in `state.momentum`. The base rate given to `init` is ignored, as torch
-    replaces it. Stepping past `total_steps` raises eagerly, as in torch (a
-    compiled step cannot raise; there the last phase continues).
+    start first); the momentum (`cycle_momentum=True`) moves the opposite way.
+    The base rate given to `init` is ignored, as in torch. Stepping past
+    `total_steps` raises eagerly (a compiled step continues the last phase).
 
     Attributes:
         max_lr: The peak rate. This and the other numbers may be given as

@@ -44,7 +44,10 @@ def scalar(value: float | Tensor, like: Tensor | None = None) -> Tensor:
 
 
 def pow_(base: float | Tensor, exponent: float | Tensor, like: Tensor) -> Tensor:
-    """Return `base ** exponent` rounded as Python's `pow` (tensor operands only)."""
+    """Return `base ** exponent` rounded as Python's `pow`.
+
+    Both operands are tensors: `tensor ** 3` would be `x * x * x`, rounded otherwise.
+    """
     return torch.pow(scalar(base, like), scalar(exponent, like))
 
 

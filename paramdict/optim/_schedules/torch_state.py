@@ -181,13 +181,10 @@ def load_torch_scheduler_state_dict(
 ) -> ScheduleState | PlateauState:
     """Return the state of `schedule` at a torch scheduler's position.
 
-    `state_dict` is what `scheduler.state_dict()` of torch's scheduler of the
-    same class returned. The state takes `last_epoch`, the group's entries of
-    `base_lrs` and `_last_lr`, and the counters: `T_cur` and `T_i` of
-    `CosineAnnealingWarmRestarts` (the counters a schedule names);
-    `best`, `num_bad_epochs` and `cooldown_counter` of `ReduceLROnPlateau`; the
-    children of `SequentialLR` and `ChainedScheduler` (the schedules a schedule
-    wraps). A cycled momentum (`CyclicLR`, `OneCycleLR`) is its value at
+    `state_dict` is `scheduler.state_dict()` of torch's scheduler of the same
+    class. The state takes `last_epoch`, the group's `base_lrs` and `_last_lr`,
+    the counters (`T_cur`, `T_i`; `best`, `num_bad_epochs`, `cooldown_counter`)
+    and the children of composed schedules; a cycled momentum is its value at
     `last_epoch`. Nothing is changed.
 
     Args:
@@ -362,10 +359,8 @@ def to_torch_scheduler_state_dict(opt: Optimizer[Any], state: Any, /) -> dict[st
 
     `scheduler.load_state_dict` of torch's scheduler of the same class (built
     on the optimizer that loaded `to_torch_state_dict(opt, state, ...)`) accepts
-    it and continues from there: `last_epoch`, `_step_count`, `base_lrs` and
-    `_last_lr` (one entry per group, in torch's group order: `ParamGroups`'
-    groups, then its default), the counters, and the children of composed
-    schedules. `state` is unchanged.
+    it and continues from there; `base_lrs` and `_last_lr` hold one entry per
+    group, in torch's group order. `state` is unchanged.
 
     Args:
         opt: The paramdict optimizer; every group's `lr` is a schedule.
