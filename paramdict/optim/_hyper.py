@@ -1,10 +1,7 @@
 """Hyperparameters: the `Rate` type, their validation, and the arithmetic on them.
 
-A rate (a learning rate or a weight decay) is a number, a 0-dim tensor or a
-ParamDict of per-key values; the kernels (`_vocabulary.py`) apply one to a ParamDict.
-The arithmetic here is on the rates themselves: step-dependent scalars (bias
-corrections, decayed rates) are 0-dim double-precision tensors computed from the
-step counter, the numbers torch computes with Python floats.
+Step-dependent scalars (bias corrections, decayed rates) are 0-dim double-precision
+tensors computed from the step counter, the numbers torch computes with Python floats.
 """
 
 from __future__ import annotations
@@ -41,7 +38,6 @@ __all__ = [
     "new_counter",
     "product",
     "quotient",
-    "scalar_dtype",
     "state_scalar_dtype",
 ]
 
@@ -53,9 +49,6 @@ P = TypeVar("P", bound=ParamDict)
 
 def _is_number(value: object) -> bool:
     return type(value) is not bool and isinstance(value, Real)
-
-
-# ---------------------------------------------------------------- attrs validators
 
 
 def check_number(instance: object, attribute: Any, value: Any) -> None:
@@ -77,10 +70,7 @@ def check_non_negative(instance: object, attribute: Any, value: Any) -> None:
 
 
 def is_finite(name: str, value: float) -> bool:
-    """Return whether the number `value` is finite; refuse an int too large for a float.
-
-    (`math.isfinite` raises a bare `OverflowError` on one; torch computes with floats.)
-    """
+    """Return whether the number `value` is finite; refuse an int no float holds."""
     try:
         return math.isfinite(value)
     except OverflowError:
@@ -128,9 +118,7 @@ def check_betas(instance: object, attribute: Any, value: Any) -> None:
 def check_rate(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is a valid `Rate`, naming the argument.
 
-    A number must be non-negative. A tensor must be a 0-dim floating-point tensor;
-    its value is not read (that would synchronize with an accelerator), and neither
-    are a ParamDict's values, whose keys are checked by `init`.
+    A tensor's value is read on the CPU only; a ParamDict's keys are checked by `init`.
     """
     name = attribute.name
     if isinstance(value, ParamDict):
@@ -173,9 +161,6 @@ def check_rate_keys(params: ParamDict, name: str, rate: Rate) -> None:
         raise ValueError(msg)
 
 
-# ---------------------------------------------------------------- arithmetic
-
-
 def is_zero(rate: Rate) -> bool:
     """Return whether `rate` is the number zero (a tensor is never known to be)."""
     return _is_number(rate) and bool(rate == 0)
@@ -184,11 +169,7 @@ def is_zero(rate: Rate) -> bool:
 def quotient(
     rate: Rate, divisor: Tensor, *, negated: bool = False
 ) -> Tensor | ParamDict:
-    """Return `rate / divisor` for a 0-dim `divisor` (a tensor or a ParamDict).
-
-    `negated`: `-(rate / divisor)`, the same bits (the sign of a quotient is
-    exact); for a number `rate`, in the one division.
-    """
+    """Return `rate / divisor` (negated: `-(rate / divisor)`) for a 0-dim `divisor`."""
     if isinstance(rate, ParamDict):
         return rate.div(divisor).neg() if negated else rate.div(divisor)
     if isinstance(rate, Tensor):
@@ -202,11 +183,7 @@ def quotient(
 
 
 def product(rate: Rate, factor: Tensor) -> Tensor | ParamDict:
-    """Return `rate * factor` for a 0-dim `factor`, rounded as `torch.optim` does.
-
-    A number times a step-dependent scalar is a double-precision product (torch
-    multiplies Python floats); a tensor rate multiplies in its own dtype.
-    """
+    """Return `rate * factor` for a 0-dim `factor`, rounded as `torch.optim` does."""
     if isinstance(rate, ParamDict):
         return rate.mul(factor)
     if isinstance(rate, Tensor):
@@ -215,10 +192,7 @@ def product(rate: Rate, factor: Tensor) -> Tensor | ParamDict:
 
 
 def decay_factor(lr: Rate, weight_decay: Rate) -> Rate:
-    """Return `1 - lr * weight_decay`, the decoupled (AdamW) decay multiplier.
-
-    With two numbers this is a Python float computed exactly as `torch.optim` does.
-    """
+    """Return `1 - lr * weight_decay`, the decoupled (AdamW) decay multiplier."""
     if isinstance(weight_decay, ParamDict):
         return 1 - weight_decay.mul(lr)
     if isinstance(lr, ParamDict):
@@ -227,11 +201,9 @@ def decay_factor(lr: Rate, weight_decay: Rate) -> Rate:
 
 
 def compute_dtype(params: ParamDict) -> torch.dtype | None:
-    """Return the dtype all entries share when it is `float32` or `float64`.
+    """Return the dtype all entries share when it is `float32` or `float64`, else None.
 
-    Scalars of that dtype (see `Kernels.scalar`) take torch's faster foreach path; for
-    half precision or mixed dtypes the answer is `None` and scalars stay as they
-    are, since rounding them to a half dtype would change the arithmetic.
+    Scalars of that dtype (see `Kernels.scalar`) take torch's faster foreach path.
     """
     dtypes = {v.dtype for v in params._vals}  # pyright: ignore[reportPrivateUsage]
     if len(dtypes) == 1:
@@ -241,38 +213,17 @@ def compute_dtype(params: ParamDict) -> torch.dtype | None:
     return None
 
 
-# ---------------------------------------------------------------- the step counter
-
-
-def scalar_dtype(device: torch.device) -> torch.dtype:
-    """Return the dtype for step counters and bias corrections on `device`.
-
-    Double precision, so `1 - beta ** step` is the same number `torch.optim`
-    computes with Python floats (in single precision `1 - 0.999 ** 1` already loses
-    four digits); single precision where the device has no doubles (MPS).
-    """
-    return torch.float32 if device.type == "mps" else torch.float64
-
-
 def new_counter(params: ParamDict) -> Tensor:
-    """Return a 0-dim zero step counter on the host.
+    """Return a 0-dim zero step counter on the host, as `torch.optim` keeps it.
 
-    A tensor rather than a Python int, so that `torch.compile` does not specialize
-    on it, and on the host (as `torch.optim` keeps its `step` off the device
-    unless `capturable=True`), so that reading it costs no wait for a device and
-    the step sizes computed from it launch no kernels.
+    A tensor, so that `torch.compile` does not specialize on it.
     """
     del params
     return torch.zeros((), dtype=torch.float64)
 
 
 def device_counter(params: ParamDict) -> Tensor:
-    """Return a 0-dim zero step counter on the parameters' device (`capturable`).
-
-    In torch.optim's dtype for its capturable counters (`state_scalar_dtype`),
-    so that a fused kernel takes it as it is; on the CPU (or without
-    parameters) the host counter of `new_counter`.
-    """
+    """Return a 0-dim zero step counter on the parameters' device (`capturable`)."""
     first = next(iter(params.values()), None)
     if first is None or first.device.type == "cpu":
         return new_counter(params)
@@ -283,11 +234,7 @@ def device_counter(params: ParamDict) -> Tensor:
 
 
 def check_device_counter(counter: Tensor, params: ParamDict, field: str) -> None:
-    """Raise unless `counter` is on the parameters' device (`capturable=True`).
-
-    Raises:
-        ValueError: If the parameters are on an accelerator and `counter` is not.
-    """
+    """Raise unless `counter` is on the parameters' device (`capturable=True`)."""
     first = next(iter(params.values()), None)
     if first is None or first.device.type == "cpu" or counter.device == first.device:
         return
@@ -303,11 +250,8 @@ def check_device_counter(counter: Tensor, params: ParamDict, field: str) -> None
 def state_scalar_dtype(device: torch.device) -> torch.dtype:
     """Return the dtype `torch.optim` keeps per-parameter scalar state in.
 
-    NAdam's `mu_product` and ASGD's `eta` and `mu` are 0-dim tensors that
-    torch.optim stores in single precision unless the default dtype is
-    `float64`, and reads back at that precision: keeping them in the same
-    dtype keeps its rounding (a double-precision copy would drift from it by
-    about 1e-8 relative within 100 steps).
+    NAdam's `mu_product` and ASGD's `eta` and `mu`: single precision unless the
+    default dtype is `float64`, whose rounding a float64 copy would drift from.
     """
     if device.type == "mps" or torch.get_default_dtype() != torch.float64:
         return torch.float32
@@ -329,21 +273,8 @@ def host_numbers(
 ) -> tuple[float, ...] | None:
     """`values` as Python floats where torch.optim reads its scalars on the host.
 
-    torch's foreach and single-tensor paths read the step (`_get_value`) and a
-    tensor rate (`_to_scalar`) on the host and compute step sizes with Python
-    floats: one number per step instead of a chain of 0-dim tensor operations,
-    and a number where a kernel takes a scalar (a tensor there costs one more
-    pass over memory). torch's differentiable steps read them so too, unless
-    they require grad. Only where a read is free: every value a number or a
-    0-dim CPU tensor, eagerly. None when traced (compiled, under
-    `torch.func`), per-key (a ParamDict), on an accelerator (a read would
-    wait for it), or, `differentiable`, where a value requires grad (it stays
-    a tensor, for autograd).
-
-    Example:
-        >>> host_numbers(False, torch.tensor(3.0, dtype=torch.float64), 0.1)
-        (3.0, 0.1)
-        >>> host_numbers(True, torch.tensor(3.0), torch.tensor(0.1, requires_grad=True))
+    See `ScheduledRate.host_numbers`; `differentiable` keeps a value that requires
+    grad a tensor (None).
     """
     numbers: list[float] = []
     for value in values:
@@ -371,15 +302,8 @@ def check_counter(
 ) -> None:
     """Raise unless `counter` is a state's count: 0-dim, its dtype, a whole number >= 0.
 
-    `dtype` is the counter's dtype: by default float64 on the CPU, where `init`
-    makes it (or `scalar_dtype` of the parameters' device for a counter kept
-    there). The value is read only on the CPU, where `torch.optim` reads its
-    step counts anyway; elsewhere (and under `torch.compile` or `torch.func`)
-    only the kind is checked.
-
-    Raises:
-        TypeError: If `counter` is not a 0-dim tensor of that dtype.
-        ValueError: If it is on another device, or not a finite whole number >= 0.
+    `dtype` defaults to float64 (float32 on MPS, which has no doubles). The value
+    is read eagerly on the CPU only.
     """
     what = f"The state's `{field}`"
     fix = "Use the state from this optimizer's `init` (or a checkpoint of it)."
@@ -388,7 +312,8 @@ def check_counter(
         raise TypeError(msg)
     first = next(iter(params.values()), None)
     device = first.device if first is not None else counter.device
-    expected = scalar_dtype(device) if dtype is None else dtype
+    default = torch.float32 if device.type == "mps" else torch.float64
+    expected = default if dtype is None else dtype
     if dtype is None and counter.device.type == "cpu":
         expected = torch.float64
     if counter.dtype != expected:

@@ -1,11 +1,7 @@
 """How an optimizer in the style of `torch.optim` reads its learning rate.
 
-The rate of a step (a number, a 0-dim tensor, a per-key ParamDict, or a
-schedule's current value kept in the state's `schedule` field), the momentum a
-schedule cycles, the schedule's next state, the schedule-facing hooks
-(`step_schedule`, `last_lr`, `step_count`), and the step's numbers read on the
-host where that is free (`host_numbers`): the part of `TorchOptimizer` that asks
-`_schedules/slot.py`, kept apart from the step's driver.
+The part of `TorchOptimizer` that asks `_schedules/slot.py` (the rate, the cycled
+momentum, the schedule's next state and hooks), kept apart from the step's driver.
 """
 
 from __future__ import annotations
@@ -18,16 +14,15 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._hooks import OptionalHooks
 from ._hyper import Rate, host_numbers
+from ._schedules.base import BaseSchedule
 from ._schedules.slot import (
     LearningRate,
-    Schedule,
     SlotState,
     advanced,
     advanced_on_host,
     check_slot,
     cycled_momentum,
     is_schedule,
-    stepped_with_metric,
     takes_metric,
 )
 
@@ -46,11 +41,8 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
     def rate(self, name: str, step: Tensor, state: object = None, /) -> Rate:
         """Return the rate `name` (`"lr"`, `"weight_decay"`) for step `step`.
 
-        Every rule reads its rates through this method: the one place where a
-        rate that depends on the step (a schedule) is looked up. A rule passes
-        the state it was given, from which a scheduled `lr` is read: the value
-        torch's scheduler set (`get_last_lr()[0]`), a 0-dim float64 tensor used
-        as torch uses the float its scheduler writes.
+        Every rule reads its rates here. A scheduled `lr` is read from `state`:
+        torch's `get_last_lr()[0]`, a 0-dim float64 tensor.
 
         Args:
             name: The field's name.
@@ -90,16 +82,10 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
     def host_numbers(self, *values: Rate) -> tuple[float, ...] | None:
         """Return `values` (the step, a rate) as Python floats where reading is free.
 
-        What torch.optim's foreach steps do with their step counts and tensor
-        rates: read them on the host and compute the step sizes with Python
-        floats, which the foreach kernels take as scalars on their fast path (a
-        0-dim tensor of another dtype than the entries costs a conversion and
-        a kernel per entry on the CPU). A rule computes its step-dependent
-        numbers from these where it gets them, and from the tensors otherwise:
-        None when a read is not free or not allowed (compiled, under a
-        `torch.func` transform, a value on an accelerator or per key, or, with
-        `differentiable=True`, a value that requires grad, which stays a
-        tensor for autograd).
+        As torch.optim's foreach steps read their step counts and tensor rates,
+        so that the kernels take Python scalars on their fast path. None when a
+        read is not free or not allowed (compiled, under `torch.func`, on an
+        accelerator, per key, or a value requiring grad with `differentiable=True`).
 
         Args:
             values: Numbers, 0-dim tensors or per-key ParamDicts.
@@ -121,10 +107,9 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
     def cycled(self, name: str, state: object, /) -> Any:
         """Return the field `name` (`"momentum"`, `"betas"`) for this step.
 
-        The field itself, unless the `lr` schedule cycles the momentum
-        (`CyclicLR`, `OneCycleLR` with `cycle_momentum=True`): then its current
-        momentum (a 0-dim float64 tensor) replaces `momentum`, or the first of
-        `betas`, as torch's scheduler writes it into the optimizer.
+        Where the `lr` schedule cycles the momentum (`CyclicLR`, `OneCycleLR`),
+        its current value replaces `momentum`, or the first of `betas`, as torch's
+        scheduler writes it into the optimizer.
 
         Args:
             name: `"momentum"` or `"betas"`.
@@ -150,10 +135,8 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
     def next_schedule(self, state: object, /) -> SlotState:
         """Return the state's `schedule` field after this step.
 
-        The schedule advances once per update, after the update used the
-        current rate (torch's `optimizer.step(); scheduler.step()`). `()`
-        without a schedule; `ReduceLROnPlateau`'s moves only with
-        `step_schedule`.
+        torch's `optimizer.step(); scheduler.step()`; `()` without a schedule.
+        `ReduceLROnPlateau`'s moves only with `step_schedule`.
 
         Args:
             state: The state before the step.
@@ -173,18 +156,12 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
         return advanced(self.lr, slot)
 
     def _next_slot(self, state: object) -> tuple[Any, bool]:
-        """The schedule's state after this step, and whether it holds floats.
-
-        Floats where the eager step reads the state for free (`advanced_on_host`),
-        else new tensors (`next_schedule`); written by `write_slot`.
-        """
+        """The schedule's state after this step, and whether it holds floats."""
         slot: SlotState = getattr(state, "schedule", ())
-        if not is_schedule(self.lr) or slot == ():
-            return slot, False
-        host = advanced_on_host(self.lr, slot)
+        host = advanced_on_host(self.lr, slot) if is_schedule(self.lr) else None
         if host is not None:
             return host, True
-        return advanced(self.lr, slot), False
+        return self.next_schedule(state), False
 
     @property
     def takes_metric(self) -> bool:
@@ -207,9 +184,7 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
     def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
         """Return `state` after `ReduceLROnPlateau` saw `metrics`; `state` is unchanged.
 
-        The explicit call for a schedule that reacts to a metric (torch's
-        `scheduler.step(metrics)`), once per evaluation; the other schedules
-        advance with every `step` and take no metric.
+        torch's `scheduler.step(metrics)`, once per evaluation.
 
         Args:
             state: The optimizer's state.
@@ -241,7 +216,7 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
             raise ValueError(msg)
         given: Any = state
         slot: SlotState = getattr(given, "schedule", ())
-        check_slot(self, self.lr, slot)
-        new_slot = stepped_with_metric(cast("Schedule", self.lr), slot, metrics)
-        result: S = given._replace(schedule=new_slot)
+        check_slot(self, self.lr, slot)  # so the slot is the state it takes
+        schedule = cast("BaseSchedule[Any]", self.lr)
+        result: S = given._replace(schedule=schedule._step_metric(slot, metrics))
         return result

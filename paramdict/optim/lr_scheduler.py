@@ -2,10 +2,7 @@
 
 Each class has torch's name and arguments, less the optimizer (the base rate is
 the argument of `init`) and `last_epoch` (resume from a saved `ScheduleState`
-instead). The machinery is in the `_schedules` package: `base.py` holds the state,
-`numbers.py` the exact arithmetic, `cosine.py` the cosine schedules, `cyclic.py`
-`CyclicLR` and `OneCycleLR`, `chain.py` the combinators and `plateau.py`
-`ReduceLROnPlateau`.
+instead). The machinery is in the `_schedules` package.
 """
 
 from __future__ import annotations
@@ -19,11 +16,7 @@ import attrs
 import torch
 from torch import Tensor
 
-from ._schedules.base import (
-    LRSchedule,
-    ScheduleState,
-    new_state,
-)
+from ._schedules.base import LRSchedule, ScheduleState, new_state
 from ._schedules.cosine import CosineAnnealingLR, CosineAnnealingWarmRestarts
 from ._schedules.numbers import (
     check_float,
@@ -59,12 +52,7 @@ def _check_callable(instance: object, attribute: Any, value: Any) -> None:
 
 
 def _check_gamma(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless a decay factor is a finite number at least 0, naming it.
-
-    torch takes any number: with a negative `gamma` every other rate is
-    negative (a step uphill), which a schedule's state refuses once it holds
-    one; refused here instead, when the schedule is built.
-    """
+    """Raise unless a decay factor is a finite number at least 0 (torch takes any)."""
     number_field(instance, attribute, value)
     if not (math.isfinite(value) and value >= 0):
         msg = (
@@ -74,10 +62,6 @@ def _check_gamma(instance: object, attribute: Any, value: Any) -> None:
             "such as 0.1."
         )
         raise ValueError(msg)
-
-
-def _next(state: ScheduleState) -> Tensor:
-    return state.last_epoch + 1
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -110,7 +94,7 @@ class LambdaLR(LRSchedule):
         return new_state(base, self._value(base, torch.zeros_like(base)))
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
+        epoch = state.last_epoch + 1
         lr = self._value(state.base_lr, epoch)
         return state._replace(last_epoch=epoch, lr=lr)
 
@@ -140,7 +124,7 @@ class MultiplicativeLR(LRSchedule):
         return new_state(base, current)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
+        epoch = state.last_epoch + 1
         lr = torch.as_tensor(current * self.lr_lambda(epoch), dtype=torch.float64)
         return state._replace(last_epoch=epoch, lr=lr)
 
@@ -174,7 +158,7 @@ class StepLR(LRSchedule):
         return new_state(base, current)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
+        epoch = state.last_epoch + 1
         keep = torch.remainder(epoch, self.step_size) != 0
         lr = torch.where(keep, current, current * self.gamma)
         return state._replace(last_epoch=epoch, lr=lr)
@@ -184,12 +168,8 @@ class StepLR(LRSchedule):
         lr = current if epoch % self.step_size != 0 else current * self.gamma
         return state._replace(last_epoch=epoch, lr=lr)
 
-    def _restart_on_host(self, state: Any, current: float, /) -> Any:
-        return state._replace(last_epoch=0.0, lr=state.base_lr * self.gamma**0)
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        lr = state.base_lr * self.gamma**0
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
+    def _restart_lr(self, base: Any) -> Any:
+        return base * self.gamma**0
 
 
 def _check_milestones(instance: object, attribute: Any, value: Any) -> None:
@@ -241,7 +221,7 @@ class MultiStepLR(LRSchedule):
         return new_state(base, current)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
+        epoch = state.last_epoch + 1
         lr = current
         for milestone, count in Counter(self.milestones).items():
             lr = torch.where(epoch == milestone, current * self.gamma**count, lr)
@@ -255,14 +235,9 @@ class MultiStepLR(LRSchedule):
                 lr = current * self.gamma**count
         return state._replace(last_epoch=epoch, lr=lr)
 
-    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+    def _restart_lr(self, base: Any) -> Any:
         passed = sum(1 for m in self.milestones if m <= 0)
-        return state._replace(last_epoch=0.0, lr=state.base_lr * self.gamma**passed)
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        passed = sum(1 for m in self.milestones if m <= 0)
-        lr = state.base_lr * self.gamma**passed
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
+        return base * self.gamma**passed
 
 
 def _check_unit(name: str, value: float, *, open_low: bool = False) -> None:
@@ -305,7 +280,7 @@ class ConstantLR(LRSchedule):
         return new_state(base, current * self.factor)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
+        epoch = state.last_epoch + 1
         undo = math.inf if self.factor == 0 else 1.0 / self.factor
         lr = torch.where(epoch != self.total_iters, current, current * undo)
         return state._replace(last_epoch=epoch, lr=lr)
@@ -316,14 +291,8 @@ class ConstantLR(LRSchedule):
         lr = current if epoch != self.total_iters else current * undo
         return state._replace(last_epoch=epoch, lr=lr)
 
-    def _restart_on_host(self, state: Any, current: float, /) -> Any:
-        factor = self.factor + (self.total_iters <= 0) * (1 - self.factor)
-        return state._replace(last_epoch=0.0, lr=state.base_lr * factor)
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        factor = self.factor + (self.total_iters <= 0) * (1 - self.factor)
-        lr = state.base_lr * factor
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
+    def _restart_lr(self, base: Any) -> Any:
+        return base * (self.factor + (self.total_iters <= 0) * (1 - self.factor))
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -359,7 +328,7 @@ class LinearLR(LRSchedule):
         return new_state(base, current * self.start_factor)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
+        epoch = state.last_epoch + 1
         span = self.end_factor - self.start_factor
         denominator = self.total_iters * self.start_factor + (epoch - 1) * span
         ramp = current * (1.0 + rdiv(span, nonzero(denominator)))
@@ -375,16 +344,10 @@ class LinearLR(LRSchedule):
         lr = current * (1.0 + span / denominator)
         return state._replace(last_epoch=epoch, lr=lr)
 
-    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+    def _restart_lr(self, base: Any) -> Any:
         span = self.end_factor - self.start_factor
         factor = self.start_factor + span * min(self.total_iters, 0) / self.total_iters
-        return state._replace(last_epoch=0.0, lr=state.base_lr * factor)
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        span = self.end_factor - self.start_factor
-        factor = self.start_factor + span * min(self.total_iters, 0) / self.total_iters
-        lr = state.base_lr * factor
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
+        return base * factor
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -411,18 +374,14 @@ class ExponentialLR(LRSchedule):
         return new_state(base, current)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
+        epoch = state.last_epoch + 1
         return state._replace(last_epoch=epoch, lr=current * self.gamma)
 
     def _advance_on_host(self, state: Any, current: float, /) -> Any:
         return state._replace(last_epoch=state.last_epoch + 1, lr=current * self.gamma)
 
-    def _restart_on_host(self, state: Any, current: float, /) -> Any:
-        return state._replace(last_epoch=0.0, lr=state.base_lr * self.gamma**0)
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        lr = state.base_lr * self.gamma**0
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
+    def _restart_lr(self, base: Any) -> Any:
+        return base * self.gamma**0
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -454,7 +413,7 @@ class PolynomialLR(LRSchedule):
         return new_state(base, current)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = _next(state)
+        epoch = state.last_epoch + 1
         total = self.total_iters
         ratio = (1.0 - epoch / total) / nonzero(1.0 - (epoch - 1) / total)
         decayed = current * pow_(ratio, self.power, current)
@@ -469,14 +428,6 @@ class PolynomialLR(LRSchedule):
         ratio = (1.0 - epoch / total) / (1.0 - (epoch - 1) / total)
         return state._replace(last_epoch=epoch, lr=current * ratio**self.power)
 
-    def _restart_on_host(self, state: Any, current: float, /) -> Any:
+    def _restart_lr(self, base: Any) -> Any:
         total = self.total_iters
-        lr = state.base_lr * (1.0 - min(total, 0) / total) ** self.power
-        return state._replace(last_epoch=0.0, lr=lr)
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        lr = (
-            state.base_lr
-            * (1.0 - min(self.total_iters, 0) / self.total_iters) ** self.power
-        )
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
+        return base * (1.0 - min(total, 0) / total) ** self.power

@@ -1,4 +1,4 @@
-"""The schedule base classes and their exact scalar arithmetic.
+"""The schedule base classes and the checks of a state.
 
 A schedule is an immutable configuration with a pure, explicit state:
 
@@ -6,18 +6,9 @@ A schedule is an immutable configuration with a pure, explicit state:
     state = schedule.step(state)     # one `scheduler.step()`
     state.lr                         # `scheduler.get_last_lr()[0]`, a 0-dim tensor
 
-Every number in the state is a 0-dim double-precision tensor, so a compiled
-function that steps a schedule sees no Python number that changes from step to
-step, and branches on the step count are `torch.where` selections. The arithmetic
-repeats `torch.optim.lr_scheduler`'s recursive formulas operation by operation:
-IEEE double arithmetic on tensors rounds as Python floats do, with two
-exceptions handled here. `tensor ** number` takes shortcuts for some exponents
-(`x * x * x` for 3) that round differently from Python's `pow`, so exponents are
-tensors too (`_pow`); and `torch.cos` differs from `math.cos` by one unit in the
-last place for some arguments (14 of 9,600 tested), so `cos` takes the real part
-of a complex exponential, which the CPU computes with the C library's `cos`.
-Compiled code has no complex numbers: there `cos` is `torch.cos`, which inductor's
-C++ code for a 0-dim tensor computes with the C library's `cos` too.
+Every number in the state is a 0-dim double-precision tensor, so a compiled step
+sees no Python number that changes from step to step; branches on the step count
+are `torch.where` selections (the exact arithmetic is in `numbers.py`).
 """
 
 from __future__ import annotations
@@ -48,14 +39,9 @@ StateT = TypeVar("StateT", "ScheduleState", "PlateauState")
 class BaseSchedule(Generic[StateT], abc.ABC):
     """The root of every schedule: what an optimizer holding one asks of it.
 
-    `LRSchedule` and `ReduceLROnPlateau` derive from it. The optimizer (the
-    slot that keeps a schedule's state, the fused kernels, torch's state dicts)
-    names no schedule class: it asks these members, so a new schedule, a
-    subclass of `LRSchedule` or a new combinator, works by declaring what it
-    is. The defaults describe a schedule of one rate that wraps no other; a
-    class that differs overrides them (as properties or class variables: they
-    add no field, so the `repr`, equality and pickles of a schedule stay its
-    configuration's).
+    The defaults describe a schedule of one rate that wraps no other; a class
+    that differs overrides them (as properties or class variables, which add no
+    field to its `repr`, equality and pickles).
     """
 
     __slots__ = ()
@@ -64,23 +50,15 @@ class BaseSchedule(Generic[StateT], abc.ABC):
     """The class of the state `init` returns."""
 
     _counter_names: ClassVar[tuple[str, ...]] = ()
-    """torch's names of the values the state keeps in `ScheduleState.counters`.
-
-    `CosineAnnealingWarmRestarts` keeps `("T_cur", "T_i")`; the slot checks
-    that a state holds as many, and torch's scheduler state dicts keep them
-    under these names.
-    """
+    """torch's names of the values the state keeps in `ScheduleState.counters`."""
 
     @property
     def cycles_momentum(self) -> bool:
         """Whether the schedule sets the momentum (or first beta) too.
 
-        torch's `cycle_momentum=True` of `CyclicLR` and `OneCycleLR`; a
-        schedule that wraps others (`SequentialLR`, `ChainedScheduler`) does
-        when one of them does, as torch's schedulers write the momentum into
-        the optimizer they share. The state carries the value in
-        `ScheduleState.momentum`; an optimizer without a momentum (or `betas`)
-        refuses such a schedule.
+        torch's `cycle_momentum=True` of `CyclicLR` and `OneCycleLR`, or of a
+        schedule a combinator wraps. The value is `ScheduleState.momentum`; an
+        optimizer without a momentum (or `betas`) refuses such a schedule.
 
         Example:
             >>> from paramdict import optim
@@ -106,20 +84,12 @@ class BaseSchedule(Generic[StateT], abc.ABC):
 
     @property
     def _schedulers(self) -> tuple[LRSchedule | ReduceLROnPlateau, ...]:
-        """The schedules this one wraps, whose states are `ScheduleState.children`.
-
-        torch's `_schedulers` of `SequentialLR` and `ChainedScheduler`; none for
-        the others. The slot checks a state's children against them.
-        """
+        """The schedules this one wraps, whose states are `ScheduleState.children`."""
         return ()
 
     @abc.abstractmethod
     def _step_once(self, state: StateT, /) -> StateT:
-        """Return `state` (already checked) after the step that follows an update.
-
-        torch's `scheduler.step()` after `optimizer.step()`: what the optimizer
-        holding the schedule runs once per update.
-        """
+        """Return `state` (already checked) after the step that follows an update."""
 
     def _step_on_host(self, state: Any, /) -> Any:
         """`_step_once` on a state of Python floats, or None (see `LRSchedule`)."""
@@ -138,9 +108,6 @@ class BaseSchedule(Generic[StateT], abc.ABC):
 
 # ---------------------------------------------------------------- checks of a state
 
-_PLAIN_STATES = {"PlateauState"}
-"""The states of plain fields (no momentum, counters or children) by class name."""
-
 
 def layout_of(schedule: BaseSchedule[Any]) -> tuple[object, ...]:
     """The kind of state `schedule` keeps: what its state's layout must be."""
@@ -151,14 +118,10 @@ def layout_of(schedule: BaseSchedule[Any]) -> tuple[object, ...]:
 
 
 def state_layout(state: object) -> tuple[object, ...] | None:
-    """The layout of `state`, comparable with `layout_of`'s; None if no state.
-
-    A `ScheduleState` says its momentum, counters and children; any other
-    state (`PlateauState`) is one of plain fields, known by its class.
-    """
+    """The layout of `state`, comparable with `layout_of`'s; None if no state."""
     if not isinstance(state, ScheduleState):
-        kind = type(state).__name__
-        return (kind, False, 0, ()) if kind in _PLAIN_STATES else None
+        kind = type(state).__name__  # a PlateauState is one of plain fields
+        return (kind, False, 0, ()) if kind == "PlateauState" else None
     children: tuple[object, ...] = tuple(state_layout(c) for c in state.children)
     kind = ScheduleState.__name__
     return (kind, state.momentum is not None, len(state.counters), children)
@@ -207,8 +170,7 @@ _COUNTS = ("last_epoch", "num_bad_epochs", "cooldown_counter")
 def _bad_fields(state: Any) -> tuple[list[str], list[str]]:
     """Return the fields of `state` (and its children) of a wrong kind, and value.
 
-    Values are read on the CPU only (where torch reads its schedules' numbers as
-    Python floats anyway), all in one read, never while tracing.
+    Values are read on the CPU only, all in one read, never while tracing.
     """
     leaves: list[tuple[str, object]] = []
     _leaves(state, "", leaves)
@@ -239,10 +201,7 @@ def _bad_fields(state: Any) -> tuple[list[str], list[str]]:
 def _departure(
     state: object, expected: tuple[object, ...], prefix: str = ""
 ) -> tuple[str, object]:
-    """The field of `state` (and its value) where its layout departs from `expected`.
-
-    The path is empty where the whole state is of another kind.
-    """
+    """The field of `state` (and its value) where its layout departs from `expected`."""
     got = state_layout(state)
     if got is None or got[0] != expected[0] or not isinstance(state, ScheduleState):
         return prefix.rstrip("."), state
@@ -270,10 +229,8 @@ def check_schedule_state(
 ) -> None:
     """Raise unless `state` is a state of `schedule`'s kind with valid values.
 
-    The structure (the kind of state, its counters and children) is checked
-    always; the values (finite, not negative; `best` not NaN) on the CPU,
-    eagerly, not while tracing. `owner` names the optimizer holding the state
-    in its field `field` (`"schedule."`), for the message; `structure=False`
+    The values are read eagerly on the CPU only. `owner` names the optimizer
+    holding the state in its field `field` (`"schedule."`); `structure=False`
     skips the structure, which the caller checked.
     """
     kind = type(schedule).__name__
@@ -332,23 +289,18 @@ class LRSchedule(BaseSchedule[ScheduleState]):
     """The base of every learning-rate schedule except `ReduceLROnPlateau`.
 
     A subclass is an immutable configuration with `torch.optim.lr_scheduler`'s
-    arguments, less the optimizer, plus `base_lr`: the base learning rate
-    (torch's `initial_lr`, the optimizer's `lr`). A schedule is the `lr` of any
-    `TorchOptimizer` (`optim.Adam(lr=optim.CosineAnnealingLR(base_lr=0.1,
-    T_max=100))`), which keeps its state; on its own, `init` gives the state and
-    `step` is pure; the schedule's position and value live in the returned
-    `ScheduleState`.
+    arguments, less the optimizer, plus `base_lr` (torch's `initial_lr`). It is
+    the `lr` of any `TorchOptimizer` (`optim.Adam(lr=optim.CosineAnnealingLR(
+    base_lr=0.1, T_max=100))`), which keeps its state; on its own, `init` gives
+    the state and `step` is pure.
 
     Subclasses define `_initial` (the value after torch's constructor), `_advance`
     (one `scheduler.step()`) and, for `SequentialLR`, `_restart`
-    (`scheduler._update_lr(0)`). Each receives `current`, the learning rate the
-    optimizer holds now, which the recursive formulas start from; a schedule on
-    its own passes its own `lr`, `SequentialLR` and `ChainedScheduler` pass the
-    value their children share. A subclass whose state is not one plain rate
-    says so, and the optimizer holding it follows: `cycles_momentum` (its state
-    carries a momentum), `_schedulers` (the schedules it wraps, whose states are
-    its children), `_counter_names` (the counters its state keeps) and
-    `_step_once` (the step after each update, `_advance` by default).
+    (`scheduler._update_lr(0)`, or its closed form `_restart_lr`), each from
+    `current`, the rate the optimizer holds now. A subclass whose state is not one
+    plain rate says so: `cycles_momentum`, `_schedulers` (the schedules whose
+    states are its children), `_counter_names` and `_step_once` (the step after
+    each update, `_advance` by default).
 
     Example:
         >>> from paramdict import optim
@@ -431,14 +383,7 @@ class LRSchedule(BaseSchedule[ScheduleState]):
         return self._advance(state, state.lr)
 
     def _step_on_host(self, state: Any, /) -> Any:
-        """`_step_once` on a state of Python floats (`slot.on_host`), or None.
-
-        torch's schedulers compute their rates with Python floats, branch by
-        branch; so does this, where a schedule defines `_advance_on_host`
-        (and `_restart_on_host`, for `SequentialLR`): the optimizer's eager
-        step then reads and writes a few numbers instead of running the
-        tensor arithmetic that a traced step needs. None where it does not.
-        """
+        """`_step_once` on a state of Python floats (`slot.on_host`), or None."""
         return self._advance_on_host(state, state.lr)
 
     def _advance_on_host(self, state: Any, current: float, /) -> Any:
@@ -447,6 +392,9 @@ class LRSchedule(BaseSchedule[ScheduleState]):
 
     def _restart_on_host(self, state: Any, current: float, /) -> Any:
         """`_restart` with Python floats; None if not defined."""
+        lr = self._restart_lr(state.base_lr)
+        if lr is not None:
+            return state._replace(last_epoch=0.0, lr=lr)
         return self._advance_on_host(state._replace(last_epoch=-1.0), current)
 
     @abc.abstractmethod
@@ -460,22 +408,23 @@ class LRSchedule(BaseSchedule[ScheduleState]):
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         """Return the state after `_update_lr(0)`: `get_lr()` at epoch 0."""
         epoch = torch.zeros_like(state.last_epoch)
+        lr = self._restart_lr(state.base_lr)
+        if lr is not None:
+            return state._replace(last_epoch=epoch, lr=lr)
         return self._advance(state._replace(last_epoch=epoch - 1), current)
+
+    def _restart_lr(self, base: Any) -> Any:
+        """The rate at epoch 0 from `base` (a float or a tensor), or None."""
+        return None
 
 
 def distinct(state: StateT) -> StateT:
     """Return `state` holding each tensor once: a repeated leaf becomes a copy.
 
-    A composed schedule's rate is the rate its last child set, and a child may
-    pass on the rate it was given. Written into the optimizer's state, leaves
-    holding one tensor make a compiled step return one tensor twice, and the
-    next call then finds the inputs aliased otherwise and recompiles ("Duplicate
-    tensors found"); nor can `step_` write one tensor as two fields.
-
-    Compiled, the copy is `x.neg().neg()` (exact, NaN and -0.0 included):
-    inductor drops a `clone` whose result is only copied into the state, and
-    (from torch 2.15) a multiplication by 1, and would then return one buffer
-    for both fields again.
+    Leaves sharing one tensor make a compiled step recompile on its next call
+    ("Duplicate tensors found"), and `step_` cannot write them as two fields.
+    Compiled, the copy is `x.neg().neg()` (exact): inductor drops a `clone` (and
+    from torch 2.15 a product by 1) whose result is only copied into the state.
     """
     seen: list[Tensor] = []
     compiling = torch.compiler.is_compiling()

@@ -11,23 +11,12 @@ import attrs
 import torch
 from torch import Tensor
 
-from .base import (
-    LRSchedule,
-    ScheduleState,
-    check_schedule_state,
-    distinct,
-    new_state,
-)
-from .numbers import (
-    check_int,
-)
+from .base import LRSchedule, ScheduleState, check_schedule_state, distinct, new_state
+from .numbers import check_int
 from .plateau import PlateauState, ReduceLROnPlateau
 from .slot import is_schedule
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
-
-
-# ---------------------------------------------------------------- combinators
 
 
 def _check_children(
@@ -193,10 +182,7 @@ class SequentialLR(LRSchedule):
 
 
 def _last(momenta: Sequence[Tensor | None]) -> Tensor | None:
-    """Return the last momentum that is not None (None if none is).
-
-    The state that takes it is made `distinct`, which copies it.
-    """
+    """Return the last momentum that is not None (None if none is)."""
     found = [m for m in momenta if m is not None]
     return found[-1] if found else None
 
@@ -209,16 +195,11 @@ def _select(condition: Tensor, a: ScheduleState, b: ScheduleState) -> ScheduleSt
             return x
         if isinstance(x, Tensor):
             return torch.where(condition, x, y)
-        if isinstance(x, ScheduleState):
-            pairs = zip(x, cast(ScheduleState, y), strict=True)
-            return ScheduleState(*(pick(u, v) for u, v in pairs))
         if isinstance(x, tuple):
-            items = zip(
-                cast("tuple[object, ...]", x),
-                cast("tuple[object, ...]", y),
-                strict=True,
+            items = [pick(u, v) for u, v in zip(cast(Any, x), y, strict=True)]
+            return (
+                ScheduleState(*items) if isinstance(x, ScheduleState) else tuple(items)
             )
-            return tuple(pick(u, v) for u, v in items)
         return x  # None: the same on both sides
 
     selected: ScheduleState = pick(a, b)
@@ -231,13 +212,10 @@ class ChainedScheduler(LRSchedule):
 
     Each schedule starts from the rate the previous one set, as in torch.
 
-    A `ReduceLROnPlateau` may be one of them: this is torch's pattern of two
-    schedulers stepped on one optimizer (`StepLR` every step and
-    `ReduceLROnPlateau` with the loss), since torch's own `ChainedScheduler`
-    cannot step a plateau. The other schedules advance with every `step` (the
-    plateau passes the rate on unchanged); the plateau advances when the
-    metric is given, through `step_metric` (the optimizer's `step_schedule`),
-    from the rate the others set, as torch's plateau reads the optimizer's.
+    A `ReduceLROnPlateau` may be one of them (torch's pattern of two schedulers
+    on one optimizer, which its own `ChainedScheduler` cannot step): it passes
+    the rate on with every `step`, and moves from the rate the others set when
+    `step_metric` (the optimizer's `step_schedule`) gives it the metric.
 
     Attributes:
         schedulers: The schedules, applied in order at every step.
@@ -307,40 +285,30 @@ class ChainedScheduler(LRSchedule):
         )
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        children: list[ScheduleState | PlateauState] = []
-        lr = current
-        for schedule, child in zip(self.schedulers, state.children, strict=True):
-            if isinstance(child, PlateauState):
-                # Moves with the metric only (`distinct` copies the rate).
-                child = child._replace(lr=lr)
-            else:
-                child = cast(LRSchedule, schedule)._advance(child, lr)
-            children.append(child)
-            lr = child.lr
-        epoch = state.last_epoch + 1
-        momentum = _last([_momentum(c) for c in children])
-        return distinct(
-            state._replace(
-                last_epoch=epoch, lr=lr, momentum=momentum, children=tuple(children)
-            )
-        )
+        advanced: ScheduleState = distinct(self._chain(state, current, host=False))
+        return advanced
 
     def _advance_on_host(self, state: Any, current: float, /) -> Any:
-        """Each chained schedule steps from the rate the one before it set."""
+        return self._chain(state, current, host=True)
+
+    def _chain(self, state: Any, current: Any, *, host: bool) -> Any:
+        """Step each schedule from the rate the one before set (None: no host path)."""
         children: list[Any] = []
         lr: Any = current
         for schedule, child in zip(self.schedulers, state.children, strict=True):
             if isinstance(child, PlateauState):
-                moved = child._replace(lr=lr)  # moves with the metric only
+                # Moves with the metric only (`distinct` copies the rate).
+                moved: Any = child._replace(lr=lr)
             else:
-                moved = cast(LRSchedule, schedule)._advance_on_host(child, lr)
+                kid = cast(LRSchedule, schedule)
+                moved = (
+                    kid._advance_on_host(child, lr) if host else kid._advance(child, lr)
+                )
                 if moved is None:
                     return None
             children.append(moved)
             lr = moved.lr
-        momenta = [c.momentum for c in children if isinstance(c, ScheduleState)]
-        found = [m for m in momenta if m is not None]
-        momentum = found[-1] if found else None
+        momentum = _last([_momentum(c) for c in children])
         return state._replace(
             last_epoch=state.last_epoch + 1,
             lr=lr,
@@ -353,10 +321,8 @@ class ChainedScheduler(LRSchedule):
     ) -> ScheduleState:
         """Return the state after the chained plateaus saw `metrics`.
 
-        torch's `plateau.step(metrics)` beside the other schedulers' `step()`:
-        each `ReduceLROnPlateau` of the chain (or of a chain nested in it) reduces
-        the current rate when the metric stopped improving; the other schedules
-        keep their positions.
+        torch's `plateau.step(metrics)`: each `ReduceLROnPlateau` of the chain (or
+        of a chain nested in it) moves; the other schedules keep their positions.
 
         Args:
             state: The state from `init` or the previous step.

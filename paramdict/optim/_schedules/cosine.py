@@ -77,15 +77,8 @@ class CosineAnnealingLR(LRSchedule):
             lr = numerator / denominator * (current - eta_min) + eta_min
         return state._replace(last_epoch=epoch, lr=lr)
 
-    def _restart_on_host(self, state: Any, current: float, /) -> Any:
-        eta_min = self.eta_min
-        lr = eta_min + (state.base_lr - eta_min) * (1 + math.cos(0.0)) / 2
-        return state._replace(last_epoch=0.0, lr=lr)
-
-    def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        eta_min = self.eta_min
-        lr = eta_min + (state.base_lr - eta_min) * (1 + math.cos(0.0)) / 2
-        return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
+    def _restart_lr(self, base: Any) -> Any:
+        return self.eta_min + (base - self.eta_min) * (1 + math.cos(0.0)) / 2
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -194,9 +187,12 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         last = like.new_full((), float(math.floor(epoch)))
         return state._replace(last_epoch=last, lr=lr, counters=(t_cur_t, t_i_t))
 
-    def _value(self, base: Tensor, t_cur: Tensor, t_i: Tensor) -> Tensor:
+    def _value(self, base: Any, t_cur: Any, t_i: Any) -> Any:
+        """The rate at `t_cur` of `t_i`, with tensors or (as torch) Python floats."""
+        turn = math.pi * t_cur / t_i
+        wave = cos(turn) if isinstance(turn, Tensor) else math.cos(turn)
         eta_min = self.eta_min
-        return eta_min + (base - eta_min) * (1 + cos(math.pi * t_cur / t_i)) / 2
+        return eta_min + (base - eta_min) * (1 + wave) / 2
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         t_cur = torch.zeros_like(base)
@@ -219,21 +215,13 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         t_cur = t_cur + 1
         if t_cur >= t_i:
             t_cur, t_i = t_cur % t_i, t_i * self.T_mult
-        eta_min = self.eta_min
-        lr = (
-            eta_min
-            + (state.base_lr - eta_min) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
-        )
+        lr = self._value(state.base_lr, t_cur, t_i)
         return state._replace(last_epoch=epoch, lr=lr, counters=(t_cur, t_i))
 
     def _restart_on_host(self, state: Any, current: float, /) -> Any:
-        t_cur, t_i = state.counters
-        eta_min = self.eta_min
-        lr = (
-            eta_min
-            + (state.base_lr - eta_min) * (1 + math.cos(math.pi * t_cur / t_i)) / 2
+        return state._replace(
+            last_epoch=0.0, lr=self._value(state.base_lr, *state.counters)
         )
-        return state._replace(last_epoch=0.0, lr=lr)
 
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         t_cur, t_i = state.counters

@@ -14,17 +14,14 @@ import attrs
 import torch
 from torch import Tensor
 
-from .base import (
-    LRSchedule,
-    ScheduleState,
-    new_state,
-)
+from .base import LRSchedule, ScheduleState, new_state
 from .numbers import (
     INT64_MAX,
     check_float,
     check_int,
     check_rate,
     cos,
+    is_int,
     nonzero,
     number_field,
     pow_,
@@ -36,12 +33,7 @@ __all__ = ["CyclicLR", "OneCycleLR"]
 
 
 def _read(value: float | Tensor) -> float:
-    """Return a one-element real tensor as the number it holds, as torch reads it.
-
-    torch's `CyclicLR` and `OneCycleLR` take tensors where they take numbers;
-    the value is read once, when the schedule is built. Anything else is
-    returned as given, for the validator to judge.
-    """
+    """Return a one-element real tensor as torch reads it (a number); else `value`."""
     if (
         isinstance(value, Tensor)
         and value.numel() == 1
@@ -58,19 +50,14 @@ def _rate(instance: object, attribute: Any, value: Any) -> None:
     check_rate(attribute.name, value)
 
 
-# ---------------------------------------------------------------- CyclicLR
-
-
 @attrs.frozen(kw_only=True, eq=False)
 class CyclicLR(LRSchedule):
     """Cycle the rate between `base_lr` and `max_lr`, the functional `CyclicLR`.
 
     The policies `"triangular"`, `"triangular2"` and `"exp_range"`, or a custom
-    `scale_fn` (which receives the cycle or the iteration as a 0-dim float64
-    tensor). With `cycle_momentum=True` the momentum moves between
-    `max_momentum` and `base_momentum` the opposite way, in `state.momentum`.
-    The base rate given to `init` is ignored, as torch replaces the optimizer's
-    with `base_lr`.
+    `scale_fn` (of the cycle or the iteration, a 0-dim float64 tensor). With
+    `cycle_momentum=True` the momentum moves the opposite way, in
+    `state.momentum`. The base rate given to `init` is ignored, as in torch.
 
     Attributes:
         base_lr: The lower rate of the cycle. This and the other numbers
@@ -148,15 +135,14 @@ class CyclicLR(LRSchedule):
         """
         return self.cycle_momentum
 
-    def _scale(self, cycle: Tensor, epoch: Tensor) -> tuple[Tensor | float, bool]:
+    def _scale(self, cycle: Tensor, epoch: Tensor) -> Tensor | float:
         if self.scale_fn is not None:
-            by_cycle = self.scale_mode == "cycle"
-            return self.scale_fn(cycle if by_cycle else epoch), by_cycle
+            return self.scale_fn(cycle if self.scale_mode == "cycle" else epoch)
         if self.mode == "triangular":
-            return 1.0, True
+            return 1.0
         if self.mode == "triangular2":
-            return rdiv(1, pow_(2.0, cycle - 1, cycle)), True
-        return pow_(self.gamma, epoch, epoch), False
+            return rdiv(1, pow_(2.0, cycle - 1, cycle))
+        return pow_(self.gamma, epoch, epoch)
 
     def _values(self, base: Tensor, epoch: Tensor) -> ScheduleState:
         up = float(self.step_size_up)
@@ -167,13 +153,14 @@ class CyclicLR(LRSchedule):
         x = 1.0 + epoch / total - cycle
         rising = x <= ratio
         scale_factor = torch.where(rising, x / ratio, (x - 1) / (ratio - 1))
-        scale, _ = self._scale(cycle, epoch)
+        scale = self._scale(cycle, epoch)
         lr = self.base_lr + (self.max_lr - self.base_lr) * scale_factor * scale
         momentum = None
         if self.cycle_momentum:
             height = (self.max_momentum - self.base_momentum) * scale_factor
             momentum = self.max_momentum - height * scale
-        return new_state(base, _f64(lr), last_epoch=epoch, momentum=momentum)
+        lr = torch.as_tensor(lr, dtype=torch.float64)
+        return new_state(base, lr, last_epoch=epoch, momentum=momentum)
 
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return self._values(scalar(self.base_lr, base), torch.zeros_like(base))
@@ -182,23 +169,15 @@ class CyclicLR(LRSchedule):
         return self._values(state.base_lr, state.last_epoch + 1)
 
 
-def _f64(value: Tensor | float) -> Tensor:
-    return torch.as_tensor(value, dtype=torch.float64)
-
-
-# ---------------------------------------------------------------- OneCycleLR
-
-
 @attrs.frozen(kw_only=True, eq=False)
 class OneCycleLR(LRSchedule):
     """The 1cycle policy, the functional `OneCycleLR`.
 
     The rate rises from `max_lr / div_factor` to `max_lr`, then falls to
     `max_lr / div_factor / final_div_factor` (with `three_phase`, back to the
-    start first); with `cycle_momentum=True` the momentum moves the opposite
-    way, in `state.momentum`. The base rate given to `init` is ignored, as torch
-    replaces it. Stepping past `total_steps` raises eagerly, as in torch (a
-    compiled step cannot raise; there the last phase continues).
+    start first); the momentum (`cycle_momentum=True`) moves the opposite way.
+    The base rate given to `init` is ignored, as in torch. Stepping past
+    `total_steps` raises eagerly (a compiled step continues the last phase).
 
     Attributes:
         max_lr: The peak rate. This and the other numbers may be given as
@@ -248,33 +227,18 @@ class OneCycleLR(LRSchedule):
     three_phase: bool = False
 
     def __attrs_post_init__(self) -> None:
-        def positive_int(value: object) -> bool:
-            return (
-                isinstance(value, int)
-                and not isinstance(value, bool)
-                and 0 < value <= INT64_MAX
-            )
-
         if self.total_steps is not None:
-            if not positive_int(self.total_steps):
-                msg = (
-                    "Expected positive integer `total_steps`, but got "
-                    f"{self.total_steps!r}."
-                )
-                raise ValueError(msg)
+            counts: tuple[str, ...] = ("total_steps",)
         elif self.epochs is not None and self.steps_per_epoch is not None:
-            if not positive_int(self.epochs):
-                msg = f"Expected positive integer `epochs`, but got {self.epochs!r}."
-                raise ValueError(msg)
-            if not positive_int(self.steps_per_epoch):
-                msg = (
-                    "Expected positive integer `steps_per_epoch`, but got "
-                    f"{self.steps_per_epoch!r}."
-                )
-                raise ValueError(msg)
+            counts = ("epochs", "steps_per_epoch")
         else:
             msg = "Give either `total_steps` or both `epochs` and `steps_per_epoch`."
             raise ValueError(msg)
+        for name in counts:
+            value: object = getattr(self, name)
+            if not (is_int(value) and 0 < value <= INT64_MAX):
+                msg = f"Expected positive integer `{name}`, but got {value!r}."
+                raise ValueError(msg)
         pct: object = self.pct_start
         if not isinstance(pct, float) or not 0 <= pct <= 1:
             msg = f"Expected float between 0 and 1 `pct_start`, but got {pct!r}."
@@ -334,12 +298,9 @@ class OneCycleLR(LRSchedule):
             "max_m": self.max_momentum,
             "base_m": self.base_momentum,
         }
-        lr: Tensor | None = None
-        momentum: Tensor | None = None
-        phases = self._phases()
         start_step = 0.0
         chosen: list[tuple[Tensor, Tensor, Tensor | None]] = []
-        for end_step, start_lr, end_lr, start_m, end_m in phases:
+        for end_step, start_lr, end_lr, start_m, end_m in self._phases():
             pct = (epoch - start_step) / nonzero(
                 epoch.new_full((), end_step - start_step)
             )
@@ -351,15 +312,11 @@ class OneCycleLR(LRSchedule):
             )
             chosen.append((epoch <= end_step, phase_lr, phase_m))
             start_step = end_step
-        for i, (inside, phase_lr, phase_m) in enumerate(reversed(chosen)):
-            if i == 0:
-                lr, momentum = phase_lr, phase_m
-                continue
-            assert lr is not None  # set on the first pass
+        _, lr, momentum = chosen[-1]
+        for inside, phase_lr, phase_m in reversed(chosen[:-1]):
             lr = torch.where(inside, phase_lr, lr)
             if phase_m is not None and momentum is not None:
                 momentum = torch.where(inside, phase_m, momentum)
-        assert lr is not None  # there are at least two phases
         base = epoch.new_full((), initial)
         return new_state(base, lr, last_epoch=epoch, momentum=momentum)
 
@@ -391,12 +348,7 @@ class OneCycleLR(LRSchedule):
         return super().step(state, epoch)
 
     def _step_once(self, state: ScheduleState, /) -> ScheduleState:
-        """Return the state after one `scheduler.step()`, which may not pass the end."""
-        self._check_within(state)
-        return self._advance(state, state.lr)
-
-    def _check_within(self, state: ScheduleState) -> None:
-        """Raise if one more step would pass `total_steps` (eagerly, on the CPU)."""
+        """Return the state after one `scheduler.step()`; raise past `total_steps`."""
         epoch = state.last_epoch + 1
         if (
             not torch.compiler.is_compiling()
@@ -409,6 +361,7 @@ class OneCycleLR(LRSchedule):
                 "`total_steps` (or `epochs`) or stop stepping at the end of the cycle."
             )
             raise ValueError(msg)
+        return self._advance(state, state.lr)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         return self._values(state.last_epoch + 1)

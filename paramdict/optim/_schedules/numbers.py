@@ -44,22 +44,21 @@ def scalar(value: float | Tensor, like: Tensor | None = None) -> Tensor:
 
 
 def pow_(base: float | Tensor, exponent: float | Tensor, like: Tensor) -> Tensor:
-    """Return `base ** exponent` rounded as Python's `pow` (tensor operands only)."""
+    """Return `base ** exponent` rounded as Python's `pow`.
+
+    Both operands are tensors: `tensor ** 3` would be `x * x * x`, rounded otherwise.
+    """
     return torch.pow(scalar(base, like), scalar(exponent, like))
 
 
 def cos(x: Tensor) -> Tensor:
     """Return `cos(x)` equal to `math.cos` bitwise (on the CPU).
 
-    Eager `torch.cos` is off by one unit in the last place for some arguments (its
-    vectorized kernel); the real part of `torch.polar(1, x)` is `1 * cos(x)` with
-    the C library's `cos`, which `math.cos` calls too (a scalar kernel on every
-    CPU and every torch release; the real part of `exp(i x)` was that on torch
-    2.13, and 1,101 of 30,419 arguments off on torch 2.6). Inductor generates no
-    code for complex numbers, while its C++ code for a 0-dim `torch.cos` calls the
-    C library's `cos`, so compiled, `cos` is `torch.cos`. (A compiler backend that
-    runs torch's eager kernels, such as `"aot_eager"`, inherits their last-place
-    differences.)
+    Eager `torch.cos` is off by one unit in the last place for some arguments;
+    the real part of `torch.polar(1, x)` calls the C library's `cos`, as
+    `math.cos` does (`exp(i x)` did on torch 2.13, not on 2.6). Compiled, it is
+    `torch.cos`, which inductor's C++ code computes so too (a backend running the
+    eager kernels, such as `"aot_eager"`, inherits their differences).
     """
     if torch.compiler.is_compiling():
         return torch.cos(x)
@@ -148,8 +147,9 @@ def refuse_epoch(schedule: object, epoch: object) -> None:
         raise TypeError(msg)
 
 
-def check_base(lr: Any, name: str = "base_lr") -> None:
-    """Raise unless `lr` is a number or a 0-dim floating-point tensor, by `name`."""
+def check_base(lr: Any) -> None:
+    """Raise unless the `base_lr` `lr` is a number or a 0-dim floating-point tensor."""
+    name = "base_lr"
     if isinstance(lr, ParamDict):
         msg = (
             f"`{name}`, a schedule's base learning rate, must be a number or a "

@@ -9,23 +9,11 @@ import attrs
 import torch
 from torch import Tensor
 
-from .base import (
-    BaseSchedule,
-    check_schedule_state,
-)
-from .numbers import (
-    base_of,
-    check_base_lr,
-    check_int,
-    number_field,
-    scalar,
-)
+from .base import BaseSchedule, check_schedule_state
+from .numbers import base_of, check_base_lr, check_int, number_field, scalar
 from .states import PlateauState
 
 __all__ = ["PlateauState", "ReduceLROnPlateau"]
-
-
-# ---------------------------------------------------------------- ReduceLROnPlateau
 
 
 def _metric(metrics: object) -> float:

@@ -1,18 +1,9 @@
 """A schedule as an optimizer's learning rate: the state slot and its checks.
 
-`TorchOptimizer` takes a schedule where it takes a rate (`lr=optim.
-CosineAnnealingLR(base_lr=0.1, T_max=100)`). The schedule's state lives in the
-optimizer's state, in its last field, `schedule` (`()` for a plain rate), so
-`step` stays pure, the state saves and loads with `weights_only=True`, and a
-compiled step sees tensors only. The rule reads the current value (torch's
-`get_last_lr()[0]`, and the momentum of a schedule that cycles it), and the slot
-advances once per update: torch's `optimizer.step(); scheduler.step()`. A
-schedule that moves with a metric advances through `step_schedule(state,
-metrics)`.
-
-No schedule class is named here: each schedule answers for itself (see
-`BaseSchedule`): whether it cycles the momentum or takes a metric, the
-schedules it wraps, the counters its state keeps, and its step after an update.
+The schedule's state is the optimizer state's last field, `schedule` (`()` for a
+plain rate), advanced once per update (torch's `optimizer.step();
+scheduler.step()`). No schedule class is named here: each answers for itself
+(see `BaseSchedule`).
 """
 
 from __future__ import annotations
@@ -54,7 +45,6 @@ __all__ = [
     "initial_rate",
     "is_schedule",
     "on_host",
-    "stepped_with_metric",
     "takes_metric",
     "write_on_host",
 ]
@@ -69,12 +59,7 @@ def is_schedule(value: object) -> TypeGuard[Schedule]:
 
 
 def check_fits(owner: Any, schedule: Schedule) -> None:
-    """Raise unless `owner`, a `TorchOptimizer`, can run with `schedule` as `lr`.
-
-    Its state must have the `schedule` field; the schedule must know its base
-    rate; and a schedule that cycles the momentum needs an optimizer with a
-    momentum (`momentum > 0`, which keeps a buffer) or `betas`.
-    """
+    """Raise unless `owner`, a `TorchOptimizer`, can run with `schedule` as `lr`."""
     name = type(owner).__name__
     state_type: type[Any] = getattr(owner, "state_type", object)
     fields: tuple[str, ...] = getattr(state_type, "_fields", ())
@@ -114,16 +99,10 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
 
 
 def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | PlateauState:
-    """Return the schedule's first state, on the host.
+    """Return the schedule's first state on the CPU (where torch keeps it), new tensors.
 
-    On the CPU whatever the parameters' device, where torch.optim keeps its
-    step counts and its schedulers their rates: a step reads the rate as a
-    number (free) and advances the schedule with Python floats, launching
-    nothing on an accelerator.
-
-    Every tensor of it is a new one: a composed schedule's children start from
-    their parent's base rate, and a state whose leaves shared one tensor (or held
-    the caller's `base_lr` tensor) could not be written in place by `step_`.
+    New, so that no two leaves (nor the caller's `base_lr`) share one tensor,
+    which `step_` could not write in place.
     """
     del params  # the state does not follow the parameters' device
     state = schedule.init()
@@ -136,24 +115,14 @@ def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | Platea
 
 
 def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
-    """Return a schedule's rate for the first step, or None for a plain rate.
-
-    For the rules that read `lr` when they build their state (Rprop's step
-    sizes, ASGD's `eta`): the value torch's scheduler writes on construction.
-    """
+    """Return a schedule's first rate (for Rprop's and ASGD's state); else None."""
     if not is_schedule(lr):
         return None
     return first_state(lr, params).lr
 
 
 def advanced_on_host(schedule: Schedule, state: object) -> Any:
-    """The slot after one step computed with Python floats, or None.
-
-    Where the step can read its state for free (eagerly, every tensor of it a
-    CPU tensor that autograd does not record) and the schedule has a host
-    path (`LRSchedule._step_on_host`): the numbers torch's scheduler computes,
-    in a state of the slot's structure holding floats, for `write_on_host`.
-    """
+    """The slot after one step computed with Python floats (`on_host`), or None."""
     if torch.compiler.is_compiling() or not isinstance(
         state, (ScheduleState, PlateauState)
     ):
@@ -166,11 +135,7 @@ def advanced_on_host(schedule: Schedule, state: object) -> Any:
 
 
 def _unreadable(tensor: Tensor) -> bool:
-    """Whether a schedule tensor's value cannot be read for free (see `is_traced`).
-
-    `on_host` runs outside compilation only; a plain CPU tensor that autograd does
-    not record and no transform wraps can be read.
-    """
+    """Whether a schedule tensor's value cannot be read for free (see `is_traced`)."""
     return (
         type(tensor) is not Tensor
         or not tensor.is_cpu
@@ -186,24 +151,13 @@ def on_host(state: Any) -> Any:
         if isinstance(field, Tensor):
             if _unreadable(field):
                 return None
-            values.append(field.item())
+            field = field.item()
         elif isinstance(field, tuple):
-            items: list[Any] = []
-            members: tuple[Any, ...] = cast(Any, field)
-            for item in members:
-                if isinstance(item, Tensor):
-                    if _unreadable(item):
-                        return None
-                    items.append(item.item())
-                else:
-                    read = on_host(item)
-                    if read is None:
-                        return None
-                    items.append(read)
-            values.append(tuple(items))
-        else:
-            values.append(field)
-    return type(state)(*values)
+            field = on_host(field)
+            if field is None:
+                return None
+        values.append(field)
+    return type(state)(*values) if hasattr(state, "_fields") else tuple(values)
 
 
 def write_on_host(slot: Any, host: Any) -> None:
@@ -212,12 +166,7 @@ def write_on_host(slot: Any, host: Any) -> None:
         if isinstance(tensor, Tensor):
             tensor.fill_(value)
         elif isinstance(tensor, tuple):
-            members: tuple[Any, ...] = cast(Any, tensor)
-            for t, v in zip(members, value):
-                if isinstance(t, Tensor):
-                    t.fill_(v)
-                else:
-                    write_on_host(t, v)
+            write_on_host(tensor, value)
 
 
 def cycled_momentum(lr: object, slot: object) -> Tensor | None:
@@ -234,24 +183,8 @@ def takes_metric(lr: object) -> bool:
     return is_schedule(lr) and lr.takes_metric
 
 
-def stepped_with_metric(
-    schedule: Schedule, state: object, metrics: float | Tensor
-) -> ScheduleState | PlateauState:
-    """Return the slot `state` after `schedule` saw `metrics` (its `_step_metric`)."""
-    # `check_slot` matched the slot to this schedule: it is the state it takes.
-    moved = cast("BaseSchedule[Any]", schedule)
-    stepped: ScheduleState | PlateauState = moved._step_metric(state, metrics)
-    return stepped
-
-
 def advanced(schedule: Schedule, state: SlotState) -> SlotState:
-    """Return the slot after one optimizer step: one `scheduler.step()`.
-
-    The schedule's `_step_once` says how it moves: `ReduceLROnPlateau` does
-    not (it moves with a metric, `step_schedule`); `OneCycleLR` raises past its
-    `total_steps`, as torch does (eagerly on the CPU, where reading the step is
-    cheap; a compiled step continues its last phase).
-    """
+    """Return the slot after one optimizer step: the schedule's `_step_once`."""
     if not isinstance(state, (ScheduleState, PlateauState)):
         return state  # a plain rate's `()`
     # `check_slot` matched the slot to this schedule: it is the state it takes.
@@ -263,9 +196,7 @@ def advanced(schedule: Schedule, state: SlotState) -> SlotState:
 def check_slot(owner: Any, schedule: LearningRate, state: object) -> None:
     """Raise unless `state` (a state's `schedule` field) belongs to `schedule`.
 
-    The check is structural (the kind of state, its counters and children): two
-    schedules with states of one shape, such as `StepLR` and `ExponentialLR`,
-    cannot be told apart. The values are checked too (`check_schedule_state`).
+    By structure (`StepLR`'s and `ExponentialLR`'s states look alike) and values.
     """
     name = type(owner).__name__
     if not is_schedule(schedule):

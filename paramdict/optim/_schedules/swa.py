@@ -13,26 +13,11 @@ import attrs
 import torch
 from torch import Tensor
 
-from .base import (
-    LRSchedule,
-    ScheduleState,
-    new_state,
-)
-from .cyclic import _read  # pyright: ignore[reportPrivateUsage]  # this package's own
-from .numbers import (
-    check_float,
-    check_int,
-    check_rate,
-    cos,
-    nonzero,
-)
+from .base import LRSchedule, ScheduleState, new_state
+from .cyclic import _rate, _read
+from .numbers import check_int, cos, nonzero
 
 __all__ = ["SWALR"]
-
-
-def _check_swa_lr(instance: object, attribute: Any, value: Any) -> None:
-    check_float("swa_lr", value)
-    check_rate("swa_lr", value)
 
 
 def _check_anneal_epochs(instance: object, attribute: Any, value: Any) -> None:
@@ -57,10 +42,9 @@ def _check_strategy(instance: object, attribute: Any, value: Any) -> None:
 class SWALR(LRSchedule):
     """Anneal the rate from the optimizer's to `swa_lr`, then hold it (`SWALR`).
 
-    Over `anneal_epochs` steps the rate moves from the one the optimizer holds
-    to `swa_lr` along a half cosine (or a line), with torch's recursive formula,
-    then stays at `swa_lr`: the schedule of the averaging phase of stochastic
-    weight averaging (`WeightAverage.swa`). Bitwise equal to torch's on the CPU.
+    Over `anneal_epochs` steps the rate moves from the optimizer's to `swa_lr`
+    along a half cosine (or a line), then stays there: the schedule of the
+    averaging phase of `WeightAverage.swa`. Bitwise equal to torch's on the CPU.
 
     Attributes:
         swa_lr: The rate annealed to, a number (finite, at least 0) or a
@@ -85,7 +69,7 @@ class SWALR(LRSchedule):
         [1.0, 0.525, 0.05, 0.05]
     """
 
-    swa_lr: float = attrs.field(converter=_read, validator=_check_swa_lr)
+    swa_lr: float = attrs.field(converter=_read, validator=_rate)
     anneal_epochs: int = attrs.field(default=10, validator=_check_anneal_epochs)
     anneal_strategy: Literal["cos", "linear"] = "cos"
 

@@ -1,15 +1,9 @@
 """Schedule positions to and from `torch.optim.lr_scheduler` state dicts.
 
-A torch scheduler keeps its position in its own attributes (`last_epoch`,
-`base_lrs`, `_last_lr`, and `T_cur`, `best`, ... for some); a paramdict schedule
-keeps it in a `ScheduleState` or `PlateauState`. The two functions here read one
-from the other, so a run moves between the libraries mid-schedule.
-
 The schedule says what its state holds (its counters by torch's names, the
-schedules it wraps); only the entries that one torch class keeps its own way
-are mapped by class: `ReduceLROnPlateau`'s counters and missing `base_lrs`,
-`CyclicLR`'s `_scale_fn_custom`, and `ChainedScheduler`'s position, which
-torch reads from its last scheduler.
+schedules it wraps); only what one torch class keeps its own way is mapped by
+class: `ReduceLROnPlateau`'s counters and missing `base_lrs`, `CyclicLR`'s
+`_scale_fn_custom`, and `ChainedScheduler`'s position (its last scheduler's).
 """
 
 from __future__ import annotations
@@ -64,7 +58,7 @@ def _f64(value: Any, key: str) -> Tensor:
         ok = (
             value.numel() == 1
             and not value.is_meta
-            and (value.is_floating_point() or value.dtype not in _NOT_NUMBERS)
+            and value.dtype != torch.bool
             and not value.is_complex()
         )
     if not ok:
@@ -80,9 +74,6 @@ def _f64(value: Any, key: str) -> Tensor:
         )
         raise TypeError(msg)
     return torch.as_tensor(float(value), dtype=torch.float64)
-
-
-_NOT_NUMBERS = frozenset({torch.bool})
 
 
 def _number(value: Tensor) -> float | int:
@@ -171,11 +162,7 @@ def _check_settings(schedule: object, state_dict: Mapping[str, Any]) -> None:
 
 
 def _check_cycle(schedule: CyclicLR, state_dict: Mapping[str, Any], group: int) -> None:
-    """Raise unless the saved `base_lrs` and `max_lrs` are the `CyclicLR`'s rates.
-
-    torch's `CyclicLR` cycles between the rates its state dict holds; this one
-    between its own `base_lr` and `max_lr`, so the two must agree.
-    """
+    """Raise unless the saved `base_lrs` and `max_lrs` are the `CyclicLR`'s rates."""
     name = type(schedule).__name__
     for key, mine in (("base_lrs", schedule.base_lr), ("max_lrs", schedule.max_lr)):
         saved = _f64(_per_group(state_dict, key, group, name), key)
@@ -194,13 +181,10 @@ def load_torch_scheduler_state_dict(
 ) -> ScheduleState | PlateauState:
     """Return the state of `schedule` at a torch scheduler's position.
 
-    `state_dict` is what `scheduler.state_dict()` of torch's scheduler of the
-    same class returned. The state takes `last_epoch`, the group's entries of
-    `base_lrs` and `_last_lr`, and the counters: `T_cur` and `T_i` of
-    `CosineAnnealingWarmRestarts` (the counters a schedule names);
-    `best`, `num_bad_epochs` and `cooldown_counter` of `ReduceLROnPlateau`; the
-    children of `SequentialLR` and `ChainedScheduler` (the schedules a schedule
-    wraps). A cycled momentum (`CyclicLR`, `OneCycleLR`) is its value at
+    `state_dict` is `scheduler.state_dict()` of torch's scheduler of the same
+    class. The state takes `last_epoch`, the group's `base_lrs` and `_last_lr`,
+    the counters (`T_cur`, `T_i`; `best`, `num_bad_epochs`, `cooldown_counter`)
+    and the children of composed schedules; a cycled momentum is its value at
     `last_epoch`. Nothing is changed.
 
     Args:
@@ -242,13 +226,7 @@ def load_torch_scheduler_state_dict(
             f"{type(given).__name__}. Give the `state_dict()` of torch's scheduler."
         )
         raise TypeError(msg)
-    return _checked(schedule, _load(schedule, state_dict, group))
-
-
-def _checked(
-    schedule: Schedule, state: ScheduleState | PlateauState
-) -> ScheduleState | PlateauState:
-    """Return `state`, after checking the values torch's dict gave it."""
+    state = _load(schedule, state_dict, group)
     _, bad = _bad_fields(state)
     if bad:
         names = ", ".join(f"`{b}`" for b in sorted(bad))
@@ -381,10 +359,8 @@ def to_torch_scheduler_state_dict(opt: Optimizer[Any], state: Any, /) -> dict[st
 
     `scheduler.load_state_dict` of torch's scheduler of the same class (built
     on the optimizer that loaded `to_torch_state_dict(opt, state, ...)`) accepts
-    it and continues from there: `last_epoch`, `_step_count`, `base_lrs` and
-    `_last_lr` (one entry per group, in torch's group order: `ParamGroups`'
-    groups, then its default), the counters, and the children of composed
-    schedules. `state` is unchanged.
+    it and continues from there; `base_lrs` and `_last_lr` hold one entry per
+    group, in torch's group order. `state` is unchanged.
 
     Args:
         opt: The paramdict optimizer; every group's `lr` is a schedule.
