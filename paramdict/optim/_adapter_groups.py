@@ -1,25 +1,16 @@
 """One parameter group of `TorchAdapter`: its optimizer, state and binding.
 
-The adapter's `param_groups` are the plain dicts that torch's schedulers,
-`GradScaler` and training frameworks read and write. Each is paired with a
-`Group`: the group's parameters as a ParamDict (the module's own tensors), a
-private copy of the paramdict optimizer configured as the dict says, its
-state, and its binding (`Optimizer.bind`), made once.
+Each of the adapter's `param_groups` dicts (which schedulers and frameworks read
+and write) is paired with a `Group`: its parameters as a ParamDict, a private
+copy of the optimizer configured as the dict says, its state, and its binding,
+made once. Before each step `Group.sync` compares the dict with the settings the
+copy has: a new rate is checked and set on the copy, whose plan reads it at the
+step; any other change makes a new copy (`attrs.evolve`, so the constructor's
+checks) and binds it again.
 
-Before each step `Group.sync` compares the dict's settings with those the copy
-was configured with. A new learning rate, which a scheduler writes every step,
-is checked as a number and set on the copy, whose bound plan reads it at the
-step: nothing else is checked again. Any other change makes a new copy
-(`attrs.evolve`, so the constructor's validation) and binds it again, once.
-
-The settings are torch's: for an optimizer with a `torch.optim` counterpart,
-the keys of that class's `defaults`, in its order; for another, its own
-options. `fused` shows what runs (True where torch's fused kernel takes the
-step), and a written `fused` has torch's meaning (None or False: not fused).
-`foreach` is kept as written (torch's default, None, until then): the rule
-runs its own kernels anyway. A saved dict whose group leaves it at None names
-the path that rounds as the rule (`to_torch_state_dict`'s flags), so torch
-continues on it.
+The settings are torch's: the keys of the torch class's `defaults`, in its
+order (for an optimizer torch lacks, its own options). `fused` shows what runs
+and a written one has torch's meaning; `foreach` is kept as written.
 """
 
 from __future__ import annotations
@@ -41,16 +32,15 @@ from ._fused import FusedPlan
 from ._groups import subset
 from ._hyper import check_rate
 from ._schedules.slot import is_schedule
-from ._torch_entries import NO_STEP as _NO_STEP
+from ._torch_dict import NO_STEP
 from ._torch_optimizer import TorchOptimizer
-from ._torch_state import _defaults, _hyperparameters, _torch_class
+from ._torch_state import _defaults, _hyperparameters, _torch_class, counterpart
 
 __all__ = [
     "MISSING",
     "Group",
     "checked",
     "configured",
-    "counterpart",
     "defaults_of",
     "unchanged",
 ]
@@ -63,29 +53,12 @@ _LIVE = _RATES | {"momentum", "betas"}
 """Settings the step reads each time (`rate`, `cycled`): set without a new binding."""
 
 
-def counterpart(opt: object) -> bool:
-    """Whether `opt` has a `torch.optim` class of its name whose state converts."""
-    name = type(opt).__name__
-    cls = getattr(torch.optim, name, None)
-    return (
-        name != "LBFGS"
-        and isinstance(cls, type)
-        and issubclass(cls, torch.optim.Optimizer)
-    )
-
-
 def _torch_style(opt: object) -> TypeGuard[TorchOptimizer[Any]]:
     return isinstance(opt, TorchOptimizer)
 
 
 def checked(opt: object, where: str) -> TorchOptimizer[Any]:
-    """Return `opt` if the adapter can step it (see the errors).
-
-    Raises:
-        TypeError: If `opt` is not an optimizer in the style of `torch.optim`,
-            or a rate is a schedule or per-key.
-        ValueError: If it is differentiable.
-    """
+    """Return `opt` if the adapter can step it (torch's style, not differentiable)."""
     if not _torch_style(opt):
         msg = (
             f"{where} needs an optimizer in the style of torch.optim (a "
@@ -132,11 +105,7 @@ def _init_fields(member: TorchOptimizer[Any]) -> frozenset[str]:
 
 
 def defaults_of(member: TorchOptimizer[Any], state: object) -> dict[str, Any]:
-    """The settings of `member` under torch's names (`fused` as configured).
-
-    `foreach` is torch's class default, as a torch optimizer built with
-    `member`'s settings shows it (the export names the path, `exported`).
-    """
+    """The settings of `member` under torch's names; `foreach` as torch's default."""
     if counterpart(member):
         settings = _hyperparameters(member, state)
         if "foreach" in settings:
@@ -179,17 +148,10 @@ def configured(
     *,
     keep_fused: bool = False,
 ) -> TorchOptimizer[Any]:
-    """Return `member` with the written `changes` of its shown settings.
+    """Return a checked copy of `member` with the written `changes` (or `member`).
 
-    A new copy (`attrs.evolve` validates it as the constructor does), or
-    `member` when nothing it holds changes. `keep_fused`: a `fused` of None
-    keeps the optimizer's own choice (a group being added) instead of torch's
-    meaning, not fused.
-
-    Raises:
-        ValueError: If a setting is missing, or one the optimizer fixes or does
-            not have is changed.
-        TypeError: As the optimizer's constructor.
+    `keep_fused`: a `fused` of None keeps the optimizer's own choice (a group
+    being added) instead of torch's meaning, not fused.
     """
     fields = _init_fields(member)
     name = type(member).__name__
@@ -295,10 +257,19 @@ class Group:
     ) -> None:
         self.index = index
         self.params = params
-        self.member = member
-        self.state = state
-        self._bound: Bound[Any] = member.bind(params, state)
         self._partial: dict[tuple[str, ...], Bound[Any]] = {}
+        self._hold(member, state, member.bind(params, state), settings)
+
+    def _hold(
+        self,
+        member: TorchOptimizer[Any],
+        state: Any,
+        bound: Bound[Any],
+        settings: Mapping[str, Any],
+    ) -> None:
+        """Hold `member`, `state` and their binding, as `settings` show them."""
+        self.member, self.state, self._bound = member, state, bound
+        self._partial.clear()
         self._live = _LIVE & _init_fields(member)
         self.shown = self._shown(settings)
 
@@ -310,11 +281,7 @@ class Group:
         group: dict[str, Any],
         keys: list[str],
     ) -> Group:
-        """Return the group for torch's `group` dict, whose settings are filled.
-
-        The optimizer is `base` with the dict's settings; its state is `init`'s.
-        The dict's `fused` is set to what runs.
-        """
+        """Return the group of torch's filled `group` dict, whose `fused` it sets."""
         where = f"param_groups[{index}]"
         params = ParamDict(dict(zip(keys, group["params"], strict=True)))
         shown = defaults_of(base, None)
@@ -364,12 +331,9 @@ class Group:
             self.reconfigure(changes, group)
 
     def _set_live(self, key: str, value: object) -> bool:
-        """Set a rate or the momentum on the copy, if nothing bound depends on it.
+        """Set a number read at each step on the copy, unless the binding depends on it.
 
-        The rules read `lr` and `weight_decay` through `rate` and the momentum
-        or `betas` through `cycled`, at each step (the fused kernels too), so a
-        number for a number needs no new binding; a momentum that starts or
-        stops being zero changes the state's buffers and the plan, and does.
+        A momentum that starts or stops being zero changes the buffers and the plan.
         """
         member = self.member
         before: object = getattr(member, key)
@@ -395,11 +359,7 @@ class Group:
         """Rebuild the optimizer with `changes` and bind it again."""
         where = f"param_groups[{self.index}]"
         member = configured(self.member, self.shown, changes, where)
-        bound = member.bind(self.params, self.state)
-        self.member, self._bound = member, bound
-        self._partial.clear()
-        self._live = _LIVE & _init_fields(member)
-        self.shown = self._shown(group)
+        self._hold(member, self.state, member.bind(self.params, self.state), group)
 
     def replace(
         self,
@@ -408,21 +368,14 @@ class Group:
         bound: Bound[Any],
         settings: dict[str, Any],
     ) -> None:
-        """Hold `member`, `state` and their binding, and `settings` (a loaded dict).
-
-        `settings` is set to what runs (its `fused`).
-        """
-        self.member, self.state, self._bound = member, state, bound
-        self._partial.clear()
-        self._live = _LIVE & _init_fields(member)
-        self.shown = self._shown(settings)
+        """Hold a loaded `member`, `state` and binding; set `settings` to what runs."""
+        self._hold(member, state, bound, settings)
         settings.update(self.shown)
 
     def prepare(self) -> Callable[[], object] | None:
         """Check this step's gradients and prepare it; return its commit.
 
-        None when no parameter has a gradient (torch skips the group). Where
-        only some have one, those are stepped, as torch skips the others.
+        None when no parameter has a gradient; as torch, those without are skipped.
         """
         params = self.params
         values = params._vals
@@ -473,7 +426,7 @@ class Group:
             for f in state._fields
             if isinstance(v := getattr(state, f), ParamDict)
         ]
-        counted = type(self.member).__name__ not in _NO_STEP
+        counted = type(self.member).__name__ not in NO_STEP
         out: dict[Tensor, dict[str, Tensor]] = {}
         for key, param in self.params.items():
             entry = {f: v[key] for f, v in per_key if key in v}
