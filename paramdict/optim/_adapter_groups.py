@@ -1,16 +1,10 @@
 """One parameter group of `TorchAdapter`: its optimizer, state and binding.
 
-Each of the adapter's `param_groups` dicts (which schedulers and frameworks read
-and write) is paired with a `Group`: its parameters as a ParamDict, a private
-copy of the optimizer configured as the dict says, its state, and its binding,
-made once. Before each step `Group.sync` compares the dict with the settings the
-copy has: a new rate is checked and set on the copy, whose plan reads it at the
-step; any other change makes a new copy (`attrs.evolve`, so the constructor's
-checks) and binds it again.
-
-The settings are torch's: the keys of the torch class's `defaults`, in its
-order (for an optimizer torch lacks, its own options). `fused` shows what runs
-and a written one has torch's meaning; `foreach` is kept as written.
+Each of the adapter's `param_groups` dicts is paired with a `Group`, which holds
+a private copy of the optimizer configured as the dict says and its binding.
+Before each step `Group.sync` compares the dict with the copy's settings (torch's
+names and order): a new rate is set on the copy, whose plan reads it at the step;
+any other change makes a new copy (`attrs.evolve`) and binds it again.
 """
 
 from __future__ import annotations
@@ -225,15 +219,10 @@ _grad = cast("Callable[[Tensor], Tensor | None]", operator.attrgetter("grad"))
 
 
 class Group:
-    """One torch parameter group: its parameters, optimizer, state and binding.
+    """One torch parameter group: its parameters, optimizer copy, state and binding.
 
-    Attributes:
-        index: The group's place in `param_groups`.
-        params: The parameters, the module's own tensors, keyed by their names
-            (or by their numbers in torch's state dict, where they have none).
-        member: The private optimizer copy, configured as the dict says.
-        state: Its state.
-        shown: The settings the copy was configured with, as the dict shows them.
+    `params` are the module's own tensors, keyed by name (by number without one);
+    `shown` are the settings the copy was configured with, as the dict shows them.
     """
 
     __slots__ = (

@@ -22,7 +22,7 @@ from ._adapter_groups import Group, configured, unchanged
 from ._torch_export import to_torch_state_dict
 from ._torch_optimizer import TorchOptimizer
 from ._torch_paths import FLAGS, torch_flags
-from ._torch_state import _fit, counterpart, load_torch_state_dict
+from ._torch_state import _filled, _fit, counterpart, load_torch_state_dict
 
 __all__ = ["exported", "loaded"]
 
@@ -103,18 +103,8 @@ def _own_loaded(
                 "optimizer's or another configuration's."
             )
             raise ValueError(msg)
-    values: dict[str, Any] = {}
-    for field, buffer in per_key.items():
-        filled: dict[str, Tensor] = {}
-        for i, key in enumerate(keys):
-            if key not in buffer:
-                continue
-            got = entries.get(i, {}).get(field)
-            like = buffer[key]
-            filled[key] = (
-                like if got is None else _fit(got, like, f"{field} of {key!r}")
-            )
-        values[field] = ParamDict(filled)
+    by_name = {keys[i]: entry for i, entry in entries.items()}
+    values: dict[str, Any] = {f: _filled(v, by_name, f, f) for f, v in per_key.items()}
     steps = [e["step"] for _, e in sorted(entries.items()) if "step" in e]
     if steps:
         values["step"] = _fit(steps[0], template.step, "'step'")

@@ -170,8 +170,7 @@ def one_per_group(
 ) -> Tensor | None:
     """Return the one value of the per-parameter `field` the group's names share.
 
-    None where no parameter has it (a fresh state); a `ValueError` names the
-    parameters where their values differ or some have none.
+    None where no parameter has it (a fresh state).
     """
     found = {
         n: saved[n][field] for n in names if saved.get(n, {}).get(field) is not None
@@ -267,11 +266,7 @@ def check_entries(
 def check_first_buffers(
     opt: TorchOptimizer[Any], saved: Mapping[str, Mapping[str, Any]], names: list[str]
 ) -> None:
-    """Raise if torch's SGD would start some damped buffers otherwise than paramdict.
-
-    torch starts a missing damped buffer as a copy of the gradient; paramdict's one
-    count per group does that only at the group's first step.
-    """
+    """Raise if torch's SGD would start some damped buffers otherwise than paramdict."""
     if getattr(opt, "dampening", 0) == 0:
         return
     held = [n for n in names if saved.get(n, {}).get("momentum_buffer") is not None]

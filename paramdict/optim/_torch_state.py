@@ -170,8 +170,7 @@ def _swa_rates(schedule: object) -> dict[str, float]:
     if isinstance(schedule, SWALR):
         return {"swa_lr": schedule.swa_lr}
     for kid in getattr(schedule, "_schedulers", ()):
-        found = _swa_rates(kid)
-        if found:
+        if found := _swa_rates(kid):
             return found
     return {}
 
@@ -450,16 +449,8 @@ def load_torch_state_dict(
         )
         raise ValueError(msg)
     states = [
-        _load_group(
-            member,
-            i,
-            saved_groups[i],
-            saved,
-            subset(params, group_names),
-            scheduler,
-            step,
-        )
-        for i, (member, group_names) in enumerate(zip(members, groups, strict=True))
+        _load_group(m, i, saved_groups[i], saved, subset(params, g), scheduler, step)
+        for i, (m, g) in enumerate(zip(members, groups, strict=True))
     ]
     if not _is_groups(opt):
         return cast("S", states[0])
@@ -499,13 +490,7 @@ def _load_group(
     for f in fields:
         value = getattr(template, f)
         if f in per_key:
-            entries: dict[str, Tensor] = {}
-            for key, init in cast("ParamDict", value).items():
-                got = saved.get(key, {}).get(f)
-                entries[key] = (
-                    init if got is None else _fit(got, init, f"`{f}` of {key!r}")
-                )
-            values[f] = ParamDict(entries)
+            values[f] = _filled(value, saved, f, f"`{f}`")
             continue
         shared = one_per_group(f, saved, list(params))
         if shared is not None:
@@ -533,6 +518,17 @@ def _load_group(
     loaded = template._replace(**values)
     opt.check_state(params, loaded)  # what the dict's values make of the state
     return loaded
+
+
+def _filled(
+    buffer: ParamDict, saved: Mapping[str, Mapping[str, Any]], field: str, what: str
+) -> ParamDict:
+    """Return `buffer` with each parameter's saved `field`, where there is one."""
+    out: dict[str, Tensor] = {}
+    for key, like in buffer.items():
+        got = saved.get(key, {}).get(field)
+        out[key] = like if got is None else _fit(got, like, f"{what} of {key!r}")
+    return ParamDict(out)
 
 
 def _fit(got: Any, like: Tensor, what: str) -> Tensor:
