@@ -317,7 +317,9 @@ class Group:
             else:
                 changes[key] = now
         if changes:
-            self.reconfigure(changes, group)
+            where = f"param_groups[{self.index}]"
+            member = configured(self.member, shown, changes, where)
+            self._hold(member, self.state, member.bind(self.params, self.state), group)
 
     def _set_live(self, key: str, value: object) -> bool:
         """Set a number read at each step on the copy, unless the binding depends on it.
@@ -344,12 +346,6 @@ class Group:
         object.__setattr__(member, key, value)  # the adapter's private copy
         return True
 
-    def reconfigure(self, changes: Mapping[str, Any], group: Mapping[str, Any]) -> None:
-        """Rebuild the optimizer with `changes` and bind it again."""
-        where = f"param_groups[{self.index}]"
-        member = configured(self.member, self.shown, changes, where)
-        self._hold(member, self.state, member.bind(self.params, self.state), group)
-
     def replace(
         self,
         member: TorchOptimizer[Any],
@@ -367,8 +363,7 @@ class Group:
         None when no parameter has a gradient; as torch, those without are skipped.
         """
         params = self.params
-        values = params._vals
-        grads = list(map(_grad, values))
+        grads = list(map(_grad, params._vals))
         missing = list(map(operator.is_, grads, repeat(None)))
         if all(missing):
             return None
@@ -376,8 +371,7 @@ class Group:
         if any(missing):
             keys = tuple(k for k, g in zip(params._keys, grads) if g is not None)
             bound = self._subset(keys)
-            present = [g for g in grads if g is not None]
-            given = bound.params._derive(present)
+            given = bound.params._derive([g for g in grads if g is not None])
         else:
             given = params._derive(cast("list[Tensor]", grads))
             if not bound.holds(params, self.state):
