@@ -166,12 +166,8 @@ def loaded(
         if counterpart(member):
             ours = {k: saved[k] for k in shown if k in saved}
             ours["params"] = list(range(len(keys)))
-            state = load_torch_state_dict(
-                member,
-                {"state": entries, "param_groups": [ours]},
-                group.params,
-                [keys],
-            )
+            torch_dict = {"state": entries, "param_groups": [ours]}
+            state = load_torch_state_dict(member, torch_dict, group.params, [keys])
         else:
             state = _own_loaded(member, entries, group.params, where)
         saved["params"] = current["params"]

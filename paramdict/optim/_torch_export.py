@@ -97,13 +97,10 @@ def to_torch_state_dict(
         module = {k: v.detach() for k, v in names.named_parameters()}
     offset = 0
     for member, substate, group in zip(members, substates, groups, strict=True):
-        part, settings = _export_group(member, substate, group, offset, module)
-        if by_name:
-            out_state.update((group[i - offset], entry) for i, entry in part.items())
-            settings["params"] = list(group)
-        else:
-            out_state.update(part)
-        param_groups.append(settings)
+        part, settings = _export_group(member, substate, group, module)
+        ids = list(group) if by_name else list(range(offset, offset + len(group)))
+        out_state.update((ids[i], entry) for i, entry in part.items())
+        param_groups.append({**settings, "params": ids})
         offset += len(group)
     return {"state": out_state, "param_groups": param_groups}
 
@@ -112,10 +109,9 @@ def _export_group(
     opt: Optimizer[Any],
     state: Any,
     group: list[str],
-    offset: int,
     module: dict[str, Tensor] | None,
 ) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
-    """Return torch's entries and settings of one group, indices from `offset`."""
+    """Return torch's entries (by place in `group`) and settings of one group."""
     _torch_class(opt)
     member = cast("TorchOptimizer[Any]", opt)
     _check_state(member, state)
@@ -123,9 +119,7 @@ def _export_group(
         member.check_state(ParamDict({k: module[k] for k in group}), state)
     fields = _buffer_fields(state)
     per_key = [f for f in fields if isinstance(getattr(state, f), ParamDict)]
-    keys: set[str] = set()
-    for f in per_key:
-        keys |= set(cast("ParamDict", getattr(state, f)))
+    keys = {k for f in per_key for k in cast("ParamDict", getattr(state, f))}
     extra = sorted(keys - set(group))
     if extra:
         msg = (
@@ -146,7 +140,7 @@ def _export_group(
     settings = _hyperparameters(member, state)
     scalar = torch.promote_types(torch.get_default_dtype(), torch.float32)
     out: dict[int, dict[str, Any]] = {}
-    for i, name in enumerate(group, start=offset):
+    for i, name in enumerate(group):
         entry: dict[str, Any] = {}
         for f in fields:
             value = getattr(state, f)
@@ -160,8 +154,7 @@ def _export_group(
                 entry[f] = cast("Tensor", value).detach().clone()
         if any(f in entry for f in per_key):
             out[i] = entry
-    copied = {
+    return out, {
         k: v.detach().clone() if isinstance(v, Tensor) else v
         for k, v in settings.items()
     }
-    return out, {**copied, "params": list(range(offset, offset + len(group)))}
