@@ -4,7 +4,9 @@ Each of the adapter's `param_groups` dicts is paired with a `Group`, which holds
 a private copy of the optimizer configured as the dict says and its binding.
 Before each step `Group.sync` compares the dict with the copy's settings (torch's
 names and order): a new rate is set on the copy, whose plan reads it at the step;
-any other change makes a new copy (`attrs.evolve`) and binds it again.
+any other change makes a new copy (`attrs.evolve`) and binds it again. `fused`
+shows what runs and a written one has torch's meaning; `foreach` is kept as
+written (the export names the path that rounds as the rule).
 """
 
 from __future__ import annotations

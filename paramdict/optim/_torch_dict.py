@@ -183,13 +183,9 @@ def one_per_group(
     distinct = sorted({x for x in numbers.values() if not math.isnan(x)})
     nans = sorted(n for n, x in numbers.items() if math.isnan(x))
     if lacking or len(distinct) + bool(nans) > 1:
-
-        def shown(x: float) -> str:
-            return str(int(x)) if field == "step" else repr(x)
-
         parts = [
             f"{sorted(n for n, x in numbers.items() if x == value)} have "
-            f"`{field}` {shown(value)}"
+            f"`{field}` {str(int(value)) if field == 'step' else repr(value)}"
             for value in distinct
         ]
         if nans:
