@@ -104,6 +104,10 @@ def _split(
 class TorchAdapter(torch.optim.Optimizer):
     """A paramdict optimizer as a `torch.optim.Optimizer` (see `as_torch_optimizer`).
 
+    `step`, `add_param_group`, `state_dict` and `load_state_dict` are torch's
+    methods, answered with the paramdict optimizer; `zero_grad` and the hooks
+    are torch's own.
+
     Attributes:
         param_groups: One dict per group, its `params` and every setting under
             torch's name; schedulers and the user may write them.
