@@ -42,8 +42,8 @@ def to_torch_state_dict(
     (`docs/coming-from-torch-optim.md`). `by_name=True` keys the parameters by
     name, as `torch.distributed.checkpoint` takes them. `state` is checked as
     `step` checks it: against the module's parameters when `names` is one,
-    else only against its own buffers. Every buffer is a copy; `state` is
-    unchanged.
+    else only against its own buffers (so give the module where you have it).
+    Every buffer is a copy; `state` is unchanged.
 
     Args:
         opt: The paramdict optimizer.
