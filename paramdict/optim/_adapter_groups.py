@@ -1,25 +1,12 @@
 """One parameter group of `TorchAdapter`: its optimizer, state and binding.
 
-The adapter's `param_groups` are the plain dicts that torch's schedulers,
-`GradScaler` and training frameworks read and write. Each is paired with a
-`Group`: the group's parameters as a ParamDict (the module's own tensors), a
-private copy of the paramdict optimizer configured as the dict says, its
-state, and its binding (`Optimizer.bind`), made once.
-
-Before each step `Group.sync` compares the dict's settings with those the copy
-was configured with. A new learning rate, which a scheduler writes every step,
-is checked as a number and set on the copy, whose bound plan reads it at the
-step: nothing else is checked again. Any other change makes a new copy
-(`attrs.evolve`, so the constructor's validation) and binds it again, once.
-
-The settings are torch's: for an optimizer with a `torch.optim` counterpart,
-the keys of that class's `defaults`, in its order; for another, its own
-options. `fused` shows what runs (True where torch's fused kernel takes the
-step), and a written `fused` has torch's meaning (None or False: not fused).
-`foreach` is kept as written (torch's default, None, until then): the rule
-runs its own kernels anyway. A saved dict whose group leaves it at None names
-the path that rounds as the rule (`to_torch_state_dict`'s flags), so torch
-continues on it.
+Each of the adapter's `param_groups` dicts is paired with a `Group`, which holds
+a private copy of the optimizer configured as the dict says and its binding.
+Before each step `Group.sync` compares the dict with the copy's settings (torch's
+names and order): a new rate is set on the copy, whose plan reads it at the step;
+any other change makes a new copy (`attrs.evolve`) and binds it again. `fused`
+shows what runs and a written one has torch's meaning; `foreach` is kept as
+written (the export names the path that rounds as the rule).
 """
 
 from __future__ import annotations
@@ -41,16 +28,15 @@ from ._fused import FusedPlan
 from ._groups import subset
 from ._hyper import check_rate
 from ._schedules.slot import is_schedule
-from ._torch_entries import NO_STEP as _NO_STEP
+from ._torch_dict import NO_STEP
 from ._torch_optimizer import TorchOptimizer
-from ._torch_state import _defaults, _hyperparameters, _torch_class
+from ._torch_state import _defaults, _hyperparameters, _torch_class, counterpart
 
 __all__ = [
     "MISSING",
     "Group",
     "checked",
     "configured",
-    "counterpart",
     "defaults_of",
     "unchanged",
 ]
@@ -63,29 +49,12 @@ _LIVE = _RATES | {"momentum", "betas"}
 """Settings the step reads each time (`rate`, `cycled`): set without a new binding."""
 
 
-def counterpart(opt: object) -> bool:
-    """Whether `opt` has a `torch.optim` class of its name whose state converts."""
-    name = type(opt).__name__
-    cls = getattr(torch.optim, name, None)
-    return (
-        name != "LBFGS"
-        and isinstance(cls, type)
-        and issubclass(cls, torch.optim.Optimizer)
-    )
-
-
 def _torch_style(opt: object) -> TypeGuard[TorchOptimizer[Any]]:
     return isinstance(opt, TorchOptimizer)
 
 
 def checked(opt: object, where: str) -> TorchOptimizer[Any]:
-    """Return `opt` if the adapter can step it (see the errors).
-
-    Raises:
-        TypeError: If `opt` is not an optimizer in the style of `torch.optim`,
-            or a rate is a schedule or per-key.
-        ValueError: If it is differentiable.
-    """
+    """Return `opt` if the adapter can step it (torch's style, not differentiable)."""
     if not _torch_style(opt):
         msg = (
             f"{where} needs an optimizer in the style of torch.optim (a "
@@ -132,11 +101,7 @@ def _init_fields(member: TorchOptimizer[Any]) -> frozenset[str]:
 
 
 def defaults_of(member: TorchOptimizer[Any], state: object) -> dict[str, Any]:
-    """The settings of `member` under torch's names (`fused` as configured).
-
-    `foreach` is torch's class default, as a torch optimizer built with
-    `member`'s settings shows it (the export names the path, `exported`).
-    """
+    """The settings of `member` under torch's names; `foreach` as torch's default."""
     if counterpart(member):
         settings = _hyperparameters(member, state)
         if "foreach" in settings:
@@ -179,17 +144,10 @@ def configured(
     *,
     keep_fused: bool = False,
 ) -> TorchOptimizer[Any]:
-    """Return `member` with the written `changes` of its shown settings.
+    """Return a checked copy of `member` with the written `changes` (or `member`).
 
-    A new copy (`attrs.evolve` validates it as the constructor does), or
-    `member` when nothing it holds changes. `keep_fused`: a `fused` of None
-    keeps the optimizer's own choice (a group being added) instead of torch's
-    meaning, not fused.
-
-    Raises:
-        ValueError: If a setting is missing, or one the optimizer fixes or does
-            not have is changed.
-        TypeError: As the optimizer's constructor.
+    `keep_fused`: a `fused` of None keeps the optimizer's own choice (a group
+    being added) instead of torch's meaning, not fused.
     """
     fields = _init_fields(member)
     name = type(member).__name__
@@ -263,15 +221,10 @@ _grad = cast("Callable[[Tensor], Tensor | None]", operator.attrgetter("grad"))
 
 
 class Group:
-    """One torch parameter group: its parameters, optimizer, state and binding.
+    """One torch parameter group: its parameters, optimizer copy, state and binding.
 
-    Attributes:
-        index: The group's place in `param_groups`.
-        params: The parameters, the module's own tensors, keyed by their names
-            (or by their numbers in torch's state dict, where they have none).
-        member: The private optimizer copy, configured as the dict says.
-        state: Its state.
-        shown: The settings the copy was configured with, as the dict shows them.
+    `params` are the module's own tensors, keyed by name (by number without one);
+    `shown` are the settings the copy was configured with, as the dict shows them.
     """
 
     __slots__ = (
@@ -295,10 +248,19 @@ class Group:
     ) -> None:
         self.index = index
         self.params = params
-        self.member = member
-        self.state = state
-        self._bound: Bound[Any] = member.bind(params, state)
         self._partial: dict[tuple[str, ...], Bound[Any]] = {}
+        self._hold(member, state, member.bind(params, state), settings)
+
+    def _hold(
+        self,
+        member: TorchOptimizer[Any],
+        state: Any,
+        bound: Bound[Any],
+        settings: Mapping[str, Any],
+    ) -> None:
+        """Hold `member`, `state` and their binding, as `settings` show them."""
+        self.member, self.state, self._bound = member, state, bound
+        self._partial.clear()
         self._live = _LIVE & _init_fields(member)
         self.shown = self._shown(settings)
 
@@ -310,11 +272,7 @@ class Group:
         group: dict[str, Any],
         keys: list[str],
     ) -> Group:
-        """Return the group for torch's `group` dict, whose settings are filled.
-
-        The optimizer is `base` with the dict's settings; its state is `init`'s.
-        The dict's `fused` is set to what runs.
-        """
+        """Return the group of torch's filled `group` dict, whose `fused` it sets."""
         where = f"param_groups[{index}]"
         params = ParamDict(dict(zip(keys, group["params"], strict=True)))
         shown = defaults_of(base, None)
@@ -361,15 +319,14 @@ class Group:
             else:
                 changes[key] = now
         if changes:
-            self.reconfigure(changes, group)
+            where = f"param_groups[{self.index}]"
+            member = configured(self.member, shown, changes, where)
+            self._hold(member, self.state, member.bind(self.params, self.state), group)
 
     def _set_live(self, key: str, value: object) -> bool:
-        """Set a rate or the momentum on the copy, if nothing bound depends on it.
+        """Set a number read at each step on the copy, unless the binding depends on it.
 
-        The rules read `lr` and `weight_decay` through `rate` and the momentum
-        or `betas` through `cycled`, at each step (the fused kernels too), so a
-        number for a number needs no new binding; a momentum that starts or
-        stops being zero changes the state's buffers and the plan, and does.
+        A momentum that starts or stops being zero changes the buffers and the plan.
         """
         member = self.member
         before: object = getattr(member, key)
@@ -391,16 +348,6 @@ class Group:
         object.__setattr__(member, key, value)  # the adapter's private copy
         return True
 
-    def reconfigure(self, changes: Mapping[str, Any], group: Mapping[str, Any]) -> None:
-        """Rebuild the optimizer with `changes` and bind it again."""
-        where = f"param_groups[{self.index}]"
-        member = configured(self.member, self.shown, changes, where)
-        bound = member.bind(self.params, self.state)
-        self.member, self._bound = member, bound
-        self._partial.clear()
-        self._live = _LIVE & _init_fields(member)
-        self.shown = self._shown(group)
-
     def replace(
         self,
         member: TorchOptimizer[Any],
@@ -408,25 +355,17 @@ class Group:
         bound: Bound[Any],
         settings: dict[str, Any],
     ) -> None:
-        """Hold `member`, `state` and their binding, and `settings` (a loaded dict).
-
-        `settings` is set to what runs (its `fused`).
-        """
-        self.member, self.state, self._bound = member, state, bound
-        self._partial.clear()
-        self._live = _LIVE & _init_fields(member)
-        self.shown = self._shown(settings)
+        """Hold a loaded `member`, `state` and binding; set `settings` to what runs."""
+        self._hold(member, state, bound, settings)
         settings.update(self.shown)
 
     def prepare(self) -> Callable[[], object] | None:
         """Check this step's gradients and prepare it; return its commit.
 
-        None when no parameter has a gradient (torch skips the group). Where
-        only some have one, those are stepped, as torch skips the others.
+        None when no parameter has a gradient; as torch, those without are skipped.
         """
         params = self.params
-        values = params._vals
-        grads = list(map(_grad, values))
+        grads = list(map(_grad, params._vals))
         missing = list(map(operator.is_, grads, repeat(None)))
         if all(missing):
             return None
@@ -434,8 +373,7 @@ class Group:
         if any(missing):
             keys = tuple(k for k, g in zip(params._keys, grads) if g is not None)
             bound = self._subset(keys)
-            present = [g for g in grads if g is not None]
-            given = bound.params._derive(present)
+            given = bound.params._derive([g for g in grads if g is not None])
         else:
             given = params._derive(cast("list[Tensor]", grads))
             if not bound.holds(params, self.state):
@@ -473,7 +411,7 @@ class Group:
             for f in state._fields
             if isinstance(v := getattr(state, f), ParamDict)
         ]
-        counted = type(self.member).__name__ not in _NO_STEP
+        counted = type(self.member).__name__ not in NO_STEP
         out: dict[Tensor, dict[str, Tensor]] = {}
         for key, param in self.params.items():
             entry = {f: v[key] for f, v in per_key if key in v}

@@ -1,13 +1,9 @@
 """The state dict of `TorchAdapter`, in torch's own format, out and back in.
 
-`exported` numbers the parameters across the groups in order, as
-`torch.optim.Optimizer.state_dict` does, and gives each parameter's buffers under
-torch's names: through `to_torch_state_dict` for the optimizers torch has, under
-the state's own field names for the others. The groups are the adapter's dicts,
-as they are (the entries schedulers add included). `loaded` reads such a dict,
-the adapter's or one of torch's class of the same name, into new optimizers and
-states for the groups, changing nothing: the adapter holds them only when every
-group has loaded.
+Buffers go under torch's names through `to_torch_state_dict` for the optimizers
+torch has, under the state's field names for the others; the groups are the
+adapter's dicts as they are. `loaded` checks every group before the adapter
+holds any.
 """
 
 from __future__ import annotations
@@ -22,31 +18,16 @@ import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
-from ._adapter_groups import Group, configured, counterpart, unchanged
+from ._adapter_groups import Group, configured, unchanged
 from ._torch_export import to_torch_state_dict
 from ._torch_optimizer import TorchOptimizer
-from ._torch_paths import torch_flags
-from ._torch_state import _fit, load_torch_state_dict
+from ._torch_paths import FLAGS, torch_flags
+from ._torch_state import _filled, _fit, counterpart, load_torch_state_dict
 
 __all__ = ["exported", "loaded"]
 
-_OPTIONAL = frozenset(
-    {
-        "foreach",
-        "fused",
-        "capturable",
-        "differentiable",
-        "maximize",
-        "decoupled_weight_decay",
-    }
-)
+_OPTIONAL = FLAGS | {"maximize", "decoupled_weight_decay"}
 """Settings a saved group may lack (torch fills them in for older checkpoints)."""
-
-
-def _scalar() -> torch.dtype:
-    return (
-        torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-    )
 
 
 def _own_state(group: Group, keys: list[str]) -> dict[int, dict[str, Tensor]]:
@@ -60,17 +41,14 @@ def _own_state(group: Group, keys: list[str]) -> dict[int, dict[str, Tensor]]:
             if isinstance(value, ParamDict) and key in value:
                 entry[field] = value[key].detach().clone()
         if entry:
-            entry["step"] = state.step.detach().to(_scalar(), copy=True)
+            scalar = torch.promote_types(torch.get_default_dtype(), torch.float32)
+            entry["step"] = state.step.detach().to(scalar, copy=True)
             out[i] = entry
     return out
 
 
 def _path(group: Group) -> bool | None:
-    """The `foreach` that makes torch run the kernels of `group`'s step.
-
-    None (torch's choice) beside a fused kernel, which torch takes first only
-    when `foreach` is not True; else the path that rounds as the rule.
-    """
+    """The `foreach` that makes torch run `group`'s kernels (None beside fused ones)."""
     if group.runs_fused():
         return None
     flags = torch_flags(group.member, group.state, {"foreach": None})
@@ -125,18 +103,8 @@ def _own_loaded(
                 "optimizer's or another configuration's."
             )
             raise ValueError(msg)
-    values: dict[str, Any] = {}
-    for field, buffer in per_key.items():
-        filled: dict[str, Tensor] = {}
-        for i, key in enumerate(keys):
-            if key not in buffer:
-                continue
-            got = entries.get(i, {}).get(field)
-            like = buffer[key]
-            filled[key] = (
-                like if got is None else _fit(got, like, f"{field} of {key!r}")
-            )
-        values[field] = ParamDict(filled)
+    by_name = {keys[i]: entry for i, entry in entries.items()}
+    values: dict[str, Any] = {f: _filled(v, by_name, f, f) for f, v in per_key.items()}
     steps = [e["step"] for _, e in sorted(entries.items()) if "step" in e]
     if steps:
         values["step"] = _fit(steps[0], template.step, "'step'")
@@ -148,15 +116,7 @@ def loaded(
     settings: Sequence[Mapping[str, Any]],
     state_dict: Mapping[str, Any],
 ) -> list[tuple[TorchOptimizer[Any], Any, dict[str, Any]]]:
-    """Return, for each group, its optimizer, state and dict after `state_dict`.
-
-    Raises:
-        ValueError: If the groups or their sizes differ (torch's messages), a
-            group lacks a setting of the adapter's optimizer or holds another
-            value for one it fixes (another optimizer's dict), or a buffer does
-            not fit; nothing is changed.
-        TypeError: If `state_dict` has no `param_groups`.
-    """
+    """Return, for each group, its optimizer, state and dict after `state_dict`."""
     given: object = state_dict.get("param_groups")
     if not isinstance(given, Sequence):
         msg = (
@@ -206,12 +166,8 @@ def loaded(
         if counterpart(member):
             ours = {k: saved[k] for k in shown if k in saved}
             ours["params"] = list(range(len(keys)))
-            state = load_torch_state_dict(
-                member,
-                {"state": entries, "param_groups": [ours]},
-                group.params,
-                [keys],
-            )
+            torch_dict = {"state": entries, "param_groups": [ours]}
+            state = load_torch_state_dict(member, torch_dict, group.params, [keys])
         else:
             state = _own_loaded(member, entries, group.params, where)
         saved["params"] = current["params"]

@@ -1,15 +1,9 @@
 """`as_torch_optimizer`: any paramdict optimizer as a real `torch.optim.Optimizer`.
 
-Training code that hands an optimizer to a framework (Lightning's
-`configure_optimizers`, a plain `loss.backward(); opt.step()` loop, torch's LR
-schedulers, `GradScaler`) calls `step`, `zero_grad`, `param_groups`,
-`state_dict` and `load_state_dict` on it. `TorchAdapter` is a subclass of
-`torch.optim.Optimizer` that answers those calls with a paramdict optimizer:
-`step` reads each parameter's `.grad` and writes the update into the module's
-own parameters with the optimizer's in-place step (`Bound.step_`, through a
-binding made once), and everything else is torch's own behaviour, its hooks
-included. The groups and their settings live in `_adapter_groups.py`, the
-state dict's conversions in `_adapter_state.py`.
+`TorchAdapter` answers what training code calls (`step`, `zero_grad`,
+`param_groups`, `state_dict`, `load_state_dict`, the hooks) with a paramdict
+optimizer's in-place step, bound once. The groups live in `_adapter_groups.py`,
+the state dict's conversions in `_adapter_state.py`.
 """
 
 from __future__ import annotations
@@ -115,8 +109,8 @@ class TorchAdapter(torch.optim.Optimizer):
     are torch's own.
 
     Attributes:
-        param_groups: One dict per group, with its `params` and every setting
-            under torch's name; schedulers and the user may write them.
+        param_groups: One dict per group, its `params` and every setting under
+            torch's name; schedulers and the user may write them.
         state: Each parameter's buffers under torch's names, the optimizer's
             own tensors (read them; write through `load_state_dict`).
         defaults: The settings a group added without them takes.
@@ -130,8 +124,7 @@ class TorchAdapter(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer: Optimizer[Any], params: Params, /) -> None:
-        where = "as_torch_optimizer"
-        base, members, given = _split(optimizer, params, where)
+        base, members, given = _split(optimizer, params, "as_torch_optimizer")
         self._base = base
         self._next = members
         self._groups: list[Group] = []
@@ -141,8 +134,7 @@ class TorchAdapter(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a group, as torch does; its settings default to `defaults`.
 
-        The group's optimizer is the adapter's with the group's settings; its
-        state is the optimizer's first state for the new parameters.
+        Its optimizer is the adapter's with the group's settings, its state `init`'s.
 
         Args:
             param_group: `params` (tensors, or `(name, tensor)` pairs) and any
@@ -198,9 +190,8 @@ class TorchAdapter(torch.optim.Optimizer):
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """Take one step on every group's `.grad`s; return the closure's loss.
 
-        The closure, if given, runs first with gradients enabled. Then each
-        group is configured as its dict says, its gradients are checked and its
-        step is prepared; only when every group is ready is anything written.
+        The closure runs first, with gradients enabled. Nothing is written until
+        every group is configured as its dict says and its gradients are checked.
         A parameter whose `.grad` is None is skipped, as torch skips it (its
         group's step count still advances: paramdict keeps one per group).
 
@@ -243,10 +234,8 @@ class TorchAdapter(torch.optim.Optimizer):
     def state_dict(self) -> dict[str, Any]:
         """Return the state in torch's format, with torch's hooks.
 
-        The parameters are numbered across the groups in order and each holds
-        its buffers under torch's names (copies); the groups are the
-        `param_groups` dicts with their `params` numbered. A dict of an
-        optimizer torch has loads into torch's class of the same name.
+        Parameters are numbered across the groups, their buffers copied under
+        torch's names; it loads into torch's class of the same name.
 
         Returns:
             `{"state": ..., "param_groups": ...}`.
@@ -275,9 +264,8 @@ class TorchAdapter(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a state dict of this adapter or of torch's class of the same name.
 
-        The groups take the saved settings (as torch's `load_state_dict` does)
-        and the buffers are copied to the dtype and device of the optimizer's
-        own state. Everything is checked before anything is changed.
+        The groups take the saved settings, as torch's do; buffers are copied to
+        the optimizer's dtypes and devices. Nothing changes on an error.
 
         Args:
             state_dict: What `state_dict()` returned, here or in torch.
@@ -327,22 +315,18 @@ class TorchAdapter(torch.optim.Optimizer):
 def as_torch_optimizer(optimizer: Optimizer[Any], params: Params, /) -> TorchAdapter:
     """Return `optimizer` as a `torch.optim.Optimizer` stepping `params` in place.
 
-    For training code that takes a `torch.optim.Optimizer`: a plain loop
-    (`loss.backward(); opt.step(); opt.zero_grad()`), torch's LR schedulers,
-    `torch.amp.GradScaler`, Lightning's `configure_optimizers`. `step` reads
-    each parameter's `.grad` and writes the update into the parameters
-    themselves with the optimizer's in-place step, bound once; with the same
-    settings the numbers are torch.optim's, bit for bit, for the optimizers
-    torch has (a fused kernel where `fused` shows True, else the foreach rule,
-    torch's default on the CPU).
+    For code that takes a `torch.optim.Optimizer`: a plain loop, torch's LR
+    schedulers, `torch.amp.GradScaler`, Lightning's `configure_optimizers`.
+    `step` writes the update of each parameter's `.grad` into the parameter
+    in place; the numbers are torch.optim's, bit for bit, for the optimizers
+    torch has (its fused kernel where `fused` shows True, else foreach).
 
-    `param_groups` holds one dict per group (several for `optim.ParamGroups`,
-    or for torch's list of dicts, whose settings override the optimizer's),
-    every setting under torch's name. A written `lr` (what a scheduler does
-    each step) is used by the next step without checking anything again; a
-    change to another setting rebuilds the group's optimizer and binds it
-    again. `state_dict()` is torch's format: it loads into torch's class of
-    the same name, and torch's loads here. `optimizer` is not changed.
+    `param_groups` holds one dict per group (of `optim.ParamGroups`, or of
+    torch's list of dicts, whose settings override the optimizer's), every
+    setting under torch's name. A written `lr` is used as is; another change
+    rebuilds the group's optimizer and binds it again. `state_dict()` loads
+    into torch's class of the same name, and torch's loads here. `optimizer`
+    is not changed.
 
     Args:
         optimizer: A paramdict optimizer in the style of torch.optim (number

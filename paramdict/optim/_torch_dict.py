@@ -1,13 +1,9 @@
 """A `torch.optim` state dict as torch saved it: its entries, their kinds, their values.
 
-`load_torch_state_dict` reads a dict that may come from anywhere (an older torch,
-a hand-edited checkpoint, another optimizer); everything it reads passes through
-here first, so a malformed dict is refused with a sentence naming the entry
-(`state`, `param_groups[1]`, the `step` of 'weight') and the fix, never with a
-raw error of the code that would have read it. torch keeps some values per
-parameter that paramdict keeps once per group (the step count, NAdam's
-`mu_product`, ASGD's `eta` and `mu`): `one_per_group` takes them only where
-every parameter of the group agrees.
+Everything `load_torch_state_dict` reads passes through here first, so a malformed
+dict (an older torch's, a hand-edited one, another optimizer's) is refused with a
+sentence naming the entry and the fix, never with a raw error of the code that
+would have read it.
 """
 
 from __future__ import annotations
@@ -20,7 +16,12 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
+from ._torch_optimizer import TorchOptimizer
+
 __all__ = [
+    "NO_STEP",
+    "check_entries",
+    "check_first_buffers",
     "check_step_argument",
     "one_per_group",
     "param_groups",
@@ -30,15 +31,16 @@ __all__ = [
 
 _FIX = "Give what `torch.optim.<Optimizer>.state_dict()` returned."
 
+NO_STEP = frozenset({"SGD", "Muon"})
+"""The optimizers whose torch state keeps no step count."""
+
+
+def _is_list(value: object) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, Mapping))
+
 
 def param_groups(state_dict: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """Return the dict's `param_groups`, each a mapping whose `params` is a list.
-
-    Raises:
-        TypeError: If `state_dict` is not a mapping, or `param_groups` (or one
-            group, or its `params`) is of another kind.
-        KeyError: If `param_groups` is missing (as torch's `load_state_dict`).
-    """
+    """Return the dict's `param_groups`, each a mapping whose `params` is a list."""
     given: object = state_dict
     if not isinstance(given, Mapping):
         msg = f"The state dict must be a mapping, got {type(given).__name__}. {_FIX}"
@@ -47,11 +49,10 @@ def param_groups(state_dict: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         msg = f"The state dict has no 'param_groups' entry. {_FIX}"
         raise KeyError(msg)
     groups: object = state_dict["param_groups"]
-    kind = type(groups).__name__
-    if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence):
+    if not _is_list(groups):
         msg = (
             "The state dict's `param_groups` must be a list of groups (dicts of "
-            f"settings and `params`), got {kind}. {_FIX}"
+            f"settings and `params`), got {type(groups).__name__}. {_FIX}"
         )
         raise TypeError(msg)
     out: list[Mapping[str, Any]] = []
@@ -70,16 +71,16 @@ def param_groups(state_dict: Mapping[str, Any]) -> list[Mapping[str, Any]]:
             )
             raise KeyError(msg)
         ids: object = entries["params"]
-        kind = type(ids).__name__
-        if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Sequence):
+        if not _is_list(ids):
             msg = (
                 f"The state dict's `param_groups[{i}]['params']` must be a list of "
-                f"parameter indices (or names), got {kind}. {_FIX}"
+                f"parameter indices (or names), got {type(ids).__name__}. {_FIX}"
             )
             raise TypeError(msg)
-        listed = cast("Sequence[object]", ids)
         bad = [
-            p for p in listed if isinstance(p, bool) or not isinstance(p, (int, str))
+            p
+            for p in cast("Sequence[object]", ids)
+            if isinstance(p, bool) or not isinstance(p, (int, str))
         ]
         if bad:
             msg = (
@@ -92,12 +93,7 @@ def param_groups(state_dict: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def saved_state(state_dict: Mapping[str, Any]) -> Mapping[Any, Mapping[str, Any]]:
-    """Return the dict's `state`: each parameter's entries, by index or name.
-
-    Raises:
-        KeyError: If `state` is missing (as torch's `load_state_dict`).
-        TypeError: If `state` or one parameter's state is not a mapping.
-    """
+    """Return the dict's `state`: each parameter's entries, by index or name."""
     if "state" not in state_dict:
         msg = (
             "The state dict has no 'state' entry (a fresh optimizer's holds an "
@@ -111,8 +107,7 @@ def saved_state(state_dict: Mapping[str, Any]) -> Mapping[Any, Mapping[str, Any]
             f"to that parameter's state, got {type(state).__name__}. {_FIX}"
         )
         raise TypeError(msg)
-    entries = cast("Mapping[object, object]", state)
-    for key, value in entries.items():
+    for key, value in cast("Mapping[object, object]", state).items():
         if not isinstance(value, Mapping):
             msg = (
                 f"The state dict's `state[{key!r}]` must be a dict of that "
@@ -123,13 +118,7 @@ def saved_state(state_dict: Mapping[str, Any]) -> Mapping[Any, Mapping[str, Any]
 
 
 def tensor_of(value: object, what: str) -> Tensor:
-    """Return a saved buffer or count as a tensor (not a copy), checking its kind.
-
-    Raises:
-        TypeError: If `value` is neither a tensor nor a real number, or a tensor
-            of another layout than torch's dense one.
-        ValueError: If it is a tensor without data (on the meta device).
-    """
+    """Return a saved buffer or count as a tensor (not a copy), checking its kind."""
     if isinstance(value, Tensor):
         if value.is_meta:
             msg = (
@@ -154,16 +143,19 @@ def tensor_of(value: object, what: str) -> Tensor:
     return torch.as_tensor(float(value), dtype=torch.float64)
 
 
-def _count(value: Tensor, what: str) -> float:
-    """Return a saved step count as a float, checking that it is one."""
-    if value.numel() != 1 or value.is_complex():
+def _number(value: Tensor, field: str, what: str) -> float:
+    """Return a saved per-parameter number (a whole count for `step`)."""
+    boolean = field != "step" and value.dtype == torch.bool
+    if value.numel() != 1 or value.is_complex() or boolean:
         msg = (
             f"The state dict's {what} must be one real number, got a tensor of "
             f"shape {tuple(value.shape)} and {value.dtype}. {_FIX}"
         )
         raise TypeError(msg)
-    number = float(value.detach().cpu().reshape(()))
-    if not (math.isfinite(number) and number >= 0 and number == int(number)):
+    number = float(value.cpu().reshape(()))
+    if field == "step" and not (
+        math.isfinite(number) and number >= 0 and number == int(number)
+    ):
         msg = (
             f"The state dict's {what} is {number!r}; a step count is a whole number "
             "at least 0. The checkpoint is damaged: save it again, or set the "
@@ -176,17 +168,9 @@ def _count(value: Tensor, what: str) -> float:
 def one_per_group(
     field: str, saved: Mapping[str, Mapping[str, Any]], names: Sequence[str]
 ) -> Tensor | None:
-    """Return the value of the per-parameter `field` that the group's names share.
+    """Return the one value of the per-parameter `field` the group's names share.
 
-    torch keeps `field` (the step count, NAdam's `mu_product`, ...) for each
-    parameter; paramdict keeps one per group. None where no parameter has it
-    (a fresh state). A step count must be a whole number at least 0.
-
-    Raises:
-        TypeError: If a value is not a tensor or number.
-        ValueError: If the parameters' values differ, or some parameters have
-            the value and others none (torch would start those afresh); the
-            message names them.
+    None where no parameter has it (a fresh state).
     """
     found = {
         n: saved[n][field] for n in names if saved.get(n, {}).get(field) is not None
@@ -194,29 +178,14 @@ def one_per_group(
     if not found:
         return None
     values = {n: tensor_of(v, f"`{field}` of {n!r}").detach() for n, v in found.items()}
-    if field == "step":
-        numbers = {n: _count(v, f"`step` of {n!r}") for n, v in values.items()}
-    else:
-        numbers = {}
-        for n, v in values.items():
-            if v.numel() != 1 or v.is_complex() or v.dtype == torch.bool:
-                msg = (
-                    f"The state dict's `{field}` of {n!r} must be one real number, "
-                    f"got a tensor of shape {tuple(v.shape)} and {v.dtype}. {_FIX}"
-                )
-                raise TypeError(msg)
-            numbers[n] = float(v.cpu().reshape(()))
+    numbers = {n: _number(v, field, f"`{field}` of {n!r}") for n, v in values.items()}
     lacking = sorted(set(names) - set(found))
     distinct = sorted({x for x in numbers.values() if not math.isnan(x)})
     nans = sorted(n for n, x in numbers.items() if math.isnan(x))
     if lacking or len(distinct) + bool(nans) > 1:
-
-        def shown(x: float) -> str:
-            return str(int(x)) if field == "step" else repr(x)
-
         parts = [
             f"{sorted(n for n, x in numbers.items() if x == value)} have "
-            f"`{field}` {shown(value)}"
+            f"`{field}` {str(int(value)) if field == 'step' else repr(value)}"
             for value in distinct
         ]
         if nans:
@@ -249,4 +218,61 @@ def check_step_argument(step: object) -> None:
         raise TypeError(msg)
     if step < 0:
         msg = f"`step` must be at least 0 (the number of steps taken), got {step}."
+        raise ValueError(msg)
+
+
+def check_entries(
+    opt: TorchOptimizer[Any],
+    saved: Mapping[str, Mapping[str, Any]],
+    template: Any,
+    fields: list[str],
+    per_key: set[str],
+) -> None:
+    """Raise if a parameter with some state lacks an entry torch's step reads.
+
+    SGD alone starts a missing or `None` momentum buffer afresh.
+    """
+    kind = type(opt).__name__
+    for name in sorted(n for n, entries in saved.items() if entries):
+        needed = [
+            f
+            for f in fields
+            if (name in getattr(template, f) if f in per_key else True)
+            and not (f == "step" and kind in NO_STEP)
+            and not (f == "momentum_buffer" and kind == "SGD")
+        ]
+        missing = [f for f in needed if f not in saved[name]]
+        if missing:
+            msg = (
+                f"The state of {name!r} has no {missing} but other entries; "
+                f"torch's {kind} reads them at its next step. Save the state dict "
+                "again with `state_dict()`, or drop the parameter's state to "
+                "start it afresh."
+            )
+            raise KeyError(msg)
+        empty = [f for f in needed if saved[name][f] is None]
+        if empty:
+            msg = (
+                f"The state of {name!r} holds None as {empty}; torch's {kind} "
+                "needs tensors there. Save the state dict again with `state_dict()`."
+            )
+            raise TypeError(msg)
+
+
+def check_first_buffers(
+    opt: TorchOptimizer[Any], saved: Mapping[str, Mapping[str, Any]], names: list[str]
+) -> None:
+    """Raise if torch's SGD would start some damped buffers otherwise than paramdict."""
+    if getattr(opt, "dampening", 0) == 0:
+        return
+    held = [n for n in names if saved.get(n, {}).get("momentum_buffer") is not None]
+    lacking = sorted(set(names) - set(held))
+    if held and lacking:
+        msg = (
+            f"The state dict holds momentum buffers for {sorted(held)} and none for "
+            f"{lacking}: torch's SGD starts a damped buffer as a copy of the next "
+            "gradient, and paramdict's one step count per group cannot start some "
+            "buffers and continue others. Load a checkpoint in which every "
+            "parameter of the group has taken a step (or none has)."
+        )
         raise ValueError(msg)

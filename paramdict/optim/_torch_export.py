@@ -1,15 +1,9 @@
-"""Optimizer states to `torch.optim` state dicts: the inverse of `_torch_state.py`.
-
-`to_torch_state_dict` builds the dict that `torch.optim.<Same>(...).load_state_dict`
-accepts, with the group settings and buffer names that `load_torch_state_dict`
-reads back.
-"""
+"""Optimizer states to `torch.optim` state dicts: the inverse of `_torch_state.py`."""
 
 from __future__ import annotations
 
 # pyright: reportPrivateUsage=false
 # (the shared mapping of `_torch_state.py`, of this package)
-from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
 import torch
@@ -17,7 +11,7 @@ from torch import Tensor, nn
 
 from .._paramdict import ParamDict
 from ._optimizer import Optimizer
-from ._torch_entries import NO_STEP as _NO_STEP
+from ._torch_dict import NO_STEP
 from ._torch_optimizer import TorchOptimizer
 from ._torch_state import (
     Names,
@@ -40,23 +34,16 @@ def to_torch_state_dict(
     """Return the torch.optim state dict of `opt`'s `state`.
 
     `torch.optim.<Same>(params).load_state_dict` accepts it when `params` are
-    the parameters named by `names` in that order (a module's `parameters()`,
-    or one group per sequence of names; for `ParamGroups` its groups in order,
-    then its default); `param_groups` carry `opt`'s settings (a scheduled `lr`
-    at its current value, with `initial_lr`) and every buffer is a copy. The
-    settings that choose torch's implementation name the kernels `opt.step`
-    runs (`fused=True`, or `foreach` True or False, whichever rounds as the
-    rule; `differentiable` as `opt`'s), and torch takes a loaded group's
-    settings over its constructor's: torch continues on paramdict's kernels,
-    bit for bit (`docs/coming-from-torch-optim.md`). With `by_name=True` the
-    parameters are keyed by name instead of number, as
-    `torch.distributed.checkpoint.state_dict.set_optimizer_state_dict` takes
-    them (and `torch.distributed.checkpoint.load` fills them, resharded).
-    `state` is checked as `step` checks it, against the module's parameters
-    when `names` is a module; given names alone, against its own buffers (a
-    counter, kinds and shapes that agree with one another: a state whose
-    every buffer disagrees with the parameters in the same way passes, so
-    give the module where you have it). `state` is unchanged.
+    the parameters `names` names, in order (for `ParamGroups` its groups, then
+    its default). `param_groups` carry `opt`'s settings (a scheduled `lr` at
+    its current value, with `initial_lr`), and the flags that choose torch's
+    kernels name those `opt.step` runs (`fused=True`, or the `foreach` that
+    rounds as the rule), so torch continues bit for bit
+    (`docs/coming-from-torch-optim.md`). `by_name=True` keys the parameters by
+    name, as `torch.distributed.checkpoint` takes them. `state` is checked as
+    `step` checks it: against the module's parameters when `names` is one,
+    else only against its own buffers (so give the module where you have it).
+    Every buffer is a copy; `state` is unchanged.
 
     Args:
         opt: The paramdict optimizer.
@@ -110,13 +97,10 @@ def to_torch_state_dict(
         module = {k: v.detach() for k, v in names.named_parameters()}
     offset = 0
     for member, substate, group in zip(members, substates, groups, strict=True):
-        part, settings = _export_group(member, substate, group, offset, module)
-        if by_name:
-            out_state.update((group[i - offset], entry) for i, entry in part.items())
-            settings["params"] = list(group)
-        else:
-            out_state.update(part)
-        param_groups.append(settings)
+        part, settings = _export_group(member, substate, group, module)
+        ids = list(group) if by_name else list(range(offset, offset + len(group)))
+        out_state.update((ids[i], entry) for i, entry in part.items())
+        param_groups.append({**settings, "params": ids})
         offset += len(group)
     return {"state": out_state, "param_groups": param_groups}
 
@@ -125,15 +109,9 @@ def _export_group(
     opt: Optimizer[Any],
     state: Any,
     group: list[str],
-    offset: int,
     module: dict[str, Tensor] | None,
 ) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
-    """Return torch's entries and settings of one group, indices from `offset`.
-
-    The state is checked as `step` checks it: against the module's parameters
-    where `names` is a module, else against stand-ins read from its buffers
-    (its counter, kinds and buffers agreeing with one another).
-    """
+    """Return torch's entries (by place in `group`) and settings of one group."""
     _torch_class(opt)
     member = cast("TorchOptimizer[Any]", opt)
     _check_state(member, state)
@@ -141,9 +119,7 @@ def _export_group(
         member.check_state(ParamDict({k: module[k] for k in group}), state)
     fields = _buffer_fields(state)
     per_key = [f for f in fields if isinstance(getattr(state, f), ParamDict)]
-    keys: set[str] = set()
-    for f in per_key:
-        keys |= set(cast("ParamDict", getattr(state, f)))
+    keys = {k for f in per_key for k in cast("ParamDict", getattr(state, f))}
     extra = sorted(keys - set(group))
     if extra:
         msg = (
@@ -162,11 +138,9 @@ def _export_group(
     if module is None:
         member.check_state(member._stand_ins(state), state)
     settings = _hyperparameters(member, state)
-    scalar = (
-        torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-    )
+    scalar = torch.promote_types(torch.get_default_dtype(), torch.float32)
     out: dict[int, dict[str, Any]] = {}
-    for i, name in enumerate(group, start=offset):
+    for i, name in enumerate(group):
         entry: dict[str, Any] = {}
         for f in fields:
             value = getattr(state, f)
@@ -174,19 +148,13 @@ def _export_group(
                 if name in value:
                     entry[f] = cast("Tensor", value[name]).detach().clone()
             elif f == "step":
-                if type(member).__name__ not in _NO_STEP:
+                if type(member).__name__ not in NO_STEP:
                     entry[f] = value.detach().to(scalar, copy=True)
             else:
                 entry[f] = cast("Tensor", value).detach().clone()
         if any(f in entry for f in per_key):
             out[i] = entry
-    ids = list(range(offset, offset + len(group)))
-    return out, {**_copy(settings), "params": ids}
-
-
-def _copy(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the settings with tensors copied."""
-    return {
+    return out, {
         k: v.detach().clone() if isinstance(v, Tensor) else v
         for k, v in settings.items()
     }

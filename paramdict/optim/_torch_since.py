@@ -1,9 +1,4 @@
-"""What torch.optim gained after the oldest torch supported (2.6), by release.
-
-A conversion of state to or from torch.optim that needs a newer class or setting
-than the installed torch has is refused with the release that added it and the
-way around it.
-"""
+"""What torch.optim gained after the oldest torch supported (2.6), by release."""
 
 from __future__ import annotations
 
@@ -14,18 +9,13 @@ import torch
 __all__ = ["check_class_exists", "check_settings_exist"]
 
 _CLASS_SINCE = {"Muon": "2.9"}
-"""torch.optim's classes newer than the oldest torch supported, with the release
-that added each: on an older torch their states do not convert."""
 
-_SETTING_SINCE = {
+_SETTING_SINCE = {  # the release, and the way around it on an older torch
     ("Adam", "decoupled_weight_decay"): (
         "2.7",
         "use `optim.AdamW`, the same update, whose counterpart is torch.optim.AdamW",
     )
 }
-"""Settings of torch.optim's classes newer than the oldest torch supported: the
-release that added each, and the way around it. On an older torch a paramdict
-optimizer that uses one (a value other than False) has no torch counterpart."""
 
 
 def check_class_exists(name: str) -> None:
@@ -43,7 +33,7 @@ def check_class_exists(name: str) -> None:
 def check_settings_exist(
     opt: Any, cls: type[torch.optim.Optimizer], defaults: Any
 ) -> None:
-    """Raise if `opt` uses a setting that this torch's `cls` does not have yet."""
+    """Raise if `opt` uses (other than False) a setting this torch's `cls` lacks."""
     for (name, setting), (since, instead) in _SETTING_SINCE.items():
         if cls.__name__ == name and setting not in defaults:
             if getattr(opt, setting, False) is False:

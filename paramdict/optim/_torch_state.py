@@ -1,13 +1,8 @@
-"""Optimizer states to and from `torch.optim` state dicts.
+"""Optimizer states from `torch.optim` state dicts, and what both directions share.
 
-`load_torch_state_dict` builds the state of a paramdict optimizer from what
-`torch.optim.Optimizer.state_dict()` returned (integer-indexed `state` and
-`param_groups`) and the parameter names; `to_torch_state_dict` (in
-`_torch_export.py`) builds the dict that `torch.optim.<Same>(...).load_state_dict`
-accepts. A run moves between the two libraries and continues where it stopped.
-torch's parameter groups are the groups of `ParamGroups`, in its order (its
-groups, then its default); a torch scheduler's position goes with `scheduler=`
-and `to_torch_scheduler_state_dict`.
+`load_torch_state_dict` continues a torch.optim run; `_torch_export.py` is the
+inverse. torch's parameter groups are those of `ParamGroups`, in its order (its
+groups, then its default).
 """
 
 from __future__ import annotations
@@ -30,14 +25,15 @@ from ._schedules.slot import is_schedule
 from ._schedules.swa import SWALR
 from ._schedules.torch_state import load_torch_scheduler_state_dict
 from ._torch_dict import (
+    NO_STEP,
+    check_entries,
+    check_first_buffers,
     check_step_argument,
     one_per_group,
     param_groups,
     saved_state,
     tensor_of,
 )
-from ._torch_entries import NO_STEP as _NO_STEP
-from ._torch_entries import check_entries, check_first_buffers
 from ._torch_optimizer import TorchOptimizer
 from ._torch_paths import FLAGS, torch_flags
 from ._torch_since import check_class_exists, check_settings_exist
@@ -46,41 +42,43 @@ S = TypeVar("S")
 
 Names = nn.Module | Sequence[Sequence[str]]
 
-_FLAGS = FLAGS
+
+def counterpart(opt: object) -> bool:
+    """Whether `opt` has a `torch.optim` class of its name whose state converts."""
+    name = type(opt).__name__
+    cls = getattr(torch.optim, name, None)
+    return (
+        name != "LBFGS"
+        and isinstance(cls, type)
+        and issubclass(cls, torch.optim.Optimizer)
+    )
 
 
 def _torch_class(opt: object) -> type[torch.optim.Optimizer]:
     """Return torch.optim's class of the same name as `opt`'s."""
-    name = type(opt).__name__
+    name, converts = type(opt).__name__, counterpart(opt)
     cls = getattr(torch.optim, name, None)
     if cls is None and isinstance(opt, TorchOptimizer):
         check_class_exists(name)
-    if (
-        name == "LBFGS"
-        or not isinstance(opt, TorchOptimizer)
-        or not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer))
-    ):
+    if not (converts and isinstance(opt, TorchOptimizer)):
         msg = (
             f"{name} has no torch.optim counterpart whose state converts; give "
             "one of paramdict's torch.optim optimizers (`optim.AdamW(...)`, ...) "
             "or `optim.ParamGroups` of them."
         )
         raise TypeError(msg)
-    return cls
+    return cast("type[torch.optim.Optimizer]", cls)
 
 
-def _defaults(cls: type[torch.optim.Optimizer]) -> dict[str, Any]:
+_DEFAULTS: dict[type[torch.optim.Optimizer], dict[str, Any]] = {}  # by class, not name
+
+
+def _defaults(cls: type[torch.optim.Optimizer]) -> Mapping[str, Any]:
     """Return the group settings torch's `cls` starts from (its `defaults`)."""
     if cls not in _DEFAULTS:
         maker: Any = cls
-        probe = torch.zeros(2, 2, requires_grad=True)
-        _DEFAULTS[cls] = dict(maker([probe]).defaults)
-    return dict(_DEFAULTS[cls])
-
-
-_DEFAULTS: dict[type[torch.optim.Optimizer], dict[str, Any]] = {}
-"""Each torch.optim class's `defaults`, keyed by the class, not its name (two
-classes of one name keep their own)."""
+        _DEFAULTS[cls] = dict(maker([torch.zeros(2, 2, requires_grad=True)]).defaults)
+    return _DEFAULTS[cls]
 
 
 def _group_names(names: Names) -> list[list[str]]:
@@ -172,25 +170,21 @@ def _swa_rates(schedule: object) -> dict[str, float]:
     if isinstance(schedule, SWALR):
         return {"swa_lr": schedule.swa_lr}
     for kid in getattr(schedule, "_schedulers", ()):
-        found = _swa_rates(kid)
-        if found:
+        if found := _swa_rates(kid):
             return found
     return {}
 
 
-_SCHEDULER_ENTRIES = frozenset(
+_SCHEDULER_ENTRIES = frozenset(  # what torch's schedulers add to a group
     {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum", "swa_lr"}
 )
-"""The entries torch's schedulers add to a parameter group."""
 
 
 def _same(saved: Any, mine: Any) -> bool:
     """Return whether a saved group setting equals ours (numbers by value)."""
     if isinstance(saved, (tuple, list)) and isinstance(mine, (tuple, list)):
-        a: Sequence[Any] = cast("Sequence[Any]", saved)
-        b: Sequence[Any] = cast("Sequence[Any]", mine)
-        pairs = list(zip(a, b))
-        return len(pairs) == len(a) == len(b) and all(_same(a, b) for a, b in pairs)
+        a, b = cast("Sequence[Any]", saved), cast("Sequence[Any]", mine)
+        return len(a) == len(b) and all(map(_same, a, b))
     numbers = (int, float, Tensor)
     if isinstance(saved, numbers) and isinstance(mine, numbers):
         if isinstance(saved, bool) or isinstance(mine, bool):
@@ -222,7 +216,7 @@ def _check_group(
         and name in defaults
         and isinstance(value, int | float)
         and not isinstance(value, bool)  # flags: torch's `__setstate__` sets them
-        and name not in _FLAGS
+        and name not in FLAGS
     )
     if lacking:  # torch's step would raise a KeyError on each
         msg = (
@@ -243,7 +237,7 @@ def _check_group(
         f"{name!r} {group[name]!r} (saved) and {mine[name]!r} (ours)"
         for name in mine
         if name in group
-        and name not in _FLAGS
+        and name not in FLAGS
         and not (name == "lr" and _scheduled(opt))
         and not _cycled(opt, name)
         and not _same(group[name], mine[name])
@@ -326,25 +320,19 @@ def load_torch_state_dict(
 ) -> S:
     """Return the state of `opt` that continues a torch.optim run.
 
-    `state_dict` is what `torch.optim.<Same>.state_dict()` returned; `names`
-    gives the parameter name of each index: a module (its `named_parameters`
-    order, as `torch.optim.<Same>(module.parameters())` saw them) or the ordered
-    names of each parameter group. A state dict keyed by name, as
-    `torch.distributed.checkpoint.state_dict.get_optimizer_state_dict` returns
-    it (FSDP2's sharded buffers included), names its parameters itself: leave
-    `names` out. For `ParamGroups`, torch's groups are its groups in order,
-    then its default. Every buffer is copied to the dtype and
-    device of `opt.init(params)`; a group none of whose parameters has state
-    yet starts from `init`'s. Nothing is changed.
+    `names` names torch's indices: a module (its `named_parameters` order) or
+    the ordered names of each group; leave it out for a dict keyed by name
+    (`torch.distributed.checkpoint`'s, FSDP2's sharded buffers included). For
+    `ParamGroups`, torch's groups are its groups, then its default. Buffers
+    are copied to the dtype and device of `opt.init(params)`; a group with no
+    state yet starts from `init`'s. Nothing is changed.
 
     torch keeps a step count (and NAdam's `mu_product`, ASGD's `eta` and `mu`)
-    for each parameter, paramdict one per group: a group whose parameters'
-    counts differ, or where some have state and others none (torch would start
-    those at step 0), is refused, naming them. torch's SGD and Muon keep no
-    step count: the state's `step` is then `step` if given, else 1 once torch
-    holds a momentum buffer (the rule only asks whether a step was taken) and 0
-    before. torch's dicts do not name their class: a dict whose settings and
-    buffers this optimizer has is taken, as torch takes it (RAdam's into Adam).
+    per parameter, paramdict one per group: a group whose parameters' counts
+    differ, or only some of which have state, is refused. torch's SGD and Muon
+    keep no count: it is `step` if given, else 1 once a momentum buffer
+    exists. A dict whose settings and buffers `opt` has is taken, as torch
+    takes it (RAdam's into Adam).
 
     Args:
         opt: The paramdict optimizer, configured as the torch one was.
@@ -461,16 +449,8 @@ def load_torch_state_dict(
         )
         raise ValueError(msg)
     states = [
-        _load_group(
-            member,
-            i,
-            saved_groups[i],
-            saved,
-            subset(params, group_names),
-            scheduler,
-            step,
-        )
-        for i, (member, group_names) in enumerate(zip(members, groups, strict=True))
+        _load_group(m, i, saved_groups[i], saved, subset(params, g), scheduler, step)
+        for i, (m, g) in enumerate(zip(members, groups, strict=True))
     ]
     if not _is_groups(opt):
         return cast("S", states[0])
@@ -510,18 +490,12 @@ def _load_group(
     for f in fields:
         value = getattr(template, f)
         if f in per_key:
-            entries: dict[str, Tensor] = {}
-            for key, init in cast("ParamDict", value).items():
-                got = saved.get(key, {}).get(f)
-                entries[key] = (
-                    init if got is None else _fit(got, init, f"`{f}` of {key!r}")
-                )
-            values[f] = ParamDict(entries)
+            values[f] = _filled(value, saved, f, f"`{f}`")
             continue
         shared = one_per_group(f, saved, list(params))
         if shared is not None:
             values[f] = _fit(shared, value, f"`{f}`")
-        elif f == "step" and type(opt).__name__ in _NO_STEP:
+        elif f == "step" and type(opt).__name__ in NO_STEP:
             check_first_buffers(opt, saved, list(params))
             count = step if step is not None else int(any(v for v in saved.values()))
             values[f] = torch.full_like(value, count)
@@ -544,6 +518,17 @@ def _load_group(
     loaded = template._replace(**values)
     opt.check_state(params, loaded)  # what the dict's values make of the state
     return loaded
+
+
+def _filled(
+    buffer: ParamDict, saved: Mapping[str, Mapping[str, Any]], field: str, what: str
+) -> ParamDict:
+    """Return `buffer` with each parameter's saved `field`, where there is one."""
+    out: dict[str, Tensor] = {}
+    for key, like in buffer.items():
+        got = saved.get(key, {}).get(field)
+        out[key] = like if got is None else _fit(got, like, f"{what} of {key!r}")
+    return ParamDict(out)
 
 
 def _fit(got: Any, like: Tensor, what: str) -> Tensor:
