@@ -13,7 +13,7 @@ from typing_extensions import override
 
 from .._container import key_mismatch_message
 from .._paramdict import ParamDict
-from ._binding import Composed, Plan, relaid_as
+from ._binding import Composed, Plan, flag_like, relaid_as
 from ._copies import copied
 from ._hyper import check_count, check_counter, host_numbers, new_counter
 from ._optimizer import Optimizer
@@ -250,9 +250,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
                 else held.acc_grads.clone().add_(aligned)
             )
             kept = bound.params.detach()
-        for new, old in zip(kept.values(), bound.params.values()):
-            if old.requires_grad:
-                new.requires_grad_()
+        flag_like(kept, bound.params)
         new_state = held._replace(mini_step=held.mini_step + 1, acc_grads=acc)
         bound.hold(kept, new_state)
         return cast(P, kept), new_state

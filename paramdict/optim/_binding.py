@@ -42,7 +42,16 @@ from ._validate import (
 if TYPE_CHECKING:
     from ._optimizer import Optimizer
 
-__all__ = ["Bound", "Composed", "Facts", "Plan", "relaid", "relaid_as"]
+__all__ = [
+    "Bound",
+    "Composed",
+    "Facts",
+    "Plan",
+    "flag_like",
+    "on_copies",
+    "relaid",
+    "relaid_as",
+]
 
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
@@ -454,7 +463,15 @@ class Bound(Generic[S]):
         aligned = self.grads(grads)  # checked even with no parameters
         if not params:
             return params, state
-        new_params, new_state = self._advance(params, aligned, state)
+        new_params, new_state = on_copies(
+            self._plan,
+            params,
+            state,
+            aligned,
+            recorded=self.optimizer.differentiable,
+            lazy=self._lazy,
+            exact=self._mixed,
+        )
         self.hold(new_params, new_state)
         return new_params, new_state
 
@@ -482,26 +499,42 @@ class Bound(Generic[S]):
         self._tensors = [*params._vals, *state_tensors(state)]
         self._facts = Facts(self._tensors, memory=False)
 
-    def _advance(
-        self, params: ParamDict, grads: ParamDict, state: S
-    ) -> tuple[ParamDict, S]:
-        recorded = self.optimizer.differentiable
-        with torch.set_grad_enabled(recorded and torch.is_grad_enabled()):
-            if self._lazy:
-                copies, copied_state, finish = lazily_copied(
-                    params, state, recorded=recorded, exact=self._mixed
-                )
-                new_state = self._plan(copies, copied_state)(grads)
-                finish()
-            else:
-                copies, copied_state = copied(params, state, recorded=recorded)
-                new_state = self._plan(copies, copied_state)(grads)
-        if recorded:  # autograd recorded the update through the copies
-            return copies, new_state
-        for new, old in zip(copies._vals, params._vals):
-            if old.requires_grad:
-                new.requires_grad_()
-        return copies, new_state
+
+def on_copies(
+    plan: Plan[S],
+    params: P,
+    state: S,
+    grads: ParamDict,
+    *,
+    recorded: bool,
+    lazy: bool,
+    exact: bool,
+) -> tuple[P, S]:
+    """Run `plan` on copies of `params` and `state` (`step`); return the copies.
+
+    Unless autograd `recorded` the update, the new parameters are leaves that
+    require grad where the old ones did.
+    """
+    with torch.set_grad_enabled(recorded and torch.is_grad_enabled()):
+        if lazy:
+            copies, copied_state, finish = lazily_copied(
+                params, state, recorded=recorded, exact=exact
+            )
+            new_state = plan(copies, copied_state)(grads)
+            finish()
+        else:
+            copies, copied_state = copied(params, state, recorded=recorded)
+            new_state = plan(copies, copied_state)(grads)
+    if not recorded:
+        flag_like(copies, params)
+    return copies, new_state
+
+
+def flag_like(new: ParamDict, old: ParamDict) -> None:
+    """Make each entry of `new` require grad where its entry of `old` does."""
+    for value, given in zip(new._vals, old._vals):
+        if given.requires_grad:
+            value.requires_grad_()
 
 
 def relaid_as(plan: object, grads: ParamDict) -> ParamDict:

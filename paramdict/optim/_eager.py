@@ -25,7 +25,7 @@ REASON = (
 
 
 def _checked(opt: Any, params: Any, grads: Any, state: Any) -> Any:
-    return opt._checked_to_write(params, grads, state)
+    return opt._bound(params, state, in_place=True).grads(grads)
 
 
 def __getattr__(name: str) -> Any:

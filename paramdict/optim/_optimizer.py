@@ -40,8 +40,7 @@ from torch import Tensor, nn
 from .._fresh import mixed
 from .._paramdict import ParamDict
 from . import _eager
-from ._binding import Bound, Plan
-from ._copies import copied, lazily_copied
+from ._binding import Bound, Plan, on_copies
 from ._hooks import OptionalHooks
 from ._registry import register_state
 from ._validate import (
@@ -310,38 +309,22 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             >>> params["w"]  # unchanged
             tensor([1.], requires_grad=True)
         """
-        if torch.compiler.is_compiling() or transformed():
-            return self._traced_step(params, grads, state)
-        bound = self._bound(params, state, in_place=False)
-        new_params, new_state = bound.step(grads)
-        return cast(P, new_params), new_state
-
-    def _traced_step(
-        self, params: P, grads: Mapping[str, Tensor], state: S
-    ) -> tuple[P, S]:
-        """`step` as one graph: checks at trace time, the plan on copies."""
+        if not (torch.compiler.is_compiling() or transformed()):
+            bound = self._bound(params, state, in_place=False)
+            new_params, new_state = bound.step(grads)
+            return cast(P, new_params), new_state
+        # Traced: the checks at trace time, the plan on copies, as one graph.
         params = cast(P, check_params(params, "step"))
         aligned = aligned_grads(params, grads)
         check_grads(params, aligned)
         if not params:
             return params, state
         plan = self._plan(params, state, in_place=False)
-        differentiable = self.differentiable
-        with torch.set_grad_enabled(differentiable and torch.is_grad_enabled()):
-            if self._lazy_rule() and entries_agree(params, state):
-                copies, copied_state, finish = lazily_copied(
-                    params, state, recorded=differentiable, exact=mixed(params)
-                )
-                new_state = plan(copies, copied_state)(aligned)
-                finish()
-            else:
-                copies, copied_state = copied(params, state, recorded=differentiable)
-                new_state = plan(copies, copied_state)(aligned)
-        if not differentiable:  # fresh leaves, flagged as the old ones (eagerly)
-            for new, old in zip(copies._vals, params._vals):
-                if old.requires_grad:
-                    new.requires_grad_()
-        return copies, new_state
+        lazy = self._lazy_rule() and entries_agree(params, state)
+        recorded, exact = self.differentiable, mixed(params)
+        return on_copies(
+            plan, params, state, aligned, recorded=recorded, lazy=lazy, exact=exact
+        )
 
     def step_(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
         """Write one update into the tensors of `params` and `state`; return them.
@@ -403,13 +386,6 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             grads = aligned_grads(params, grads)
         bound = self._bound(params, state, in_place=True)
         return params, bound.step_(grads)
-
-    def _checked_to_write(
-        self, params: ParamDict, grads: Mapping[str, Tensor], state: S
-    ) -> ParamDict:
-        """The checks of a compiled `step_`, run eagerly; the aligned gradients."""
-        bound = self._bound(params, state, in_place=True)
-        return bound.grads(grads)
 
     def step_module(
         self, module: nn.Module, loss_fn: Callable[[], Tensor], state: S, /
