@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
 
-__all__ = ["averaged"]
+__all__ = ["averaged", "entry"]
 
 
 def averaged(
@@ -57,7 +57,7 @@ def averaged(
             made = _floating(kind, decay, group, given, n, device, in_place=in_place)
         else:
             made = [
-                _entry(kind, decay, a, v, n, in_place=in_place)
+                entry(kind, decay, a, v, n, in_place=in_place)
                 for a, v in zip(group, given)
             ]
         for i, tensor in zip(index, made):
@@ -89,8 +89,14 @@ def _floating(
     return list(torch._foreach_add(group, steps))
 
 
-def _entry(
-    kind: str, decay: float, avg: Tensor, value: Tensor, n: int, *, in_place: bool
+def entry(
+    kind: str,
+    decay: float,
+    avg: Tensor,
+    value: Tensor,
+    n: int | Tensor,
+    *,
+    in_place: bool = False,
 ) -> Tensor:
     """Torch's per-tensor formula, cast to the average's dtype."""
     mixed: Any

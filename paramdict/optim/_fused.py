@@ -52,6 +52,7 @@ __all__ = [
     "adagrad_kernel",
     "adam_kernel",
     "assign",
+    "counted",
     "dense",
     "fused_plan",
     "fused_refusal",
@@ -191,31 +192,14 @@ class FusedPlan(Generic[S]):
         ]
 
     def __call__(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:
-        opt = self._opt
-        step, on_device = next_count(opt, state)
-        lr = opt.rate("lr", step, state)
-        if isinstance(lr, Tensor):
-            # The `.tensor_lr` overloads read a CPU rate as this double; one on
-            # the entries' accelerator goes as it is. Detached: torch.optim's
-            # fused step runs without recording.
-            lr = lr.item() if lr.device.type == "cpu" else lr.detach()
-        slot: object = getattr(state, "schedule", ())
-        new_slot, floats = opt._next_slot(state)
-
-        def commit(grads: ParamDict) -> S:
+        def run(grads: ParamDict, step: Tensor, lr: float | Tensor) -> None:
             written = [params, *[getattr(state, f) for f in self._buffers]]
             lazy = [c for c in written if c._pending]  # `_fresh.pending`, inline
             if lazy:  # the kernel writes in place: copies first
                 owned(lazy, [list(c._vals) for c in lazy])
-            if on_device:
-                advance(step)
-            self._run(params, grads, state, step, cast("float | Tensor", lr))
-            if not on_device:
-                assign(cast(Any, state).step, step)
-            write_slot(slot, new_slot, floats=floats)
-            return state
+            self._run(params, grads, state, step, lr)
 
-        return commit
+        return counted(self._opt, state, run, fused=True)
 
     def _run(
         self,
@@ -253,18 +237,38 @@ class FusedPlan(Generic[S]):
             torch._foreach_copy_(targets, scratch)
 
 
-def next_count(opt: Any, state: Any) -> tuple[Tensor, bool]:
-    """Return the number of the step being taken, and whether it is the counter.
+def counted(
+    opt: Any, state: S, run: Callable[[ParamDict, Tensor, Any], None], *, fused: bool
+) -> Callable[[ParamDict], S]:
+    """Read the step's number, rate and next schedule; return the commit.
 
-    On the host, `opt.next_step(state)`: a new tensor, `assign`ed to the
-    counter after the step. On a device (`capturable=True`), the counter
-    itself, which the commit `advance`s in place before the rule reads it:
-    one kernel, as torch's `_foreach_add_` of its capturable step counts.
+    The commit runs `run(grads, step, lr)`, then advances the schedule. On a
+    device (`capturable=True`) the number is the counter itself, advanced in
+    place first (as torch's `_foreach_add_`); on the host a new tensor, assigned
+    to the counter after. `fused`: a tensor `lr` as torch's kernels take it.
     """
-    counter: Tensor = state.step
-    if counter.is_cpu:
-        return opt.next_step(state), False
-    return counter, True
+    counter: Tensor = cast(Any, state).step
+    on_device = not counter.is_cpu
+    step: Tensor = counter if on_device else opt.next_step(state)
+    lr = opt.rate("lr", step, state)
+    if fused and isinstance(lr, Tensor):
+        # The `.tensor_lr` overloads read a CPU rate as this double; one on
+        # the entries' accelerator goes as it is. Detached: torch.optim's
+        # fused step runs without recording.
+        lr = lr.item() if lr.device.type == "cpu" else lr.detach()
+    slot: object = getattr(state, "schedule", ())
+    new_slot, floats = opt._next_slot(state)
+
+    def commit(grads: ParamDict) -> S:
+        if on_device:
+            advance(step)
+        run(grads, step, lr)
+        if not on_device:
+            assign(counter, step)
+        write_slot(slot, new_slot, floats=floats)
+        return state
+
+    return commit
 
 
 def advance(counter: Tensor) -> None:

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .._paramdict import ParamDict
 from ._averaging import averaged as _averaged
+from ._averaging import entry
 from ._hyper import is_traced
 from ._states import AveragedState
 
@@ -190,7 +191,7 @@ class WeightAverage:
                 value = value.detach().to(avg.device)
                 counted = n.to(avg.device)
                 # The first update copies; `where` keeps it free of host reads.
-                mixed = self._average(avg, value, counted)
+                mixed = entry(self.kind, self.decay, avg, value, counted)
                 new[key] = torch.where(counted == 0, value.to(avg.dtype), mixed)
         made = _flagged(list(new.values()), averaged._vals)
         return AveragedState(n + 1, ParamDict(zip(new, made, strict=True)))
@@ -257,20 +258,6 @@ class WeightAverage:
             else None
         )
         return averaged, current, count
-
-    def _average(self, avg: Tensor, value: Tensor, n: Tensor) -> Tensor:
-        floating = avg.is_floating_point() or avg.is_complex()
-        if self.kind == "ema":
-            if floating:
-                # In the wider of the two dtypes, then back to the average's, as
-                # `swa`'s arithmetic promotes and casts (`lerp` takes one dtype).
-                work = torch.promote_types(avg.dtype, value.dtype)
-                mixed = torch.lerp(avg.to(work), value.to(work), 1 - self.decay)
-                return mixed.to(avg.dtype)
-            mixed = avg * self.decay + value * (1 - self.decay)
-        else:
-            mixed = avg + (value - avg) / (n + 1)
-        return mixed.to(avg.dtype)
 
 
 def _check_state(state: object) -> None:
