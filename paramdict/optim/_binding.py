@@ -22,7 +22,7 @@ from .._paramdict import ParamDict
 from ._copies import copied, lazily_copied
 from ._validate import (
     aligned_grads,
-    check_grads,
+    check_keyed,
     check_writable,
     entries_agree,
     refuse_shared_grads,
@@ -341,7 +341,7 @@ class Bound(Generic[S]):
         values = aligned._vals
         known = self._grad_facts
         if known is None or not known.holds(values):
-            check_grads(params, aligned)
+            check_keyed(params, aligned._vals, what="The gradients")
             self._grad_facts = Facts(values, memory=False)
             # Tensor subclasses (fake tensors) have no addresses to compare.
             self._plain_grads = set(map(type, values)) <= _PLAIN

@@ -1,11 +1,7 @@
 """What `LBFGS` refuses: a per-key `lr`, a foreign state, a closure of the wrong kind.
 
-L-BFGS keeps its history as flat vectors over all entries, so a state from other
-parameters with the same element count would fit and be used silently; the state
-records the keys and shapes it was built for (`layout`), and `check_state` compares
-them, with every field's kind, dtype, device, length and count, before a step reads
-anything. `closure_result` turns what a closure returned into the loss and the
-optional gradients, or says what it should return.
+The state records the keys and shapes it was built for (`layout`): a state for
+other parameters of the same size would otherwise be used silently.
 """
 
 from __future__ import annotations
@@ -128,13 +124,7 @@ def _check_scalar(name: str, value: object, *, optional: bool) -> None:
 
 
 def check_state(params: ParamDict, state: Any) -> None:
-    """Raise unless `state` is an `LBFGSState` for `params` (checked, not read twice).
-
-    Raises:
-        TypeError: Naming a field of the wrong kind.
-        ValueError: Naming a field of another size, dtype or device, a negative
-            count, or a state recorded for other keys or shapes.
-    """
+    """Raise unless `state` is an `LBFGSState` for `params`."""
     for name in ("func_evals", "n_iter"):
         count = getattr(state, name)
         if not isinstance(count, int) or isinstance(count, bool):
@@ -183,14 +173,7 @@ def check_state(params: ParamDict, state: Any) -> None:
 
 
 def closure_result(result: object) -> tuple[Tensor, Mapping[str, Tensor] | None]:
-    """Return the loss a closure returned, and its gradients if it gave them.
-
-    Raises:
-        TypeError: If the closure returned neither a scalar tensor nor a
-            `(loss, grads)` pair with a mapping of gradients.
-        ValueError: If the loss has more than one element, or (without
-            gradients) does not depend on the parameters.
-    """
+    """Return the loss a closure returned, and its gradients if it gave them."""
     how = (
         "The closure must return the loss, a real scalar tensor computed from the "
         "parameters it is given (differentiated here), or `(loss, grads)` with the "

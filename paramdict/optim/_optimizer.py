@@ -26,7 +26,7 @@ from ._hooks import OptionalHooks
 from ._registry import register_state
 from ._validate import (
     aligned_grads,
-    check_grads,
+    check_keyed,
     check_params,
     entries_agree,
     transformed,
@@ -275,7 +275,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         # Traced: the checks at trace time, the plan on copies, as one graph.
         params = cast(P, check_params(params, "step"))
         aligned = aligned_grads(params, grads)
-        check_grads(params, aligned)
+        check_keyed(params, aligned._vals, what="The gradients")
         if not params:
             return params, state
         plan = self._plan(params, state, in_place=False)

@@ -16,7 +16,7 @@ from ._hyper import check_count, check_flag, check_non_negative
 from ._lbfgs_checks import check_lr, check_state, closure_result, layout_of
 from ._line_search import strong_wolfe
 from ._states import LBFGSState
-from ._validate import aligned_grads, check_grads, check_real
+from ._validate import aligned_grads, check_keyed, check_real
 
 __all__ = ["LBFGS", "LBFGSState"]
 
@@ -250,7 +250,7 @@ class _Run:
             loss, given = closure_result(self.closure(point))
             if given is not None:
                 grads = aligned_grads(point, given)
-                check_grads(point, grads)
+                check_keyed(point, grads._vals, what="The gradients")
             else:
                 values: tuple[Tensor | None, ...] = torch.autograd.grad(
                     loss, list(point.values()), allow_unused=True
@@ -264,7 +264,7 @@ class _Run:
                 # autograd gives each leaf a gradient of its shape and dtype;
                 # only a sparse one (an embedding's) is left to refuse
                 if any(g.layout != torch.strided for g in grads.values()):
-                    check_grads(point, grads)
+                    check_keyed(point, grads._vals, what="The gradients")
         flat = _flattened([g.detach() for g in grads.values()])
         if self.opt.maximize:  # as torch: minimize the negated loss
             return -float(loss), flat.neg()
