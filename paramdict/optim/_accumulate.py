@@ -40,11 +40,6 @@ def _check_optimizer(instance: object, attribute: Any, value: Any) -> None:
         raise TypeError(msg)
 
 
-_MEAN: Literal["mean", "sum"] = (
-    "mean"  # typed: `attrs.field` widens a bare "mean" to str
-)
-
-
 def _check_sum(params: ParamDict, acc_grads: object) -> None:
     """Raise unless `acc_grads` is a ParamDict keyed like `params`, in its order."""
     what = "The state's `acc_grads`"

@@ -194,9 +194,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 f"`optim.AdamW(...)`), got {'; '.join(bad)}."
             )
             raise TypeError(msg)
-        flags = {opt.differentiable for _, opt in pairs}
-        if default is not None:
-            flags.add(default.differentiable)
+        flags = {cast(Optimizer[S], opt).differentiable for _, opt in members}
         if len(flags) > 1:
             msg = (
                 "All groups must share one `differentiable` setting; they disagree "

@@ -105,18 +105,6 @@ def aligned_grads(params: ParamDict, grads: Mapping[str, Tensor], /) -> ParamDic
     return ParamDict._from_parts(params._keys, values)
 
 
-def _mismatch(params: ParamDict, values: list[Tensor]) -> tuple[list[str], list[str]]:
-    """Return the keys whose shapes differ, and those whose dtype or device do."""
-    shapes: list[str] = []
-    kinds: list[str] = []
-    for key, p, o in zip(params._keys, params._vals, values):
-        if o.shape != p.shape:
-            shapes.append(key)
-        elif o.dtype != p.dtype or o.device != p.device or o.layout != torch.strided:
-            kinds.append(key)
-    return sorted(shapes), sorted(kinds)
-
-
 def check_keyed(params: ParamDict, values: list[Tensor], /, *, what: str) -> None:
     """Raise unless each of `values` (in key order) has its parameter's facts."""
     pvals = params._vals
@@ -128,8 +116,14 @@ def check_keyed(params: ParamDict, values: list[Tensor], /, *, what: str) -> Non
         for v, p in zip(values, pvals)
     ):
         return
-    shapes, kinds = _mismatch(params, values)
-    bad = shapes or kinds
+    # The entries of another shape, else those of another dtype, device or layout.
+    keys = params._keys
+    bad = sorted(k for k, p, v in zip(keys, pvals, values) if v.shape != p.shape)
+    bad = bad or sorted(
+        k
+        for k, p, v in zip(keys, pvals, values)
+        if v.dtype != p.dtype or v.device != p.device or v.layout != torch.strided
+    )
     described = ", ".join(
         f"{k!r}: {tuple(v.shape)} {v.dtype} {v.layout} on {v.device} for "
         f"{tuple(p.shape)} {p.dtype} on {p.device}"
@@ -234,7 +228,7 @@ def refuse_shared_grads(
     owned: set[int],
     keys: list[int] | None = None,
 ) -> None:
-    """Raise if a gradient shares memory with a tensor `step_` writes (`owned`)."""
+    """Raise if a gradient (`keys`: its memory) shares memory with one `owned`."""
     if keys is None:
         keys = storage_keys(grads._vals)
     if owned.isdisjoint(keys):

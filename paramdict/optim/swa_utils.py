@@ -319,16 +319,12 @@ def _check_shapes(averaged: ParamDict, values: list[Tensor]) -> None:
             "current values as `init` was given them (`ParamDict.from_module`)."
         )
         raise TypeError(msg)
-    empty = sorted(
-        key
+    metas = [
+        (key, avg.is_meta, value.is_meta)
         for (key, avg), value in zip(averaged.items(), values, strict=True)
-        if value.is_meta and not avg.is_meta
-    )
-    lost = sorted(
-        key
-        for (key, avg), value in zip(averaged.items(), values, strict=True)
-        if avg.is_meta and not value.is_meta
-    )
+    ]
+    empty = sorted(key for key, avg, value in metas if value and not avg)
+    lost = sorted(key for key, avg, value in metas if avg and not value)
     if lost:
         msg = (
             f"The state's `averaged` is on the meta device at {lost}, which holds "
