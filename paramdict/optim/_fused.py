@@ -161,44 +161,34 @@ class FusedPlan(Generic[S]):
             lazy = [c for c in written if c._pending]  # `_fresh.pending`, inline
             if lazy:  # the kernel writes in place: copies first
                 owned(lazy, [list(c._vals) for c in lazy])
-            self._run(params, grads, state, step, lr)
+            values = list(params._vals)
+            fields = [
+                list(params._aligned(getattr(state, f), what="The state"))
+                for f in self._buffers
+            ]
+            # Each staged tensor the kernel cannot walk, in contiguous scratch.
+            targets: list[Tensor] = []
+            scratch: list[Tensor] = []
+            for i in self._staged:
+                for tensors in (values, *fields):
+                    original = tensors[i]
+                    if not original.is_contiguous():
+                        tensors[i] = original.contiguous()
+                        targets.append(original)
+                        scratch.append(tensors[i])
+            device = values[0].device
+            compiling = torch.compiler.is_compiling()
+            if step.is_cpu and device.type != "cpu" and not compiling:
+                # Made on the device from the host's number: a copy from the
+                # host would wait for the device.
+                count = torch.full((), step.item(), dtype=torch.float32, device=device)
+            else:
+                count = step.to(device=device, dtype=torch.float32)
+            self._kernel(values, list(grads._vals), fields, [count] * len(values), lr)
+            if targets:
+                torch._foreach_copy_(targets, scratch)
 
         return counted(self._opt, state, run, fused=True)
-
-    def _run(
-        self,
-        params: ParamDict,
-        grads: ParamDict,
-        state: S,
-        step: Tensor,
-        lr: float | Tensor,
-    ) -> None:
-        values = list(params._vals)
-        fields = [
-            list(params._aligned(getattr(state, f), what="The state"))
-            for f in self._buffers
-        ]
-        # Staged entries: each tensor the kernel cannot walk, in contiguous scratch.
-        targets: list[Tensor] = []
-        scratch: list[Tensor] = []
-        for i in self._staged:
-            for tensors in (values, *fields):
-                original = tensors[i]
-                if not original.is_contiguous():
-                    tensors[i] = original.contiguous()
-                    targets.append(original)
-                    scratch.append(tensors[i])
-        device = values[0].device
-        if step.is_cpu and device.type != "cpu" and not torch.compiler.is_compiling():
-            # Made on the device from the host's number: a copy from the host
-            # would wait for the device.
-            count = torch.full((), step.item(), dtype=torch.float32, device=device)
-        else:
-            count = step.to(device=device, dtype=torch.float32)
-        steps = [count] * len(values)
-        self._kernel(values, list(grads._vals), fields, steps, lr)
-        if targets:
-            torch._foreach_copy_(targets, scratch)
 
 
 def counted(
