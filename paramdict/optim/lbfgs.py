@@ -269,19 +269,11 @@ class _Run:
         max_eval = opt.max_eval if opt.max_eval is not None else opt.max_iter * 5 // 4
         func_evals, n_total = state.func_evals, state.n_iter
         d, t = state.d, state.t
-        old_dirs, old_stps, ro = (
-            list(state.old_dirs),
-            list(state.old_stps),
-            list(state.ro),
-        )
-        h_diag, prev_flat_grad, prev_loss = (
-            state.H_diag,
-            state.prev_flat_grad,
-            state.prev_loss,
-        )
+        old_dirs, old_stps = list(state.old_dirs), list(state.old_stps)
+        ro, h_diag = list(state.ro), state.H_diag
+        prev_flat_grad, prev_loss = state.prev_flat_grad, state.prev_loss
         x = self.x
         prev_owned = False
-
         loss, flat_grad = self.evaluate(x)
         current_evals = 1
         func_evals += 1
