@@ -280,7 +280,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             return params, state
         plan = self._plan(params, state, in_place=False)
         lazy = self._lazy_rule() and entries_agree(params, state)
-        recorded, exact = self.differentiable, mixed(params)
+        recorded, exact = self.differentiable, lazy and mixed(params)
         return on_copies(
             plan, params, state, aligned, recorded=recorded, lazy=lazy, exact=exact
         )
