@@ -13,7 +13,7 @@ from typing_extensions import override
 
 from .._container import key_mismatch_message
 from .._paramdict import ParamDict
-from ._binding import Composed, Plan, relaid_as
+from ._binding import Composed, Plan, flag_like, relaid_as
 from ._copies import copied
 from ._hyper import check_count, check_counter, host_numbers, new_counter
 from ._optimizer import Optimizer
@@ -40,18 +40,8 @@ def _check_optimizer(instance: object, attribute: Any, value: Any) -> None:
         raise TypeError(msg)
 
 
-_MEAN: Literal["mean", "sum"] = (
-    "mean"  # typed: `attrs.field` widens a bare "mean" to str
-)
-
-
 def _check_sum(params: ParamDict, acc_grads: object) -> None:
-    """Raise unless `acc_grads` is a ParamDict keyed like `params`, in its order.
-
-    The sum is added to entry by entry in the gradients' order, so it must
-    hold the parameters' keys in their order, each of its parameter's shape,
-    dtype and device.
-    """
+    """Raise unless `acc_grads` is a ParamDict keyed like `params`, in its order."""
     what = "The state's `acc_grads`"
     if not isinstance(acc_grads, ParamDict):
         msg = (
@@ -78,36 +68,18 @@ def _check_sum(params: ParamDict, acc_grads: object) -> None:
 class MultiSteps(Optimizer[MultiStepsState]):
     """Accumulate gradients over `every_k` calls, then step `optimizer` once.
 
-    The functional form of gradient accumulation over micro-batches (optax's
-    `MultiSteps`). Each call adds `grads` to the accumulated gradients; on every
-    `every_k`-th call the wrapped optimizer steps with their mean (or sum, with
-    `reduction="sum"`) and the next call starts a new sum. The first
-    call of each round writes its gradients into the accumulator (as backward
-    writes `.grad` before it adds to it): a gradient of `-0.0` stays one, as
-    in torch. On the other
-    calls the parameters and the wrapped optimizer's state come back unchanged.
+    Gradient accumulation over micro-batches (optax's `MultiSteps`): each call
+    adds `grads` to the sum (the first of a round writes them, as backward
+    writes `.grad`); every `every_k`-th call steps the wrapped optimizer with
+    their mean (or sum) and starts a new sum. The other calls leave the
+    parameters and the wrapped state unchanged. `differentiable` is the
+    wrapped optimizer's.
 
-    Any optimizer works, and `differentiable` is the wrapped one's. What a call
-    costs depends on where the count of calls can be read:
-
-    - Eager (the usual loop): the count is read on the host (on an accelerator,
-      one device sync per call), and it decides. A call that only accumulates
-      adds `grads` into the accumulator (`step_`: in place; `step`: into a new
-      one, returning the parameters' values as they are) and the wrapped
-      optimizer does not run, nor its schedule; the `every_k`-th call runs the
-      wrapped optimizer's own `step_` or `step` once on the mean, on its best
-      path (torch's fused kernel where it has one). Behind a `ClipGradNorm`,
-      `step_` clips the mean in place.
-      A differentiable step decides the same way and runs the wrapped rule.
-    - Traced (`torch.compile`, `torch.func` transforms such as `vmap`): the
-      count stays a tensor and the choice is a `torch.where` on it, so nothing
-      is read back and a compiled step is one graph without a guard on the
-      count, at the price of computing the wrapped rule, and discarding its
-      result, on every call that only accumulates.
-
-    Eager, the parameters and state are bitwise those of the wrapped
-    optimizer's `step_` (or `step`) on the mean gradient; the traced form is
-    bitwise the wrapped rule (`update`) on it.
+    Eager, the count is read on the host and decides: the wrapped optimizer
+    runs only on the `every_k`-th call, on its best path. Traced
+    (`torch.compile`, `torch.func`), the choice is a `torch.where` on the count,
+    so the wrapped rule is computed on every call. Either way the result is
+    bitwise the wrapped optimizer's on the mean gradient.
 
     Attributes:
         optimizer: The optimizer to step every `every_k` calls.
@@ -208,11 +180,8 @@ class MultiSteps(Optimizer[MultiStepsState]):
     ) -> tuple[P, MultiStepsState]:
         """Return the parameters after one call, and the next state.
 
-        As `Optimizer.step`. Eager and not differentiable, a call that only
-        accumulates returns the parameters' values as they are (new tensors
-        sharing their memory) and a state with the new sum, holding the wrapped
-        optimizer's state as it was (no copy of it is made); the `every_k`-th
-        steps the wrapped optimizer on the mean.
+        As `Optimizer.step`. Eager, a call that only accumulates returns the
+        parameters' values as they are and the wrapped state uncopied.
 
         Args:
             params: The parameters.
@@ -250,9 +219,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
                 else held.acc_grads.clone().add_(aligned)
             )
             kept = bound.params.detach()
-        for new, old in zip(kept.values(), bound.params.values()):
-            if old.requires_grad:
-                new.requires_grad_()
+        flag_like(kept, bound.params)
         new_state = held._replace(mini_step=held.mini_step + 1, acc_grads=acc)
         bound.hold(kept, new_state)
         return cast(P, kept), new_state

@@ -1,18 +1,9 @@
 """The arithmetic of `WeightAverage`: one foreach kernel per group of tensors.
 
-`AveragedModel.update_parameters` groups the averaged tensors by device and dtype
-and calls one foreach function per group: `get_ema_multi_avg_fn`'s `lerp` toward
-the values by `1 - decay`, or for SWA on a device with foreach kernels
-`get_swa_multi_avg_fn`'s `lerp` by `1 / (n + 1)` (that weight rounded to
-float32, as torch computes it from its integer count), and on the CPU
-`get_swa_avg_fn`'s `avg + (value - avg) / (n + 1)`. So does this, with the count
-read on the host (it lives there; torch keeps it on the device and reads it
-every update). Integer entries (BatchNorm's `num_batches_tracked`), and averages
-of another floating dtype than their values, take torch's per-tensor formula.
-
-In place (`WeightAverage.update_`) each kernel writes into the averages; out of
-place (`update`) its out-of-place twin makes the new ones, so neither copies
-first.
+As `AveragedModel.update_parameters`: per device and dtype, EMA's `lerp` by
+`1 - decay`; SWA's `lerp` by `1 / (n + 1)` (float32-rounded) on a device with
+foreach kernels, `avg + (value - avg) / (n + 1)` on the CPU. Integer entries
+and mixed dtypes take torch's per-tensor formula (`entry`).
 """
 
 from __future__ import annotations
@@ -23,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
 
-__all__ = ["averaged"]
+__all__ = ["averaged", "entry"]
 
 
 def averaged(
@@ -35,10 +26,7 @@ def averaged(
     *,
     in_place: bool,
 ) -> list[Tensor]:
-    """The averages after `values` were averaged in, the `n + 1`-th time.
-
-    Written into `averages` when `in_place` (and returned), else new tensors.
-    """
+    """The averages after `values` were averaged in the `n + 1`-th time (`in_place`)."""
     values = [
         v.detach() if v.device == a.device else v.detach().to(a.device)
         for a, v in zip(averages, values)
@@ -57,7 +45,7 @@ def averaged(
             made = _floating(kind, decay, group, given, n, device, in_place=in_place)
         else:
             made = [
-                _entry(kind, decay, a, v, n, in_place=in_place)
+                entry(kind, decay, a, v, n, in_place=in_place)
                 for a, v in zip(group, given)
             ]
         for i, tensor in zip(index, made):
@@ -89,8 +77,14 @@ def _floating(
     return list(torch._foreach_add(group, steps))
 
 
-def _entry(
-    kind: str, decay: float, avg: Tensor, value: Tensor, n: int, *, in_place: bool
+def entry(
+    kind: str,
+    decay: float,
+    avg: Tensor,
+    value: Tensor,
+    n: int | Tensor,
+    *,
+    in_place: bool = False,
 ) -> Tensor:
     """Torch's per-tensor formula, cast to the average's dtype."""
     mixed: Any

@@ -1,17 +1,8 @@
 """`Bound`: an optimizer bound to its parameters and state, decided once.
 
-`opt.bind(params, state)` checks everything about the parameters and the state
-that a step depends on (keys, shapes, dtypes, devices, the state's buffers and
-schedule, what `step_` may write) and chooses the path of the step (`opt._plan`).
-Each step after that compares a signature of the facts those decisions read
-(`Facts`: the tensors' sizes, strides, dtypes, devices and flags, and for `step_`
-their memory) and binds again only where it changed; the gradients, new on every
-step, have their own signature. So a training loop pays the checks once, as
-`torch.optim` validates once in its constructor.
-
-`Optimizer.step` and `Optimizer.step_` keep the last binding on the optimizer and
-reuse it while they are handed what it holds: for `step_` the same parameters and
-state, for `step` the parameters and state its last call returned.
+`bind` checks everything a step depends on and chooses its path (`opt._plan`);
+each step then compares a signature of the facts those decisions read (`Facts`)
+and binds again only where it changed. `step` and `step_` keep the last binding.
 """
 
 from __future__ import annotations
@@ -31,7 +22,7 @@ from .._paramdict import ParamDict
 from ._copies import copied, lazily_copied
 from ._validate import (
     aligned_grads,
-    check_grads,
+    check_keyed,
     check_writable,
     entries_agree,
     refuse_shared_grads,
@@ -42,7 +33,16 @@ from ._validate import (
 if TYPE_CHECKING:
     from ._optimizer import Optimizer
 
-__all__ = ["Bound", "Composed", "Facts", "Plan", "relaid", "relaid_as"]
+__all__ = [
+    "Bound",
+    "Composed",
+    "Facts",
+    "Plan",
+    "flag_like",
+    "on_copies",
+    "relaid",
+    "relaid_as",
+]
 
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
@@ -54,13 +54,10 @@ _PLAIN = {Tensor, torch.nn.Parameter}
 
 
 class Plan(Protocol[S]):
-    """One step's work, chosen when an optimizer is bound (`Optimizer._plan`).
+    """One step's work (`Optimizer._plan`): prepare what can fail, return the commit.
 
-    Called with parameters and a state of the structure it was planned for, it
-    runs everything that can fail (a schedule's callbacks, say) and returns the
-    commit: a function of the gradients that writes the step into the tensors
-    of the parameters and the state and returns the state. Nothing is written,
-    and no gradient is read, before the commit.
+    The commit, a function of the gradients, writes the step and returns the
+    state; nothing is written before it.
     """
 
     def __call__(self, params: ParamDict, state: S, /) -> Callable[[ParamDict], S]:
@@ -69,13 +66,9 @@ class Plan(Protocol[S]):
 
 
 class Composed(Generic[S]):
-    """A plan run on gradients first transformed (a wrapper's plan: clipping).
+    """A plan run on gradients first transformed (clipping); `transform_` in place."""
 
-    `transform_`, where the wrapper has one, transforms gradients in place: a
-    caller that owns them (`MultiSteps`' accumulator) runs it, then `inner`.
-    """
-
-    __slots__ = ("_inner", "_transform", "grad_strides", "inner", "transform_")
+    __slots__ = ("_transform", "grad_strides", "inner", "transform_")
 
     def __init__(
         self,
@@ -83,7 +76,7 @@ class Composed(Generic[S]):
         transform: Callable[[ParamDict], ParamDict],
         transform_: Callable[[ParamDict], ParamDict] | None = None,
     ):
-        self._inner = self.inner = inner
+        self.inner = inner
         self._transform = transform
         self.transform_ = transform_
         self.grad_strides: list[Strides | None] | None = getattr(
@@ -91,7 +84,7 @@ class Composed(Generic[S]):
         )
 
     def __call__(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:
-        commit = self._inner(params, state)
+        commit = self.inner(params, state)
         transform = self._transform
         return lambda grads: commit(transform(grads))
 
@@ -123,7 +116,7 @@ def _strides(t: Tensor) -> tuple[int, ...] | None:
 
 
 def _listed(tensors: Sequence[Tensor]) -> tuple[list[Any], ...]:
-    """The facts of `tensors` as lists (`map`s of C functions where they are dense)."""
+    """The facts of `tensors` as lists."""
     layouts = list(map(_layout, tensors))
     dense = layouts.count(torch.strided) == len(tensors) and not any(
         map(_is_nested, tensors)
@@ -152,12 +145,7 @@ _storage_address = torch.UntypedStorage.data_ptr
 
 
 def _readable(tensors: Sequence[Tensor]) -> bool:
-    """Whether torch's C++ check can read `tensors` (it aborts on some kinds).
-
-    Plain dense tensors only: it reads sizes and strides in C++, where a sparse
-    or nested tensor ends the process instead of raising. (`map`s of C
-    functions: no Python call per tensor.)
-    """
+    """Whether torch's C++ check can read `tensors` (plain, dense; it aborts else)."""
     return (
         set(map(type, tensors)) <= _PLAIN
         and list(map(_layout, tensors)).count(torch.strided) == len(tensors)
@@ -166,11 +154,7 @@ def _readable(tensors: Sequence[Tensor]) -> bool:
 
 
 def addresses(tensors: Sequence[Tensor]) -> list[int] | None:
-    """The data address of each tensor's memory, or None where one has none.
-
-    Two `map`s of C functions; None for meta and DTensor entries, whose
-    memory is compared by `storage_keys` instead.
-    """
+    """The data address of each tensor's memory; None for meta and DTensor entries."""
     if any(map(_is_meta, tensors)) or holds_dtensors(tensors):
         return None
     return list(map(_storage_address, map(_untyped_storage, tensors)))
@@ -188,14 +172,7 @@ _TORCH_CHECK = _torch_check()
 
 
 class Facts:
-    """A signature of some tensors' facts, compared with tensors given later.
-
-    Sizes, strides, dtypes, devices, dispatch keys (inference, negative and
-    conjugate views, subclasses) and `requires_grad`, in one C++ call of
-    torch's own tensor check (the one `torch.compile`'s guards use) where it
-    can read the tensors, else in Python lists; with `memory=True` also where
-    each tensor's data is.
-    """
+    """A signature of tensors' facts (`memory`: and their addresses), compared later."""
 
     __slots__ = ("_check", "_count", "_leaves", "_listed", "_memory", "_mode")
 
@@ -221,12 +198,7 @@ class Facts:
         self._check: _Check = check if check is not None else self._listed
 
     def holds(self, tensors: list[Tensor], *, same: bool = False) -> bool:
-        """Whether `tensors` have the facts this signature was taken of.
-
-        `same`: they are the very tensors the signature was taken of, whose
-        kind (dense, sparse, nested) cannot have changed; others are read in
-        Python first, where torch's check would end the process on them.
-        """
+        """Whether `tensors` (`same`: the very ones read) have these facts."""
         if len(tensors) != self._count:
             return False
         if torch.is_inference_mode_enabled() != self._mode:
@@ -248,12 +220,9 @@ class Facts:
 class Bound(Generic[S]):
     """An optimizer bound to parameters and a state: checked once, stepped often.
 
-    Made by `Optimizer.bind`. It holds the parameters and the state (as a
-    `torch.optim.Optimizer` holds its parameter groups), what was decided
-    about them, and a signature of the facts the decisions read. `step_`
-    writes each update into them; `step` replaces them with new ones (the
-    same structure, so the decisions still hold). A change to the tensors
-    (another shape, dtype, device, memory or autograd flag) is found on the
+    Made by `Optimizer.bind`: the parameters, the state, what was decided about
+    them and a signature of the facts the decisions read. `step_` writes into
+    them; `step` replaces them. A change to the tensors' facts is found on the
     next step, which then checks and decides again.
 
     Attributes:
@@ -316,9 +285,6 @@ class Bound(Generic[S]):
     def holds(self, params: ParamDict, state: object) -> bool:
         """Whether these are the bound parameters and state, with the same facts.
 
-        The parameters and the state are immutable containers: the same
-        objects hold the same tensors, whose facts are compared.
-
         Args:
             params: The parameters a step is handed.
             state: The state it is handed.
@@ -346,8 +312,8 @@ class Bound(Generic[S]):
     def grads(self, grads: Mapping[str, Tensor]) -> ParamDict:
         """Return `grads` aligned to the parameters, after the checks they need.
 
-        Checked in full when their facts differ from the last gradients'; in
-        place, also for memory shared with what the step writes.
+        Checked in full when their facts change; in place, also for memory
+        shared with what the step writes.
 
         Args:
             grads: A mapping with the parameters' keys.
@@ -375,7 +341,7 @@ class Bound(Generic[S]):
         values = aligned._vals
         known = self._grad_facts
         if known is None or not known.holds(values):
-            check_grads(params, aligned)
+            check_keyed(params, aligned._vals, what="The gradients")
             self._grad_facts = Facts(values, memory=False)
             # Tensor subclasses (fake tensors) have no addresses to compare.
             self._plain_grads = set(map(type, values)) <= _PLAIN
@@ -454,15 +420,22 @@ class Bound(Generic[S]):
         aligned = self.grads(grads)  # checked even with no parameters
         if not params:
             return params, state
-        new_params, new_state = self._advance(params, aligned, state)
+        new_params, new_state = on_copies(
+            self._plan,
+            params,
+            state,
+            aligned,
+            recorded=self.optimizer.differentiable,
+            lazy=self._lazy,
+            exact=self._mixed,
+        )
         self.hold(new_params, new_state)
         return new_params, new_state
 
     def hold(self, params: ParamDict, state: S) -> None:
         """Hold `params` and `state`, made by a step of this binding, from now on.
 
-        For a `step` that returns new tensors of the structure it was bound to
-        (a wrapper's own shortcut); their facts are read anew.
+        For a wrapper's own `step` shortcut; their facts are read anew.
 
         Args:
             params: New parameters of the bound structure.
@@ -482,43 +455,48 @@ class Bound(Generic[S]):
         self._tensors = [*params._vals, *state_tensors(state)]
         self._facts = Facts(self._tensors, memory=False)
 
-    def _advance(
-        self, params: ParamDict, grads: ParamDict, state: S
-    ) -> tuple[ParamDict, S]:
-        recorded = self.optimizer.differentiable
-        with torch.set_grad_enabled(recorded and torch.is_grad_enabled()):
-            if self._lazy:
-                copies, copied_state, finish = lazily_copied(
-                    params, state, recorded=recorded, exact=self._mixed
-                )
-                new_state = self._plan(copies, copied_state)(grads)
-                finish()
-            else:
-                copies, copied_state = copied(params, state, recorded=recorded)
-                new_state = self._plan(copies, copied_state)(grads)
-        if recorded:  # autograd recorded the update through the copies
-            return copies, new_state
-        for new, old in zip(copies._vals, params._vals):
-            if old.requires_grad:
-                new.requires_grad_()
-        return copies, new_state
+
+def on_copies(
+    plan: Plan[S],
+    params: P,
+    state: S,
+    grads: ParamDict,
+    *,
+    recorded: bool,
+    lazy: bool,
+    exact: bool,
+) -> tuple[P, S]:
+    """Run `plan` on copies of `params` and `state`; new leaves unless `recorded`."""
+    with torch.set_grad_enabled(recorded and torch.is_grad_enabled()):
+        if lazy:
+            copies, copied_state, finish = lazily_copied(
+                params, state, recorded=recorded, exact=exact
+            )
+            new_state = plan(copies, copied_state)(grads)
+            finish()
+        else:
+            copies, copied_state = copied(params, state, recorded=recorded)
+            new_state = plan(copies, copied_state)(grads)
+    if not recorded:
+        flag_like(copies, params)
+    return copies, new_state
+
+
+def flag_like(new: ParamDict, old: ParamDict) -> None:
+    """Make each entry of `new` require grad where its entry of `old` does."""
+    for value, given in zip(new._vals, old._vals):
+        if given.requires_grad:
+            value.requires_grad_()
 
 
 def relaid_as(plan: object, grads: ParamDict) -> ParamDict:
-    """`grads` in the strides `plan` takes its gradients in (`grad_strides`).
-
-    For a wrapper that hands a plan gradients of its own making (an
-    accumulator): the plan's commit reads them as `Bound.grads` lays them out.
-    """
+    """`grads` in the strides `plan` takes its gradients in (`grad_strides`)."""
     targets: list[Strides | None] | None = getattr(plan, "grad_strides", None)
     return grads if targets is None else relaid(grads, targets)
 
 
 def relaid(grads: ParamDict, targets: list[Strides | None]) -> ParamDict:
-    """`grads` with each entry in the strides a fused kernel needs (`targets`).
-
-    `grads` itself where every entry has them.
-    """
+    """`grads` with each entry in the strides `targets` (itself where all have them)."""
     out: list[Tensor] = []
     for g, target in zip(grads._vals, targets):
         if target is None or _strides(g) == target:

@@ -34,11 +34,10 @@ def _check_norm_type(instance: object, attribute: Any, value: Any) -> None:
 class ClipGradNorm(Optimizer[S]):
     """Clip the gradients by their global norm, then step `optimizer`.
 
-    Wraps any optimizer (a `ParamGroups` too, so the norm is over all groups):
-    `step` replaces `grads` by `grads.clip_norm(max_norm, p=norm_type)` (the
-    arithmetic of `torch.nn.utils.clip_grad_norm_`, without a host sync) and hands
-    them to `optimizer`, whose state it uses unchanged. Differentiable exactly
-    when `optimizer` is. Built as `ClipGradNorm(optimizer, max_norm=...)`.
+    Wraps any optimizer (a `ParamGroups` too: the norm is over all groups):
+    `grads` become `grads.clip_norm(max_norm, p=norm_type)` (torch's
+    `clip_grad_norm_` arithmetic, without a host sync). The state is the
+    wrapped optimizer's; so is `differentiable`.
 
     Attributes:
         optimizer: The optimizer that takes the clipped gradients.

@@ -1,11 +1,7 @@
 """The tensors an out-of-place step writes into: copies made first, or by writes.
 
-`step` must leave what it is handed unchanged, and its rule writes in place.
-`copied` copies every tensor first (one `torch._foreach_copy_`); `lazily_copied`
-hands the rule containers that each become a copy by their first in-place write
-(`paramdict._fresh`), which saves the copy's pass over memory (and autograd's
-`clone` per tensor), for optimizers whose rules write through ParamDict's in-place
-methods only (`Optimizer._copies_lazily`).
+`copied` copies every tensor first; `lazily_copied` hands the rule containers
+that become copies by their first in-place write (`paramdict._fresh`).
 """
 
 from __future__ import annotations
@@ -13,12 +9,11 @@ from __future__ import annotations
 # pyright: reportPrivateUsage=false
 # (ParamDict's package-internal storage)
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import torch
 import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
-from torch.utils import _pytree as pytree
 
 from .._foreach import copy_, holds_dtensors
 from .._fresh import lazy, owned
@@ -32,18 +27,14 @@ P = TypeVar("P", bound=ParamDict)
 
 
 def copied(params: P, state: S, *, recorded: bool) -> tuple[P, S]:
-    """Return new parameters and state holding copies of the tensors of both.
-
-    One `_foreach_copy_` for all of them (a clone each where autograd records:
-    `recorded`). Dense tensors keep their strides; others become contiguous.
-    """
+    """Return new parameters and state holding copies of the tensors of both."""
     made = _copies([*params._vals, *state_tensors(state)], recorded=recorded)
     n = len(params._vals)
     return params._derive(made[:n]), cast(S, rebuilt(state, iter(made[n:])))
 
 
 def _copies(sources: list[Tensor], *, recorded: bool) -> list[Tensor]:
-    """Copies of `sources`: one `_foreach_copy_`, or a `clone` each (see `copied`)."""
+    """Copies of `sources`: one `_foreach_copy_`, or a `clone` each."""
     if (
         recorded
         or not sources
@@ -60,50 +51,14 @@ def _copies(sources: list[Tensor], *, recorded: bool) -> list[Tensor]:
 def lazily_copied(
     params: P, state: S, *, recorded: bool, exact: bool
 ) -> tuple[P, S, Callable[[], None]]:
-    """`copied`, with each ParamDict copied by its first in-place write.
+    """`copied`, each ParamDict copied by its first write; and the `finish` to call.
 
-    The state's other tensors (counters, a schedule's numbers) are copied now.
-    `exact`: the parameters' dtypes differ or some are 0-dim (`_fresh.mixed`).
-    Returns the new parameters and state, and the function to call once the
-    step has run: it copies every entry that was not written.
+    `exact`: `_fresh.mixed(params)`. `finish` copies every entry not written.
     """
     containers: list[ParamDict] = []
-    bare: list[Tensor] = []
-
-    def gather(node: Any) -> None:
-        if isinstance(node, ParamDict):
-            containers.append(node)
-        elif isinstance(node, Tensor):
-            bare.append(node)
-        elif isinstance(node, tuple):
-            for field in cast("tuple[object, ...]", node):
-                gather(field)
-        elif node is not None and not isinstance(node, (int, float, str)):
-            bare.extend(t for t in pytree.tree_leaves(node) if isinstance(t, Tensor))
-
-    gather(state)
-    made = iter(_copies(bare, recorded=recorded))
+    made = iter(_copies(state_tensors(state, containers), recorded=recorded))
     twins = [lazy(c, exact=exact) for c in containers]
-    lazies = iter(twins)
-
-    def remade(node: Any) -> Any:
-        if isinstance(node, ParamDict):
-            return next(lazies)
-        if isinstance(node, Tensor):
-            return next(made)
-        if isinstance(node, tuple):
-            given = cast("tuple[object, ...]", node)
-            fields: list[object] = [remade(field) for field in given]
-            build = cast("Callable[..., object]", type(given))
-            return build(*fields) if hasattr(given, "_fields") else build(fields)
-        if node is None or isinstance(node, (int, float, str)):
-            return node
-        leaves, spec = pytree.tree_flatten(node)
-        return pytree.tree_unflatten(
-            [next(made) if isinstance(x, Tensor) else x for x in leaves], spec
-        )
-
-    new_state = cast(S, remade(state))
+    new_state = cast(S, rebuilt(state, made, iter(twins)))
     new_params = lazy(params, exact=exact)
     written = [new_params, *twins]
     given = [params._vals, *[c._vals for c in containers]]

@@ -1,11 +1,7 @@
 """The eager checks of a compiled `step_`, hidden from the compiler on first use.
 
-`step_` asks what it may write (shared memory, inference tensors), which a trace
-cannot ask; compiled, those checks run eagerly (`torch.compiler.disable`), then
-the update is traced. `torch.compiler.disable` imports `torch._dynamo`, which a
-program that never compiles should not load, so the wrapped function is made
-when it is first looked up (this module's `__getattr__`), which only a compiled
-step does.
+`torch.compiler.disable` imports `torch._dynamo`, so the wrapped function is made
+when first looked up (`__getattr__`), which only a compiled step does.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ REASON = (
 
 
 def _checked(opt: Any, params: Any, grads: Any, state: Any) -> Any:
-    return opt._checked_to_write(params, grads, state)
+    return opt._bound(params, state, in_place=True).grads(grads)
 
 
 def __getattr__(name: str) -> Any:

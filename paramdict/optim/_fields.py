@@ -1,19 +1,7 @@
 """Field helpers: an optimizer's options, each declared with its validator.
 
-An optimizer is an `attrs.frozen(kw_only=True, eq=False)` class. Its options are
-declared with these helpers, so a value of the wrong kind is refused the same
-way everywhere (`Adam(amsgrad="yes")` is a `TypeError`, as `NAdam`'s
-`decoupled_weight_decay="yes"` is):
-
-| helper | accepts |
-|---|---|
-| `flag(default)` | `True` or `False` |
-| `non_negative(default)` | a finite real number `>= 0` |
-| `fraction(default)` | a real number in `[0, 1]` |
-| `betas(default)` | two (or, as `default`, three) real numbers, each in `[0, 1)` |
-| `fused_option()` | `None`, `True` or `False` (`True` only if not differentiable) |
-
-Each returns an attrs field, typed as its value for the class body:
+Each returns an attrs field, typed as its value for the class body (the table
+of what each accepts is in `fields.py`):
 
 ```python
 >>> import attrs
@@ -32,10 +20,6 @@ Traceback (most recent call last):
 ValueError: `betas[1]` must be in [0, 1), got 1.0.
 
 ```
-
-`shared_last` is the field transformer that puts the options every optimizer
-shares (`maximize`, `differentiable`, declared once on `TorchOptimizer`) after
-a class's own, then `fused`, so the signature reads in torch.optim's order.
 """
 
 from __future__ import annotations
@@ -92,17 +76,14 @@ def betas(default: tuple[float, float]) -> tuple[float, float]: ...
 @overload
 def betas(default: tuple[float, float, float]) -> tuple[float, float, float]: ...
 def betas(default: tuple[float, ...]) -> tuple[float, ...]:
-    """Return an option that is a pair of real numbers, each in `[0, 1)`.
-
-    With a `default` of three numbers (AdEMAMix's, Adan's betas), a triple.
-    """
+    """Return an option of two (or, as `default`, three) numbers, each in `[0, 1)`."""
     check = check_betas if len(default) == 2 else _check_three_betas
     field: tuple[float, ...] = attrs.field(default=default, validator=check)
     return field
 
 
 def _check_three_betas(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is three numbers, each in `[0, 1)`, naming the option."""
+    """Raise unless `value` is three numbers, each in `[0, 1)`."""
     del instance
     given: tuple[object, ...] = (
         cast("tuple[object, ...]", value) if isinstance(value, tuple) else ()

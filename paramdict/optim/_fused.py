@@ -1,28 +1,9 @@
 """torch's fused optimizer kernels as a step's plan, for any memory layout.
 
-`torch._fused_adam_`, `_fused_adamw_`, `_fused_sgd_` and `_fused_adagrad_` update
-every parameter and buffer of a step in one pass over memory, writing into them.
-`Adam`, `AdamW`, `SGD` and `Adagrad` plan them when they are bound, where their
-`fused` flag and the bound facts allow (`fused_refusal`): every entry of one dtype
-(float32 or float64) on one device that has the kernel, `weight_decay` a number,
-and `lr` a number, a 0-dim tensor, or a schedule (kept on the host) that does
-not cycle the momentum; under `fused=None`, entries on the CPU. The same plan
-serves `step_` (the caller's tensors) and `step` (copies), so both give
-torch.optim's `fused=True` bytes.
-
-The kernels walk each parameter, gradient and buffer as one flat run of memory:
-they read no strides. That is right when an entry's tensors are dense and share
-one layout, as autograd and `zeros_like` make them. Any other entry (a sliced
-view, a transposed buffer) is staged: copied into contiguous scratch, stepped
-there, copied back. The kernel's arithmetic is elementwise, so staging never
-changes a bit; which entries need it is decided at bind time, and the gradients'
-layout once per change of their facts (`grad_strides`, read by `Bound`).
-
-A tensor `lr` is what `torch.optim` passes to the kernels' `.tensor_lr`
-overloads. Each of those reads a rate on the CPU as `lr.item<double>()`, so a CPU
-rate is read here as that double (free on the CPU, the same bytes); a rate on
-an accelerator is handed to the kernel as the float32 tensor it must be, so
-nothing waits for the device.
+`Adam`, `AdamW`, `SGD` and `Adagrad` plan `torch._fused_*_` at bind time where
+their `fused` flag and the bound facts allow (`fused_refusal`). The kernels read
+no strides: an entry whose tensors are not dense in one shared layout is staged
+through contiguous scratch (elementwise arithmetic, so the same bits).
 """
 
 from __future__ import annotations
@@ -52,6 +33,7 @@ __all__ = [
     "adagrad_kernel",
     "adam_kernel",
     "assign",
+    "counted",
     "dense",
     "fused_plan",
     "fused_refusal",
@@ -71,9 +53,6 @@ def _devices() -> frozenset[str]:
 
 def dense(t: Tensor, /) -> bool:
     """Whether `t`'s elements fill one block of its memory, each once (any order).
-
-    A contiguous tensor is; so is a transposed or channels-last one. A slice with
-    a step (`base[:, ::2]`) has gaps, an `expand`ed tensor overlaps: neither is.
 
     Example:
         >>> base = torch.zeros(3, 4)
@@ -99,14 +78,7 @@ def _is_number(value: object) -> bool:
 def fused_refusal(
     params: ParamDict, lr: object, weight_decay: Rate, *, cpu_only: bool = False
 ) -> str | None:
-    """Return why no fused kernel can take these steps, or None when one can.
-
-    A function of the configuration and the bound facts alone: every entry must
-    share float32 or float64 and one device that has fused kernels (only the
-    CPU with `cpu_only`), not be DTensors, `weight_decay` must be a number, and
-    `lr` a number, a 0-dim tensor (on the CPU, or float32 on the entries'
-    device), or a schedule that does not cycle the momentum.
-    """
+    """Return why no fused kernel can take these steps, or None when one can."""
     if isinstance(lr, ParamDict):
         return "`lr` is a per-key ParamDict (fused kernels take one rate)"
     if not _is_number(weight_decay):
@@ -155,14 +127,7 @@ def _contiguous_strides(shape: Sequence[int]) -> Strides:
 
 
 class FusedPlan(Generic[S]):
-    """A fused kernel as the plan of a step (see `Bound`).
-
-    Made when an optimizer is bound (`TorchOptimizer._fused_plan`): which
-    state fields the kernel updates, and which entries are staged. Called with
-    the step's tensors, it reads the rate of this step and the next schedule
-    (what can fail), and returns the commit that runs the kernel and then
-    advances the counter and the schedule.
-    """
+    """A fused kernel as the plan of a step: its buffers and the staged entries."""
 
     __slots__ = ("_buffers", "_kernel", "_opt", "_staged", "grad_strides")
 
@@ -191,80 +156,71 @@ class FusedPlan(Generic[S]):
         ]
 
     def __call__(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:
-        opt = self._opt
-        step, on_device = next_count(opt, state)
-        lr = opt.rate("lr", step, state)
-        if isinstance(lr, Tensor):
-            # The `.tensor_lr` overloads read a CPU rate as this double; one on
-            # the entries' accelerator goes as it is. Detached: torch.optim's
-            # fused step runs without recording.
-            lr = lr.item() if lr.device.type == "cpu" else lr.detach()
-        slot: object = getattr(state, "schedule", ())
-        new_slot, floats = opt._next_slot(state)
-
-        def commit(grads: ParamDict) -> S:
+        def run(grads: ParamDict, step: Tensor, lr: float | Tensor) -> None:
             written = [params, *[getattr(state, f) for f in self._buffers]]
             lazy = [c for c in written if c._pending]  # `_fresh.pending`, inline
             if lazy:  # the kernel writes in place: copies first
                 owned(lazy, [list(c._vals) for c in lazy])
-            if on_device:
-                advance(step)
-            self._run(params, grads, state, step, cast("float | Tensor", lr))
-            if not on_device:
-                assign(cast(Any, state).step, step)
-            write_slot(slot, new_slot, floats=floats)
-            return state
+            values = list(params._vals)
+            fields = [
+                list(params._aligned(getattr(state, f), what="The state"))
+                for f in self._buffers
+            ]
+            # Each staged tensor the kernel cannot walk, in contiguous scratch.
+            targets: list[Tensor] = []
+            scratch: list[Tensor] = []
+            for i in self._staged:
+                for tensors in (values, *fields):
+                    original = tensors[i]
+                    if not original.is_contiguous():
+                        tensors[i] = original.contiguous()
+                        targets.append(original)
+                        scratch.append(tensors[i])
+            device = values[0].device
+            compiling = torch.compiler.is_compiling()
+            if step.is_cpu and device.type != "cpu" and not compiling:
+                # Made on the device from the host's number: a copy from the
+                # host would wait for the device.
+                count = torch.full((), step.item(), dtype=torch.float32, device=device)
+            else:
+                count = step.to(device=device, dtype=torch.float32)
+            self._kernel(values, list(grads._vals), fields, [count] * len(values), lr)
+            if targets:
+                torch._foreach_copy_(targets, scratch)
 
-        return commit
-
-    def _run(
-        self,
-        params: ParamDict,
-        grads: ParamDict,
-        state: S,
-        step: Tensor,
-        lr: float | Tensor,
-    ) -> None:
-        values = list(params._vals)
-        fields = [
-            list(params._aligned(getattr(state, f), what="The state"))
-            for f in self._buffers
-        ]
-        # Staged entries: each tensor the kernel cannot walk, in contiguous scratch.
-        targets: list[Tensor] = []
-        scratch: list[Tensor] = []
-        for i in self._staged:
-            for tensors in (values, *fields):
-                original = tensors[i]
-                if not original.is_contiguous():
-                    tensors[i] = original.contiguous()
-                    targets.append(original)
-                    scratch.append(tensors[i])
-        device = values[0].device
-        if step.is_cpu and device.type != "cpu" and not torch.compiler.is_compiling():
-            # Made on the device from the host's number: a copy from the host
-            # would wait for the device.
-            count = torch.full((), step.item(), dtype=torch.float32, device=device)
-        else:
-            count = step.to(device=device, dtype=torch.float32)
-        steps = [count] * len(values)
-        self._kernel(values, list(grads._vals), fields, steps, lr)
-        if targets:
-            torch._foreach_copy_(targets, scratch)
+        return counted(self._opt, state, run, fused=True)
 
 
-def next_count(opt: Any, state: Any) -> tuple[Tensor, bool]:
-    """Return the number of the step being taken, and whether it is the counter.
+def counted(
+    opt: Any, state: S, run: Callable[[ParamDict, Tensor, Any], None], *, fused: bool
+) -> Callable[[ParamDict], S]:
+    """Read the step's number, rate and next schedule; return the commit.
 
-    On the host, `opt.next_step(state)`: a new tensor, `assign`ed to the
-    counter after the step. On a device (`capturable=True`), the counter
-    itself, which the commit `advance`s in place before the rule reads it:
-    one kernel, as torch's `_foreach_add_` of its capturable step counts.
+    The commit runs `run(grads, step, lr)`, then advances the counter (on a
+    device, `capturable`: in place before) and the schedule.
     """
-    counter: Tensor = state.step
-    if counter.is_cpu:
-        return opt.next_step(state), False
-    return counter, True
+    counter: Tensor = cast(Any, state).step
+    on_device = not counter.is_cpu
+    step: Tensor = counter if on_device else opt.next_step(state)
+    lr = opt.rate("lr", step, state)
+    if fused and isinstance(lr, Tensor):
+        # The `.tensor_lr` overloads read a CPU rate as this double; one on
+        # the entries' accelerator goes as it is. Detached: torch.optim's
+        # fused step runs without recording.
+        lr = lr.item() if lr.device.type == "cpu" else lr.detach()
+    slot: object = getattr(state, "schedule", ())
+    new_slot, floats = opt._next_slot(state)
+
+    def commit(grads: ParamDict) -> S:
+        if on_device:
+            advance(step)
+        run(grads, step, lr)
+        if not on_device:
+            assign(counter, step)
+        write_slot(slot, new_slot, floats=floats)
+        return state
+
+    return commit
 
 
 def advance(counter: Tensor) -> None:
@@ -278,8 +234,7 @@ def advance(counter: Tensor) -> None:
 def assign(target: Tensor, value: Tensor) -> None:
     """`target.copy_(value)` for a 0-dim counter, also while compiled.
 
-    Through a view: traced, a `copy_` into a 0-dim float64 input is dropped by
-    torch 2.13's functionalization.
+    Through a view: traced, torch 2.13 drops a `copy_` into a 0-dim float64 input.
     """
     if torch.compiler.is_compiling():
         target.view(1).copy_(value.view(1))
@@ -288,10 +243,7 @@ def assign(target: Tensor, value: Tensor) -> None:
 
 
 def write_slot(slot: object, new_slot: object, *, floats: bool = False) -> None:
-    """Copy an advanced schedule state into the tensors of the old one.
-
-    `floats`: `new_slot` holds Python floats (`slot.advanced_on_host`).
-    """
+    """Copy an advanced schedule state (`floats`: of Python floats) into the old one."""
     if new_slot is slot:
         return
     if floats:
@@ -306,11 +258,7 @@ def write_slot(slot: object, new_slot: object, *, floats: bool = False) -> None:
 
 
 def adam_kernel(opt: Any) -> Kernel:
-    """`torch._fused_adam_` (`_fused_adamw_` when decoupled) with `opt`'s options.
-
-    The betas are read at each step, as the rule reads them (`cycled`): a
-    `torch.optim` scheduler behind `as_torch_optimizer` cycles them.
-    """
+    """`torch._fused_adam_` (`_fused_adamw_` when decoupled); betas read each step."""
     kernel = torch._fused_adamw_ if opt._decoupled() else torch._fused_adam_
     amsgrad = opt.amsgrad
 
@@ -344,11 +292,7 @@ def adam_kernel(opt: Any) -> Kernel:
 
 
 def sgd_kernel(opt: Any) -> Kernel:
-    """`torch._fused_sgd_` with `opt`'s options, without dampening.
-
-    The momentum buffer starts at zero, so the first step's `0 * momentum + grad`
-    is the gradient itself, what torch's `is_first_step` copies in.
-    """
+    """`torch._fused_sgd_` without dampening (a zero first buffer: `is_first_step`)."""
 
     def run(
         params: list[Tensor],
@@ -412,12 +356,7 @@ def fused_plan(
     *,
     cpu_only: bool = False,
 ) -> FusedPlan[S] | None:
-    """Return the fused plan `opt`'s `fused` flag and the bound facts allow, or None.
-
-    Raises:
-        ValueError: With `fused=True`, if a fused kernel cannot take these
-            steps; the message says why and names the fix.
-    """
+    """Return the fused plan `opt`'s `fused` flag and the bound facts allow, or None."""
     if opt.fused is False or not params:
         return None
     if opt.fused is None and not params._vals[0].is_cpu:

@@ -55,11 +55,7 @@ def _name(predicate: Predicate) -> str:
 
 
 def _keepers(members: Sequence[object]) -> tuple[int, ...]:
-    """Return, for each member, the first member whose `lr` is the same schedule.
-
-    Groups given one schedule object as their `lr` share its state: the first of
-    them keeps it in its own state, the others keep `()` there.
-    """
+    """Return, for each member, the first member whose `lr` is the same schedule."""
     lrs: list[object] = [getattr(opt, "lr", None) for opt in members]
     return tuple(
         next(j for j, other in enumerate(lrs) if other is lr) if is_schedule(lr) else i
@@ -86,11 +82,7 @@ def _cloned(slot: object) -> object:
 
 
 def _globs(selectors: Sequence[_Selector]) -> dict[str, re.Pattern[str]]:
-    """Return each pattern's `fnmatchcase` regular expression, compiled now.
-
-    Compiled once, eagerly: `fnmatch` caches its patterns with `lru_cache`,
-    which dynamo warns about when a step routes keys while it is traced.
-    """
+    """Return each pattern's `fnmatchcase` regex, compiled now (not while traced)."""
     return {
         p: re.compile(fnmatch.translate(p))
         for selector in selectors
@@ -102,12 +94,7 @@ def _globs(selectors: Sequence[_Selector]) -> dict[str, re.Pattern[str]]:
 def _chosen(
     selector: _Selector, params: ParamDict, globs: Mapping[str, re.Pattern[str]]
 ) -> list[str]:
-    """Return the keys `selector` chooses, in key order.
-
-    A string equal to a key chooses that key alone, so a name holding `[` or
-    `*` is never read as a pattern; any other string is an `fnmatchcase`
-    pattern (compiled in `globs`).
-    """
+    """Return the keys `selector` chooses, in key order (a key itself is no pattern)."""
     if callable(selector):
         return [k for k, v in params.items() if selector(k, v)]
     exact = {p for p in selector if p in params}
@@ -119,25 +106,18 @@ def _chosen(
 class ParamGroups(Optimizer[tuple[S, ...]]):
     """Give different optimizer settings to the parameters chosen by pattern or test.
 
-    The keyed counterpart of `torch.optim` parameter groups: each group is a
-    shell-style pattern, as for `ParamDict.select` (`"*.bias"`, `"encoder.*"`),
-    a tuple of them, or a predicate called with each entry's name and tensor
-    (`lambda name, t: t.dim() >= 2`), mapped to its own optimizer. A string
-    equal to a parameter name chooses that entry only: names are never read as
-    patterns. Each key goes to the first group that chooses it, else to
-    `default`. Each group steps on its
-    subset of the entries with its own state; the results are merged back in the
-    parameters' key order. The state is the tuple of the groups' states (then the
-    default's), so it is a pytree and a `torch.save` value like any other.
-    Groups whose `lr` is one schedule object share its state, stored once: the
-    first of them holds it in its `schedule` field, the others hold `()` there
-    (a state saved with a copy in each group still steps).
+    The keyed `torch.optim` parameter groups: each group is a shell-style
+    pattern as for `ParamDict.select` (`"*.bias"`), a tuple of them, or a
+    predicate on each entry's name and tensor (`lambda name, t: t.dim() >= 2`),
+    mapped to its own optimizer. A string equal to a parameter name chooses
+    that entry only. Each key goes to the first group that chooses it, else to
+    `default`. The state is the tuple of the groups' states (then the
+    default's). Groups whose `lr` is one schedule object share its state,
+    stored in the first of them (the others hold `()`).
 
-    All the optimizers share one state type (`ParamGroups[AdamState]` for any mix
-    of `Adam` and `AdamW`) and one `differentiable` setting. The routing of a key
-    set is computed once and kept, so steps (also compiled ones) do no matching;
-    a predicate is therefore asked once per key set, and must not depend on the
-    tensors' values.
+    All the optimizers share one state type and one `differentiable` setting.
+    The routing is computed once per key set, so a predicate must not depend on
+    the tensors' values.
 
     Args:
         groups: An ordered mapping from a pattern, a tuple of patterns or a
@@ -214,9 +194,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 f"`optim.AdamW(...)`), got {'; '.join(bad)}."
             )
             raise TypeError(msg)
-        flags = {opt.differentiable for _, opt in pairs}
-        if default is not None:
-            flags.add(default.differentiable)
+        flags = {cast(Optimizer[S], opt).differentiable for _, opt in members}
         if len(flags) > 1:
             msg = (
                 "All groups must share one `differentiable` setting; they disagree "
@@ -236,7 +214,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             members.append(self.default)
         return members
 
-    def _route(self, params: ParamDict) -> _Routes:
+    def _routes_for(self, params: ParamDict) -> _Routes:
         """Split the keys among the groups (then the default), first match wins."""
         patterns = sorted(
             pattern
@@ -279,9 +257,6 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
             raise ValueError(msg)
         return tuple(routes)
 
-    def _routes_for(self, params: ParamDict) -> _Routes:
-        return self._route(params)
-
     def init(self, params: ParamDict, /) -> tuple[S, ...]:
         """Return the tuple of each group's first state, then the default's.
 
@@ -317,9 +292,8 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     ) -> tuple[S, ...]:
         """Return each group's whole state: shared schedule states handed out.
 
-        With `routes` (an in-place step), only the first group with keys among
-        those sharing a schedule state gets the stored one, which it writes; the
-        others get copies, so that each reads the rate before any write.
+        With `routes`, only the group that advances a shared state gets it; the
+        others get copies, so each reads the rate before any write.
         """
         full = list(state)
         for i, keeper in enumerate(self._keepers):
@@ -346,11 +320,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     def _stored(
         self, states: tuple[S, ...], routes: _Routes | None = None
     ) -> tuple[S, ...]:
-        """Return the state to keep: each shared schedule state stored once.
-
-        The schedule state advanced by the first group with keys (per
-        `routes`; else the first sharing group) is stored in the first group.
-        """
+        """Return the state to keep: each shared schedule state stored once."""
         stored = list(states)
         for i, keeper in enumerate(self._keepers):
             if keeper == i:
@@ -396,8 +366,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     ) -> tuple[S, ...]:
         """Return `state` after every group's `ReduceLROnPlateau` saw `metrics`.
 
-        Groups whose `lr` is another schedule or a rate keep their state;
-        `state` is unchanged.
+        The other groups keep their state; `state` is unchanged.
 
         Args:
             state: The tuple of group states from `init` or `step`.
@@ -447,10 +416,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
 
     @override
     def eval_params(self, params: P, state: tuple[S, ...], /) -> P:
-        """Return each group's point to evaluate at, merged in the key order.
-
-        `params` itself where every group evaluates at its parameters.
-        """
+        """Return each group's point to evaluate at (`params` where all are theirs)."""
         routes = self._routes_for(params)
         found: dict[str, Tensor] = {}
         moved = False
@@ -471,8 +437,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     ) -> tuple[P, tuple[S, ...]]:
         """Return the parameters after one update, and the next state.
 
-        As `Optimizer.step`; a group that chooses no key passes its state along
-        as it is (no copy is made).
+        As `Optimizer.step`; a group without keys passes its state along as it is.
 
         Example:
             >>> from paramdict import optim
@@ -513,15 +478,12 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
         self, params: ParamDict, state: tuple[S, ...], *, in_place: bool
     ) -> Plan[tuple[S, ...]]:
         self.check_state(params, state)
-        routes = self._route(params)
+        routes = self._routes_for(params)
         return _GroupsPlan(self, params, state, routes, in_place=in_place)
 
 
 def subset(params: P, keys: Sequence[str], /) -> P:
-    """Return the entries of `params` under exactly `keys`, in that order.
-
-    Unlike `select`, keys are not patterns, so any character in them is literal.
-    """
+    """Return the entries of `params` under exactly `keys` (no patterns), in order."""
     return params._from_parts(tuple(keys), [params[k] for k in keys])
 
 

@@ -1,11 +1,4 @@
-"""The optional hooks of every optimizer: schedules, rates, counts, eval points.
-
-Each default but `eval_params`'s refuses with a message naming the hook to
-implement; `TorchOptimizer` implements them, and the wrappers (`ParamGroups`,
-`ClipGradNorm`, `MultiSteps`) hand them to the optimizers they hold.
-`eval_params` returns the parameters themselves unless an optimizer evaluates
-elsewhere (`ScheduleFreeAdamW`).
-"""
+"""The optional hooks of every optimizer: schedules, rates, counts, eval points."""
 
 from __future__ import annotations
 
@@ -34,10 +27,8 @@ class OptionalHooks(Generic[S]):
     def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
         """Return `state` after its `ReduceLROnPlateau` schedule saw `metrics`.
 
-        The one explicit call for a schedule that reacts to a metric (torch's
-        `scheduler.step(metrics)`); `TorchOptimizer` implements it, and
-        `ParamGroups`, `ClipGradNorm` and `MultiSteps` hand it to the optimizers
-        they hold. `state` is unchanged.
+        torch's `scheduler.step(metrics)`; the wrappers hand it to the
+        optimizers they hold. `state` is unchanged.
 
         Args:
             state: The optimizer's state.
@@ -65,11 +56,9 @@ class OptionalHooks(Generic[S]):
     def last_lr(self, state: S, /) -> list[float]:
         """Return the learning rate of each group for the next step.
 
-        torch's `scheduler.get_last_lr()`, read from `state` whatever wraps the
-        optimizer: `TorchOptimizer` implements it, and `ParamGroups` (one entry
-        per group, then the default), `ClipGradNorm` and `MultiSteps` ask the
-        optimizers they hold. A per-key learning rate gives one entry per key.
-        It reads tensors to the host: call it outside a compiled step.
+        torch's `scheduler.get_last_lr()`: one entry per group (`ParamGroups`,
+        then the default), or per key for a per-key rate. It reads tensors to
+        the host: call it outside a compiled step.
 
         Args:
             state: The optimizer's state.
@@ -97,8 +86,7 @@ class OptionalHooks(Generic[S]):
     def step_count(self, state: S, /) -> int:
         """Return how many steps the optimizer has taken (torch's `state["step"]`).
 
-        Gradient accumulation (`MultiSteps`) counts the inner optimizer's steps;
-        `ParamGroups` the steps of its groups. It reads a tensor to the host.
+        `MultiSteps` counts the inner optimizer's steps. It reads the host.
 
         Args:
             state: The optimizer's state.
@@ -124,15 +112,10 @@ class OptionalHooks(Generic[S]):
     def eval_params(self, params: P, state: S, /) -> P:
         """Return the parameters to evaluate the model at, given the state.
 
-        The gradients of a step are taken at `params`. For most optimizers that
-        is also the point to evaluate (validate, test, export), and `params` is
-        returned as it is. An optimizer that takes its gradients elsewhere than
-        at the point it converges to overrides this: `ScheduleFreeAdamW` keeps
-        the gradient point `y` as its parameters and evaluates at the average
-        `x`, computed from `y` and the state. It is a function: nothing is
-        written, so evaluating in the middle of training, or saving a
-        checkpoint, needs no switch of mode. The wrappers (`ParamGroups`,
-        `ClipGradNorm`, `MultiSteps`) ask the optimizers they hold, key by key.
+        For most optimizers, `params` itself. `ScheduleFreeAdamW` keeps the
+        gradient point `y` as its parameters and evaluates at the average `x`,
+        computed from `y` and the state. Nothing is written, so evaluating
+        mid-training needs no switch of mode.
 
         Args:
             params: The parameters, as `step` returns them.

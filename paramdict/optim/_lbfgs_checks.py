@@ -1,17 +1,13 @@
 """What `LBFGS` refuses: a per-key `lr`, a foreign state, a closure of the wrong kind.
 
-L-BFGS keeps its history as flat vectors over all entries, so a state from other
-parameters with the same element count would fit and be used silently; the state
-records the keys and shapes it was built for (`layout`), and `check_state` compares
-them, with every field's kind, dtype, device, length and count, before a step reads
-anything. `closure_result` turns what a closure returned into the loss and the
-optional gradients, or says what it should return.
+The state records the keys and shapes it was built for (`layout`): a state for
+other parameters of the same size would otherwise be used silently.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from torch import Tensor
 
@@ -52,25 +48,25 @@ def layout_of(params: ParamDict) -> Layout:
     return tuple((k, tuple(v.shape)) for k, v in params.items())
 
 
-def _refuse(field: str, problem: str) -> None:
+def _refuse(field: str, problem: str, error: type[Exception] = ValueError) -> NoReturn:
     msg = f"The `LBFGS` state's `{field}` {problem}. {_FIX}"
-    raise ValueError(msg)
+    raise error(msg)
 
 
 def _check_layout(params: ParamDict, recorded: object) -> None:
     if recorded == ():
         return  # a state saved before layouts were recorded: counts are checked
     if not isinstance(recorded, tuple):
-        kind = type(recorded).__name__
-        msg = f"The `LBFGS` state's `layout` must be a tuple, got {kind}. {_FIX}"
-        raise TypeError(msg)
+        _refuse("layout", f"must be a tuple, got {type(recorded).__name__}", TypeError)
     given = dict(layout_of(params))
     pairs = cast("tuple[tuple[object, Iterable[object]], ...]", recorded)
+    kept: dict[str, tuple[int, ...]] | None
     try:
         kept = {str(k): tuple(int(cast(Any, n)) for n in s) for k, s in pairs}
     except (TypeError, ValueError):
-        msg = f"The `LBFGS` state's `layout` must hold (key, shape) pairs. {_FIX}"
-        raise TypeError(msg) from None
+        kept = None  # refused outside the handler: no chained exception
+    if kept is None:
+        _refuse("layout", "must hold (key, shape) pairs", TypeError)
     if list(kept) == list(given) and kept == given:
         return
     missing = sorted(set(given) - set(kept))
@@ -96,8 +92,7 @@ def _check_layout(params: ParamDict, recorded: object) -> None:
 def _check_vector(name: str, value: object, numel: int, like: Tensor) -> None:
     if not isinstance(value, Tensor) or value.dim() != 1:
         kind = type(value).__name__
-        msg = f"The `LBFGS` state's `{name}` must be a 1-dim tensor, got {kind}. {_FIX}"
-        raise TypeError(msg)
+        _refuse(name, f"must be a 1-dim tensor, got {kind}", TypeError)
     if value.numel() != numel:
         _refuse(
             name,
@@ -120,29 +115,15 @@ def _check_scalar(name: str, value: object, *, optional: bool) -> None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return
     expected = "a number, a 0-dim tensor" + (" or None" if optional else "")
-    msg = (
-        f"The `LBFGS` state's `{name}` must be {expected}, got "
-        f"{type(value).__name__}. {_FIX}"
-    )
-    raise TypeError(msg)
+    _refuse(name, f"must be {expected}, got {type(value).__name__}", TypeError)
 
 
 def check_state(params: ParamDict, state: Any) -> None:
-    """Raise unless `state` is an `LBFGSState` for `params` (checked, not read twice).
-
-    Raises:
-        TypeError: Naming a field of the wrong kind.
-        ValueError: Naming a field of another size, dtype or device, a negative
-            count, or a state recorded for other keys or shapes.
-    """
+    """Raise unless `state` is an `LBFGSState` for `params`."""
     for name in ("func_evals", "n_iter"):
         count = getattr(state, name)
         if not isinstance(count, int) or isinstance(count, bool):
-            msg = (
-                f"The `LBFGS` state's `{name}` must be an int, got "
-                f"{type(count).__name__}. {_FIX}"
-            )
-            raise TypeError(msg)
+            _refuse(name, f"must be an int, got {type(count).__name__}", TypeError)
         if count < 0:
             _refuse(name, f"must be >= 0, got {count}")
     _check_layout(params, getattr(state, "layout", ()))
@@ -159,19 +140,12 @@ def check_state(params: ParamDict, state: Any) -> None:
     _check_scalar("H_diag", state.H_diag, optional=False)
     prev_loss = state.prev_loss
     if not (prev_loss is None or isinstance(prev_loss, (int, float, Tensor))):
-        msg = (
-            "The `LBFGS` state's `prev_loss` must be a number or None, got "
-            f"{type(prev_loss).__name__}. {_FIX}"
-        )
-        raise TypeError(msg)
+        kind = type(prev_loss).__name__
+        _refuse("prev_loss", f"must be a number or None, got {kind}", TypeError)
     history = {name: getattr(state, name) for name in ("old_dirs", "old_stps", "ro")}
     for name, kept in history.items():
         if not isinstance(kept, (tuple, list)):
-            msg = (
-                f"The `LBFGS` state's `{name}` must be a tuple, got "
-                f"{type(kept).__name__}. {_FIX}"
-            )
-            raise TypeError(msg)
+            _refuse(name, f"must be a tuple, got {type(kept).__name__}", TypeError)
     lengths = {name: len(kept) for name, kept in history.items()}
     if len(set(lengths.values())) > 1:
         _refuse("old_dirs", f"`old_stps` and `ro` differ in length ({lengths})")
@@ -183,14 +157,7 @@ def check_state(params: ParamDict, state: Any) -> None:
 
 
 def closure_result(result: object) -> tuple[Tensor, Mapping[str, Tensor] | None]:
-    """Return the loss a closure returned, and its gradients if it gave them.
-
-    Raises:
-        TypeError: If the closure returned neither a scalar tensor nor a
-            `(loss, grads)` pair with a mapping of gradients.
-        ValueError: If the loss has more than one element, or (without
-            gradients) does not depend on the parameters.
-    """
+    """Return the loss a closure returned, and its gradients if it gave them."""
     how = (
         "The closure must return the loss, a real scalar tensor computed from the "
         "parameters it is given (differentiated here), or `(loss, grads)` with the "

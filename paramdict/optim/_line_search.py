@@ -1,10 +1,6 @@
-"""The strong Wolfe line search of `LBFGS`, with `torch.optim.LBFGS`'s arithmetic.
+"""The strong Wolfe line search of `LBFGS`, in `torch.optim.LBFGS`'s arithmetic.
 
-On flat vectors: `evaluate(t)` returns the loss (a float) and the flat gradient at
-`x + t * d`. The search brackets a step satisfying the strong Wolfe conditions
-(sufficient decrease `c1`, curvature `c2`) and narrows the bracket by cubic
-interpolation, in torch.optim's order of operations, so that LBFGS with
-`line_search_fn="strong_wolfe"` takes torch's steps.
+`evaluate(t)` returns the loss and the flat gradient at `x + t * d`.
 """
 
 from __future__ import annotations

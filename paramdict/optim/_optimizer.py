@@ -1,28 +1,9 @@
 """The optimizer protocol: `init`, the in-place rule, and the three ways to step.
 
-Every optimizer is an immutable configuration with a pure first state and an
-update rule that writes into the tensors it is handed:
-
-    state = opt.init(params)
-    params, state = opt.step(params, grads, state)    # new tensors
-    params, state = opt.step_(params, grads, state)   # written in place
-
-The rule (`update_`, or `TorchOptimizer.math` for the optimizers in the style of
-`torch.optim`) is written once, with ParamDict's in-place arithmetic
-(`m.lerp_(g, 0.1)`), as torch.optim's foreach steps are written. The mode decides
-whose tensors it writes:
-
-- `step_`: the caller's parameters and state;
-- `step`: fresh copies of them, made in one pass (the inputs are left as they
-  were, and the new parameters are leaves requiring grad where the old ones did);
-- `step` with `differentiable=True`: copies that autograd records, so a
-  meta-loss can be differentiated through the steps.
-
-So every mode runs the same kernels on the same values, and a rule cannot give
-different numbers in different modes. What can be decided before a step (the
-checks of the inputs, the path) is decided when the optimizer is bound to its
-parameters and state (`bind`, `_binding.py`); `step` and `step_` bind on their
-first call and again only when what they are handed changes.
+The rule (`update_`, or `TorchOptimizer.math`) writes in place; the mode decides
+whose tensors: the caller's (`step_`), copies (`step`), or copies autograd records
+(`differentiable=True`). What can be decided before a step is decided once, at
+`bind` (`_binding.py`).
 """
 
 from __future__ import annotations
@@ -40,13 +21,12 @@ from torch import Tensor, nn
 from .._fresh import mixed
 from .._paramdict import ParamDict
 from . import _eager
-from ._binding import Bound, Plan
-from ._copies import copied, lazily_copied
+from ._binding import Bound, Plan, on_copies
 from ._hooks import OptionalHooks
 from ._registry import register_state
 from ._validate import (
     aligned_grads,
-    check_grads,
+    check_keyed,
     check_params,
     entries_agree,
     transformed,
@@ -66,11 +46,9 @@ def _same_tensors(a: ParamDict, b: ParamDict) -> bool:
 class Optimizer(OptionalHooks[S], abc.ABC):
     """The base of every optimizer: `init`, the rule `update_`, and the steps.
 
-    A subclass is an immutable configuration that defines `init` (the first
-    state), `update_` (the rule: write one update into the parameters and the
-    state it is given, never into `grads`) and a `differentiable` flag; the
-    steps, the checks and `bind` come from here. Optimizers in the style of
-    `torch.optim` (learning rate, weight decay, `maximize`, schedules) extend
+    A subclass is an immutable configuration that defines `init`, `update_`
+    (write one update into the parameters and state, never into `grads`) and
+    `differentiable`. Optimizers in the style of `torch.optim` extend
     `TorchOptimizer`, whose rule hook is `math`.
 
     Example:
@@ -109,14 +87,10 @@ class Optimizer(OptionalHooks[S], abc.ABC):
     def update_(self, params: ParamDict, grads: ParamDict, state: S, /) -> S:
         """Write one update into `params` and `state`; return `state` (the hook).
 
-        Override this to write an optimizer that is not in the style of
-        `torch.optim` (those override `TorchOptimizer.math`). Write with
-        ParamDict's in-place arithmetic (`p.add_(g, alpha=-0.1)`) into the
-        tensors of `params` and `state`; read `grads` only. The inputs are
-        checked: `grads` has the keys, order, shapes and dtypes of `params`,
-        and `state` passed `check_state`. Whose tensors these are is the
-        step's business (the caller's, copies, or recorded copies), so the
-        rule is the same for every mode.
+        Override this for an optimizer not in the style of `torch.optim`
+        (those override `TorchOptimizer.math`): write with ParamDict's in-place
+        arithmetic into `params` and `state`, read `grads` only. The inputs are
+        checked, and the same rule serves every mode.
 
         Args:
             params: The parameters, to write into.
@@ -148,7 +122,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
 
         The default accepts anything; `TorchOptimizer` checks the state's type,
         keys, shapes and dtypes, and the wrappers ask their members. It runs
-        when the optimizer is bound to `params` and `state`, not on every step.
+        at bind time, not on every step.
 
         Args:
             params: The parameters of the step.
@@ -169,12 +143,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         """
 
     def _plan(self, params: ParamDict, state: S, *, in_place: bool) -> Plan[S]:
-        """Check `params` and `state` for a step; return the step's work.
-
-        Called once per binding. The default checks the state and plans
-        `update_`; `TorchOptimizer` chooses between torch's fused kernels and
-        the rule, and the wrappers compose the plans of what they hold.
-        """
+        """Check `params` and `state` once per binding; return the step's work."""
         self.check_state(params, state)
         update = self.update_
         name = type(self).__name__
@@ -196,11 +165,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         return prepare
 
     def _lazy_rule(self) -> bool:
-        """Whether `update_` writes only through ParamDict's in-place methods.
-
-        Then `step` hands it containers copied by their first write
-        (`_copies.lazily_copied`) rather than copies made first.
-        """
+        """Whether `update_` writes only through ParamDict's in-place methods."""
         return False
 
     # ------------------------------------------------------------ binding
@@ -210,9 +175,8 @@ class Optimizer(OptionalHooks[S], abc.ABC):
     ) -> Bound[S]:
         """Check `params` and `state` once; return them bound, ready to step.
 
-        Everything a step needs to know about the parameters and the state is
-        checked and decided here (see `Bound`); `step_` and `step` bind on
-        their own, so this is for a loop that holds the binding itself.
+        `step_` and `step` bind on their own; this is for a loop that holds
+        the binding itself.
 
         Args:
             params: The parameters.
@@ -267,19 +231,13 @@ class Optimizer(OptionalHooks[S], abc.ABC):
     def step(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
         """Return the parameters after one update, and the next state.
 
-        Pure: `params`, `grads` and `state` are unchanged; the update is written
-        into fresh copies of the parameters and the state (one pass over them),
-        which are returned. By default the new parameters are leaves with no
-        history, requiring grad wherever the old ones did; with
-        `differentiable=True` the copies are recorded by autograd, so the new
-        parameters and state depend differentiably on the old ones, on the
-        gradients and on tensor hyperparameters. Every entry keeps its shape
-        and dtype.
-
-        Under `torch.compile(fullgraph=True)` the default mode compiles when the
-        parameters do not require grad (gradients from `torch.func.grad`), and the
-        differentiable mode always compiles: a compiled function cannot return new
-        leaves that require grad.
+        Pure: the inputs are unchanged; the update is written into fresh copies.
+        By default the new parameters are leaves requiring grad where the old
+        ones did; with `differentiable=True` autograd records the update, so
+        the results depend differentiably on the inputs and tensor
+        hyperparameters. Under `torch.compile(fullgraph=True)` the default
+        mode compiles when the parameters do not require grad, the
+        differentiable mode always.
 
         Args:
             params: The current parameters.
@@ -310,58 +268,31 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             >>> params["w"]  # unchanged
             tensor([1.], requires_grad=True)
         """
-        if torch.compiler.is_compiling() or transformed():
-            return self._traced_step(params, grads, state)
-        bound = self._bound(params, state, in_place=False)
-        new_params, new_state = bound.step(grads)
-        return cast(P, new_params), new_state
-
-    def _traced_step(
-        self, params: P, grads: Mapping[str, Tensor], state: S
-    ) -> tuple[P, S]:
-        """`step` as one graph: checks at trace time, the plan on copies."""
+        if not (torch.compiler.is_compiling() or transformed()):
+            bound = self._bound(params, state, in_place=False)
+            new_params, new_state = bound.step(grads)
+            return cast(P, new_params), new_state
+        # Traced: the checks at trace time, the plan on copies, as one graph.
         params = cast(P, check_params(params, "step"))
         aligned = aligned_grads(params, grads)
-        check_grads(params, aligned)
+        check_keyed(params, aligned._vals, what="The gradients")
         if not params:
             return params, state
         plan = self._plan(params, state, in_place=False)
-        differentiable = self.differentiable
-        with torch.set_grad_enabled(differentiable and torch.is_grad_enabled()):
-            if self._lazy_rule() and entries_agree(params, state):
-                copies, copied_state, finish = lazily_copied(
-                    params, state, recorded=differentiable, exact=mixed(params)
-                )
-                new_state = plan(copies, copied_state)(aligned)
-                finish()
-            else:
-                copies, copied_state = copied(params, state, recorded=differentiable)
-                new_state = plan(copies, copied_state)(aligned)
-        if not differentiable:  # fresh leaves, flagged as the old ones (eagerly)
-            for new, old in zip(copies._vals, params._vals):
-                if old.requires_grad:
-                    new.requires_grad_()
-        return copies, new_state
+        lazy = self._lazy_rule() and entries_agree(params, state)
+        recorded, exact = self.differentiable, lazy and mixed(params)
+        return on_copies(
+            plan, params, state, aligned, recorded=recorded, lazy=lazy, exact=exact
+        )
 
     def step_(self, params: P, grads: Mapping[str, Tensor], state: S, /) -> tuple[P, S]:
         """Write one update into the tensors of `params` and `state`; return them.
 
-        The in-place counterpart of `step`, for callers who own their parameters
-        and state: no new parameters or buffers are allocated. It writes into
-        every tensor of `params` and of `state` (the buffers and the step
-        counter), and into nothing else: `grads` is only read, and no ParamDict
-        or state object is changed (they are immutable; their tensors are).
-        The values equal `step`'s, bitwise: both run the same rule.
-
-        `Adam`, `AdamW`, `SGD` without dampening and `Adagrad` (CPU) run torch's
-        fused kernels when their `fused` flag allows (not `False`), every entry
-        shares float32 or float64 and one device, and `weight_decay` is a number
-        and `lr` a number or a 0-dim tensor: bitwise `torch.optim` with
-        `fused=True`, whatever the entries' memory layout.
-
-        Everything is checked before anything is written, and checked once: the
-        optimizer is bound to `params` and `state` on the first call (`bind`),
-        and later calls with the same tensors only compare their facts.
+        The in-place counterpart of `step`: it writes into every tensor of
+        `params` and `state` and nothing else (`grads` is only read), bitwise
+        as `step`. `Adam`, `AdamW`, `SGD` without dampening and `Adagrad` run
+        torch's fused kernels where their `fused` flag and the entries allow.
+        Everything is checked before anything is written, once per binding.
 
         Args:
             params: The parameters, written in place.
@@ -404,25 +335,14 @@ class Optimizer(OptionalHooks[S], abc.ABC):
         bound = self._bound(params, state, in_place=True)
         return params, bound.step_(grads)
 
-    def _checked_to_write(
-        self, params: ParamDict, grads: Mapping[str, Tensor], state: S
-    ) -> ParamDict:
-        """The checks of a compiled `step_`, run eagerly; the aligned gradients."""
-        bound = self._bound(params, state, in_place=True)
-        return bound.grads(grads)
-
     def step_module(
         self, module: nn.Module, loss_fn: Callable[[], Tensor], state: S, /
     ) -> tuple[Tensor, S]:
         """Take one training step on `module`, updating its parameters in place.
 
-        Computes `loss = loss_fn()` (which should call `module`), its gradients
-        with respect to the module's parameters that require grad, and one
-        `step_`, which writes the update into the module's own `nn.Parameter`
-        objects and into the tensors of `state` (so hooks and references to them
-        stay valid, and no second copy of the parameters or the state is made).
-        The parameters' `.grad` fields are not touched. The returned state is
-        `state` itself, updated.
+        Computes `loss = loss_fn()`, its gradients with respect to the module's
+        trainable parameters, and one `step_` into the module's own
+        `nn.Parameter` objects and `state` (`.grad` fields are not touched).
 
         Args:
             module: The module to train.

@@ -16,8 +16,7 @@ T = TypeVar("T", bound=type[Any])
 def register_state(cls: T) -> T:
     """Make a NamedTuple state class loadable and its pytree spec serializable.
 
-    Adds `cls` to `torch.load`'s safe globals and registers it with a serialized
-    type name, so `torch.export`-style tree specs containing it can be saved.
+    Adds `cls` to `torch.load`'s safe globals and registers its pytree type name.
 
     Args:
         cls: The NamedTuple class.
@@ -44,17 +43,8 @@ def register_state(cls: T) -> T:
 def register_state_as(module: str) -> Callable[[T], T]:
     """Register a built-in state class under the module its checkpoints name.
 
-    Pickles (`torch.save`) and pytree specs name a class by `__module__` and
-    `__qualname__`. The built-in states are defined in light modules, so that
-    `import paramdict.optim` registers them without building the optimizers;
-    each keeps the name it was saved under, that of the module holding its
-    optimizer (which re-exports it), so saved states load as they always did.
-
-    Args:
-        module: The module path checkpoints name, `"paramdict.optim.adam"`.
-
-    Returns:
-        A class decorator: it sets `__module__` and applies `register_state`.
+    The states are defined in light modules but keep the `__module__` they were
+    saved under (their optimizer's, `"paramdict.optim.adam"`), so they load.
     """
 
     def register(cls: T) -> T:

@@ -1,13 +1,7 @@
 """The buffers of a state against its parameters: kinds, keys, shapes, presence.
 
-`TorchOptimizer.check_state` checks the state's type, counter and schedule itself
-and hands the buffers here, once per binding. What each field must hold is read
-from the optimizer itself: its `init_state` on meta copies of the parameters
-(nothing is allocated) says which fields are buffers keyed like the parameters,
-which are 0-dim scalars (NAdam's `mu_product`), and which its options leave empty
-(`Adam(amsgrad=False)`'s `max_exp_avg_sq`). A buffer keyed like the parameters
-must match each entry; a field of another kind, or empty where the options keep
-it, is refused naming the field and the fix.
+What each field must hold is read from the optimizer's `init_state` on meta
+copies of the parameters (nothing is allocated).
 """
 
 from __future__ import annotations
@@ -30,14 +24,7 @@ __all__ = ["check_buffers", "check_scalar"]
 
 
 def check_buffers(opt: TorchOptimizer[Any], params: ParamDict, state: Any) -> None:
-    """Raise unless each buffer field of `state` fits `params` and `opt`'s options.
-
-    Raises:
-        TypeError: If a field holds another kind of value than `init_state`
-            puts there (a 0-dim tensor for a buffer, say).
-        ValueError: If a buffer's keys, shapes, dtypes or devices are not
-            `params`', or a buffer `opt`'s options keep is empty.
-    """
+    """Raise unless each buffer field of `state` fits `params` and `opt`'s options."""
     kinds = _kinds(opt, params)
     for field, buffer in zip(state._fields, state):
         if field in ("step", "schedule") or field in opt.own_fields:
@@ -75,16 +62,7 @@ def check_buffers(opt: TorchOptimizer[Any], params: ParamDict, state: Any) -> No
 
 
 def check_scalar(params: ParamDict, field: str, value: object) -> None:
-    """Raise unless `value` is a 0-dim floating-point tensor a step can read.
-
-    On the CPU or the parameters' device: a scalar on the meta device holds no
-    value (unless the parameters are there too), one on another device would
-    move every step.
-
-    Raises:
-        TypeError: If `value` is not a 0-dim real floating-point tensor.
-        ValueError: If it is on a device other than the CPU or the parameters'.
-    """
+    """Raise unless `value` is a 0-dim float tensor on the CPU or the params' device."""
     what = f"The state's `{field}`"
     fix = "Use the state from this optimizer's `init` (or a checkpoint of it)."
     if not (
@@ -110,11 +88,9 @@ def _describe(value: object) -> str:
 
 
 def _kinds(opt: TorchOptimizer[Any], params: ParamDict) -> dict[str, str]:
-    """What `opt.init_state` puts in each field for `params`: a field's kind.
+    """Each field's kind in `opt.init_state`: buffer, empty, scalar or other.
 
-    `"buffer"` (a ParamDict keyed like the parameters), `"empty"`, `"scalar"` (a
-    0-dim tensor) or `"other"`; from `init_state` on meta copies of `params`.
-    Empty where the probe cannot run (a rule whose first state reads values).
+    Empty where the probe on meta copies cannot run.
     """
     if not params or torch.compiler.is_compiling():
         return {}

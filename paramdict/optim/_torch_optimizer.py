@@ -1,13 +1,8 @@
 """`TorchOptimizer`: what every optimizer in the style of `torch.optim` shares.
 
-The learning rate, weight decay, `maximize`, `differentiable` and `capturable`
-options and their validation; the checks of parameters, hyperparameters and state;
-the step counter (a 0-dim double on the host, as torch keeps its `step` on the host,
-or on the parameters' device with `capturable=True`); the
-maximize/weight-decay prologue; the schedule of the learning rate; and the choice,
-made once per binding, between torch's fused kernel (where the optimizer has one)
-and the rule. A concrete optimizer adds its own fields (with torch.optim's names,
-order and defaults), its first state (`init_state`) and its rule (`math`).
+The shared options and checks, the step counter, the maximize/weight-decay
+prologue, the learning rate's schedule, and the choice between torch's fused
+kernel and the rule; a concrete optimizer adds its fields, `init_state` and `math`.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._binding import Plan
-from ._fused import FusedPlan, advance, assign, next_count, write_slot
+from ._fused import FusedPlan, counted
 from ._hyper import (
     Rate,
     check_counter,
@@ -43,7 +38,6 @@ from ._optimizer import Optimizer
 from ._scheduled import ScheduledRate
 from ._schedules.slot import (
     LearningRate,
-    SlotState,
     check_fits,
     check_slot,
     first_state,
@@ -77,24 +71,16 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
 
     A subclass is an `attrs.frozen(kw_only=True, eq=False,
     field_transformer=optim.shared_last)` class that declares `lr` and
-    `weight_decay` among its own fields (in its torch.optim order, with its
-    defaults), a `state_type`, and defines `math` (and `init_state` where a
-    buffer does not start at zero). `maximize` and `differentiable` are
-    declared once, here. This base validates the shared fields, checks
-    parameters, per-key rates, gradients and states when it is bound to them,
-    counts the steps, reads the (possibly scheduled) learning rate, applies
-    `maximize` and the weight decay, and calls `math`.
+    `weight_decay` among its fields (in torch.optim's order and defaults), a
+    `state_type`, and `math` (and `init_state` where a buffer does not start at
+    zero). This base does the checks, the step counter, the (scheduled)
+    learning rate, `maximize` and the weight decay.
 
-    `Adam`, `AdamW`, `SGD` and `Adagrad` have torch's fused kernels and a `fused`
-    option for them. `None` (the default): on the CPU, the fused kernel wherever
-    the step allows it (every entry float32 or float64, a number
-    `weight_decay`, an `lr` that is a number, a 0-dim tensor or a schedule),
-    bitwise `torch.optim` with `fused=True` in `step` and `step_`, whatever the
-    entries' memory layout; on an accelerator, the foreach rule, torch.optim's
-    default there (as few kernels as torch's, and `step` writes no copy
-    first); the rule otherwise. `False`: always the rule, bitwise `torch.optim`
-    with `foreach=True`. `True`: the fused kernel, and a step it cannot take is
-    refused (not with `differentiable=True`).
+    `Adam`, `AdamW`, `SGD` and `Adagrad` have a `fused` option. `None` (the
+    default): torch's fused kernel on the CPU where the step allows it
+    (float32 or float64 entries, a number `weight_decay`), the foreach rule
+    elsewhere. `False`: always the rule (`foreach=True`'s bits). `True`: the
+    fused kernel, refusing a step it cannot take.
 
     Attributes:
         lr: The learning rate: a number, a 0-dim tensor, a per-key ParamDict,
@@ -104,13 +90,9 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step`.
         capturable: Keep the step counter on the parameters' device, as
-            torch.optim's `capturable=True` does: the bias corrections and step
-            sizes are computed there, with no number read on the host, so that
-            a CUDA graph can capture `step_` whole (give `lr` as a tensor on
-            the device to change it between replays; a schedule runs on the
-            host, once per call, and a captured graph replays its rate as
-            captured). It costs a few 0-dim kernels per step, as torch's does;
-            on the CPU it changes nothing.
+            torch.optim's `capturable=True` does, so that a CUDA graph can
+            capture `step_` whole (give `lr` as a device tensor to change it
+            between replays). On the CPU it changes nothing.
         state_type: The state class (a NamedTuple whose first field is `step`).
 
     Example:
@@ -133,40 +115,29 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
     buffer_options: ClassVar[Mapping[str, str]] = {}
     """For each buffer `init_state` may leave empty, the option that fills it.
 
-    `Adam`'s is `{"max_exp_avg_sq": "amsgrad=True"}`: a state made under another
-    setting that lacks the buffer is refused with a message naming the option.
+    `Adam`'s is `{"max_exp_avg_sq": "amsgrad=True"}`, named when it is missing.
     """
     own_fields: ClassVar[tuple[str, ...]] = ()
-    """Fields of the state that the subclass's `check_state` checks itself.
-
-    The base check passes over them (`ASGD`'s `eta`, which has a rate's form).
-    """
+    """Fields of the state that the subclass's `check_state` checks itself (`eta`)."""
 
     copies_fused: ClassVar[bool] = True
     """Whether `step` (on copies) takes the fused kernel under `fused=None`.
 
-    True where one fused pass over the copies costs less than the rule (the
-    Adam family, Adagrad). `SGD` keeps torch.optim's default path (its foreach
-    rule) in `step`, and the fused kernel in `step_`; `fused=True` fuses both.
+    `SGD`'s is False: its foreach rule in `step`, the fused kernel in `step_`.
     """
 
     lazy_copies: ClassVar[bool] = False
     """`math` writes only through ParamDict's in-place methods (`add_`, `lerp_`, ...).
 
-    Never into a tensor it took out of a ParamDict (`params["w"].add_(1)`), nor
-    through a ParamDict of its own making over the same tensors. Then `step`
-    hands `math` containers that become copies by their first write (the
-    out-of-place twin of that kernel), one pass over memory less than copying
-    first. Every optimizer of this package sets it; leave it False in yours
-    until its `math` keeps that rule.
+    Never into a tensor taken out of a ParamDict (`params["w"].add_(1)`). Then
+    `step` hands `math` containers copied by their first write, a pass over
+    memory less. Leave it False until your `math` keeps that rule.
     """
 
     decoupled_decay: ClassVar[bool] = False
     """Decay the parameters by `1 - lr * weight_decay` (else: L2, `prologue`)."""
     decays_in_math: ClassVar[bool] = False
-    """`math` applies the weight decay itself (`decayed`, or its own form of it):
-    for a rule that reads the parameters before they decay (Adafactor's step
-    size) or decays them elsewhere than at the parameters (Schedule-Free)."""
+    """`math` applies the weight decay itself (Adafactor, Schedule-Free)."""
 
     def __attrs_post_init__(self) -> None:
         """Validate the shared fields (subclasses call this from their own)."""
@@ -209,9 +180,8 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
     def init_state(self, params: ParamDict, /) -> S:
         """Return the state at step 0 for checked `params`.
 
-        By default a zero counter and a zero buffer for each field of
-        `state_type` after `step` (but `schedule`, which `init` fills):
-        override it for a buffer that starts otherwise or may be empty.
+        By default a zero counter and a zero buffer per field after `step`
+        (but `schedule`, which `init` fills).
 
         Args:
             params: The parameters, already checked by `init`.
@@ -231,14 +201,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
         return state
 
     def _stand_ins(self, state: S) -> ParamDict:
-        """Stand-ins for the parameters `state` is for, read from its buffers.
-
-        For each key, its entry in the first buffer keyed like the parameters
-        that holds it (in field order, passing over `own_fields`): what
-        `check_state` compares the state with where no parameters are given
-        (`to_torch_state_dict` with names). Override it where no buffer has
-        the parameters' shapes (Adafactor's factored moments).
-        """
+        """Stand-ins for the parameters of `state`: each key's first buffer entry."""
         entries: dict[str, Tensor] = {}
         given: Any = state
         for field in given._fields:
@@ -309,7 +272,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
         return self.lazy_copies
 
     def _decoupled(self) -> bool:
-        """`decoupled_decay`, else the `decoupled_weight_decay` option (Adam's)."""
+        """`decoupled_decay`, or the `decoupled_weight_decay` option (Adam's)."""
         option: object = getattr(self, "decoupled_weight_decay", False)
         return self.decoupled_decay or option is True
 
@@ -320,13 +283,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
 
     @override
     def _plan(self, params: ParamDict, state: S, *, in_place: bool) -> Plan[S]:
-        """Check `params` and `state`; choose torch's fused kernel or the rule.
-
-        The choice is a function of the configuration and of the bound facts
-        alone (`_fused.fused_refusal` lists the conditions), and is the same
-        for `step` and `step_`; a layout the kernel cannot walk is staged
-        through dense copies, so it never changes the numbers.
-        """
+        """Check `params` and `state`; choose torch's fused kernel or the rule."""
         check_real(params)
         self._check_rates(params)
         self.check_state(params, state)
@@ -341,21 +298,11 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
 
     def _prepare(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:
         """Compute what can fail (the next schedule); return the rule's commit."""
-        step, on_device = next_count(self, state)
-        lr = self.rate("lr", step, state)
-        slot: SlotState = getattr(state, "schedule", ())
-        new_slot, floats = self._next_slot(state)
 
-        def commit(grads: ParamDict) -> S:
-            if on_device:
-                advance(step)
+        def run(grads: ParamDict, step: Tensor, lr: Rate) -> None:
             self._run_rule(params, grads, state, step, lr)
-            if not on_device:
-                assign(state.step, step)
-            write_slot(slot, new_slot, floats=floats)
-            return state
 
-        return commit
+        return counted(self, state, run, fused=False)
 
     def _run_rule(
         self, params: ParamDict, grads: ParamDict, state: S, step: Tensor, lr: Rate
@@ -374,8 +321,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
     def update_(self, params: ParamDict, grads: ParamDict, state: S, /) -> S:
         """Write one step of the rule into `params` and `state`; return `state`.
 
-        The whole step around `math` (counter, rate, prologue, schedule), on
-        tensors the caller owns; `step_` runs this after its checks.
+        The whole step around `math` (counter, rate, prologue, schedule).
 
         Example:
             >>> from paramdict import optim
@@ -398,12 +344,10 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
     ) -> None:
         """Write the rule's arithmetic into `params` and `state` (the hook).
 
-        Override this to write an optimizer: everything else of the step is
-        done around it. Write with ParamDict's in-place arithmetic into the
-        parameters and the state's buffers (`state.exp_avg.lerp_(grads, 0.1)`),
-        as torch.optim's foreach steps do; read `grads` only. Rates in any form
-        (number, 0-dim tensor, per-key ParamDict) go to the arithmetic as they
-        are.
+        Override this to write an optimizer: write with ParamDict's in-place
+        arithmetic into the parameters and buffers
+        (`state.exp_avg.lerp_(grads, 0.1)`); read `grads` only. Rates in any
+        form go to the arithmetic as they are.
 
         Args:
             params: The parameters (already decayed when decoupled, unless
@@ -431,8 +375,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
     def decay_(self, params: ParamDict, step: Tensor, lr: Rate, /) -> None:
         """Decay `params` in place by `1 - lr * weight_decay` (decoupled decay).
 
-        The driver's decay of a decoupled rule; a rule with `decays_in_math`
-        calls it where it needs it.
+        A rule with `decays_in_math` calls it where it needs it.
 
         Args:
             params: The parameters, written in place.
@@ -474,9 +417,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
         """Return the gradients the rule uses: negated to maximize, plus L2 decay.
 
         torch.optim's order: `-grads` when `maximize`, then
-        `grads + weight_decay * params` when the weight decay is not zero. New
-        tensors: `grads` is never written. Decoupled decay (AdamW) is `decay_`
-        of the parameters instead.
+        `grads + weight_decay * params`. `grads` is never written.
 
         Args:
             params: The parameters.
@@ -512,10 +453,8 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
             params: The parameters.
 
         Returns:
-            A 0-dim double-precision zero on the host, where torch.optim keeps
-            its step counts; with `capturable=True`, a zero on the parameters'
-            device in torch's dtype for it (float32 unless the default dtype is
-            float64).
+            A 0-dim float64 zero on the host; with `capturable=True`, a zero
+            on the parameters' device in torch's dtype for it.
 
         Example:
             >>> from paramdict import optim

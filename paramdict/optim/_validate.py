@@ -1,9 +1,6 @@
 """The checks an optimizer makes when it meets its inputs, with their messages.
 
-`Optimizer.bind` (and every `step`/`step_` that binds) runs these once per set of
-parameters and state; each step after that only compares a signature of facts
-(`_binding.py`). Gradients are new on every step and are checked here when their
-facts change. Every check names the offending keys and says how to fix them.
+Run once per binding (`_binding.py`); the gradients' whenever their facts change.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ from .._paramdict import ParamDict
 
 __all__ = [
     "aligned_grads",
-    "check_grads",
     "check_keyed",
     "check_params",
     "check_real",
@@ -54,12 +50,7 @@ def transformed() -> bool:
 
 
 def check_params(params: object, what: str) -> ParamDict:
-    """Return `params` after checking that it is a ParamDict of real float tensors.
-
-    Raises:
-        TypeError: If `params` is not a ParamDict, or a value is not a real
-            floating-point tensor (naming the keys).
-    """
+    """Return `params` after checking that it is a ParamDict of real float tensors."""
     if not isinstance(params, ParamDict):
         msg = (
             f"`{what}` takes the parameters as a ParamDict, got "
@@ -78,11 +69,7 @@ def check_params(params: object, what: str) -> ParamDict:
 
 
 def check_real(params: ParamDict, /) -> None:
-    """Raise unless every value is a real floating-point tensor.
-
-    Raises:
-        TypeError: Naming the entries that are complex or not floating point.
-    """
+    """Raise unless every value is a real floating-point tensor."""
     if all(d.is_floating_point for d in {v.dtype for v in params._vals}):
         return  # complex dtypes are not `is_floating_point`
     bad = sorted(
@@ -96,12 +83,7 @@ def check_real(params: ParamDict, /) -> None:
 
 
 def aligned_grads(params: ParamDict, grads: Mapping[str, Tensor], /) -> ParamDict:
-    """Return `grads` as a ParamDict in `params`' key order (no tensor copied).
-
-    Raises:
-        TypeError: If `grads` is not a mapping, or a value is not a tensor.
-        ValueError: If the keys differ; the message names them.
-    """
+    """Return `grads` as a ParamDict in `params`' key order (no tensor copied)."""
     if isinstance(grads, ParamDict) and (
         grads._keys is params._keys or grads._keys == params._keys
     ):
@@ -123,28 +105,8 @@ def aligned_grads(params: ParamDict, grads: Mapping[str, Tensor], /) -> ParamDic
     return ParamDict._from_parts(params._keys, values)
 
 
-def _mismatch(params: ParamDict, values: list[Tensor]) -> tuple[list[str], list[str]]:
-    """Return the keys whose shapes differ, and those whose dtype or device do."""
-    shapes: list[str] = []
-    kinds: list[str] = []
-    for key, p, o in zip(params._keys, params._vals, values):
-        if o.shape != p.shape:
-            shapes.append(key)
-        elif o.dtype != p.dtype or o.device != p.device or o.layout != torch.strided:
-            kinds.append(key)
-    return sorted(shapes), sorted(kinds)
-
-
 def check_keyed(params: ParamDict, values: list[Tensor], /, *, what: str) -> None:
-    """Raise unless each of `values` has its parameter's shape, dtype and device.
-
-    `values` are in `params`' key order (checked before). An update never
-    changes a parameter's shape or dtype, as `torch.optim` never does.
-
-    Raises:
-        ValueError: Naming the entries whose shape, dtype, device or layout
-            (sparse) differs from the parameter's.
-    """
+    """Raise unless each of `values` (in key order) has its parameter's facts."""
     pvals = params._vals
     if all(
         v.shape == p.shape
@@ -154,8 +116,14 @@ def check_keyed(params: ParamDict, values: list[Tensor], /, *, what: str) -> Non
         for v, p in zip(values, pvals)
     ):
         return
-    shapes, kinds = _mismatch(params, values)
-    bad = shapes or kinds
+    # The entries of another shape, else those of another dtype, device or layout.
+    keys = params._keys
+    bad = sorted(k for k, p, v in zip(keys, pvals, values) if v.shape != p.shape)
+    bad = bad or sorted(
+        k
+        for k, p, v in zip(keys, pvals, values)
+        if v.dtype != p.dtype or v.device != p.device or v.layout != torch.strided
+    )
     described = ", ".join(
         f"{k!r}: {tuple(v.shape)} {v.dtype} {v.layout} on {v.device} for "
         f"{tuple(p.shape)} {p.dtype} on {p.device}"
@@ -169,15 +137,6 @@ def check_keyed(params: ParamDict, values: list[Tensor], /, *, what: str) -> Non
         "`grads.to(dtype)`, or build the state with `init`."
     )
     raise ValueError(msg)
-
-
-def check_grads(params: ParamDict, grads: ParamDict, /) -> None:
-    """Raise unless each gradient has its parameter's shape, dtype and device.
-
-    Raises:
-        ValueError: Naming the gradients that do not match (see `check_keyed`).
-    """
-    check_keyed(params, grads._vals, what="The gradients")
 
 
 # ---------------------------------------------------------------- writing in place
@@ -199,12 +158,7 @@ def _refuse(names: list[str], why: str, fix: str) -> None:
 
 
 def storage_keys(tensors: list[Tensor]) -> list[int]:
-    """The identity of the memory each tensor reads (a DTensor's: its shard's).
-
-    The data address for tensors with data; for meta tensors and tensor
-    subclasses of torch's dispatch (fake tensors, while tracing), whose memory
-    has no address, the storage object itself.
-    """
+    """The identity of the memory each tensor reads: its address, else its storage."""
     keys: list[int] = []
     dtensors = holds_dtensors(tensors)
     for t in tensors:
@@ -220,15 +174,7 @@ def storage_keys(tensors: list[Tensor]) -> list[int]:
 
 
 def check_writable(differentiable: bool, params: ParamDict, state: object) -> None:
-    """Raise unless `step_` can write an update into `params` and `state`.
-
-    Raises:
-        ValueError: If the optimizer is differentiable or a `torch.func` transform
-            runs the step, or naming the entries that autograd is recording (a
-            `grad_fn`), that are inference tensors outside inference mode, whose
-            elements overlap (`expand`), or that share memory with another entry
-            or state buffer.
-    """
+    """Raise unless `step_` can write an update into `params` and `state`."""
     if differentiable:
         raise ValueError(_DIFFERENTIABLE)
     if transformed():
@@ -282,11 +228,7 @@ def refuse_shared_grads(
     owned: set[int],
     keys: list[int] | None = None,
 ) -> None:
-    """Raise if a gradient shares memory with a tensor `step_` writes.
-
-    `owned` holds the `storage_keys` of the tensors written; `keys` are the
-    gradients' where the caller read them already.
-    """
+    """Raise if a gradient (`keys`: its memory) shares memory with one `owned`."""
     if keys is None:
         keys = storage_keys(grads._vals)
     if owned.isdisjoint(keys):
@@ -312,11 +254,7 @@ def _refuse_shared(names: list[str]) -> None:
 
 
 def entries_agree(params: ParamDict, state: object) -> bool:
-    """Whether every buffer entry of `state` has the dtype of its parameter.
-
-    Then a rule's in-place write computes in the entry's own dtype, and its
-    out-of-place twin gives the same tensor (`_copies.lazily_copied`).
-    """
+    """Whether every buffer entry of `state` has the dtype of its parameter."""
     dtypes = {k: v.dtype for k, v in zip(params._keys, params._vals)}
     return all(
         dtypes.get(key, value.dtype) == value.dtype
@@ -336,39 +274,49 @@ def _buffers(node: Any) -> list[ParamDict]:
     return []
 
 
-def state_tensors(state: Any) -> list[Tensor]:
-    """The tensors of a state in `pytree.tree_leaves` order (`named_tensors`').
+def state_tensors(
+    state: Any, containers: list[ParamDict] | None = None
+) -> list[Tensor]:
+    """The tensors of a state in `pytree.tree_leaves` order.
 
-    The states' own structure (NamedTuples and tuples of ParamDicts and
-    tensors) is walked directly, a call per container rather than per leaf;
-    anything else through `pytree`.
+    With `containers`, its ParamDicts are gathered there instead of their tensors.
     """
     found: list[Tensor] = []
-    _gather(state, found)
+    _gather(state, found, containers)
     return found
 
 
-def _gather(node: Any, found: list[Tensor]) -> None:
+def _gather(node: Any, found: list[Tensor], containers: list[ParamDict] | None) -> None:
     if isinstance(node, Tensor):
         found.append(node)
     elif isinstance(node, ParamDict):
-        found.extend(node._vals)
+        if containers is None:
+            found.extend(node._vals)
+        else:
+            containers.append(node)
     elif isinstance(node, tuple):
         for field in cast("tuple[object, ...]", node):
-            _gather(field, found)
+            _gather(field, found, containers)
     elif node is not None and not isinstance(node, (int, float, str)):
         found.extend(t for t in pytree.tree_leaves(node) if isinstance(t, Tensor))
 
 
-def rebuilt(node: Any, new: Iterator[Tensor]) -> Any:
-    """`node` with its tensors (in `state_tensors` order) taken from `new`."""
+def rebuilt(
+    node: Any, new: Iterator[Tensor], containers: Iterator[ParamDict] | None = None
+) -> Any:
+    """`node` with its tensors (in `state_tensors` order) taken from `new`.
+
+    With `containers`, its ParamDicts are taken from there whole.
+    """
     if isinstance(node, Tensor):
         return next(new)
     if isinstance(node, ParamDict):
+        if containers is not None:
+            return next(containers)
         return node._derive([next(new) for _ in node._vals])
     if isinstance(node, tuple):
         given = cast("tuple[object, ...]", node)
-        fields: list[object] = [rebuilt(field, new) for field in given]
+        fields: list[object] = [rebuilt(field, new, containers) for field in given]
         make = cast("Callable[..., object]", type(given))
         if hasattr(given, "_fields"):  # a NamedTuple
             return make(*fields)

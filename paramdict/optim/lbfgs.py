@@ -16,7 +16,7 @@ from ._hyper import check_count, check_flag, check_non_negative
 from ._lbfgs_checks import check_lr, check_state, closure_result, layout_of
 from ._line_search import strong_wolfe
 from ._states import LBFGSState
-from ._validate import aligned_grads, check_grads, check_real
+from ._validate import aligned_grads, check_keyed, check_real
 
 __all__ = ["LBFGS", "LBFGSState"]
 
@@ -43,22 +43,15 @@ def _check_line_search(instance: object, attribute: Any, value: Any) -> None:
 class LBFGS:
     """L-BFGS, the functional `torch.optim.LBFGS`.
 
-    Same hyperparameters, defaults and arithmetic as `torch.optim.LBFGS`
-    (history, two-loop recursion, optional strong Wolfe line search), so a run
-    gives the same parameters. L-BFGS evaluates the loss several times per step,
-    so its `step` takes a closure, a function of the parameters, instead of
-    gradients: `params, state = opt.step(params, closure, state)`, where
-    `closure(params)` returns the loss (differentiated here with respect to
-    `params`) or `(loss, grads)`. As in torch, all entries are one flat vector
-    (one dtype and device), and there are no parameter groups or per-key rates.
-    `step` runs in the default mode only: its loop reads losses on the host to
-    decide what to do next, which neither autograd's graph nor `torch.compile`
-    can follow. The attributes below are the constructor's keyword arguments.
+    Same hyperparameters, defaults and arithmetic as `torch.optim.LBFGS`, so a
+    run gives the same parameters. `step` takes a closure instead of gradients:
+    `closure(params)` returns the loss (differentiated here) or `(loss, grads)`.
+    As in torch, all entries are one flat vector (one dtype and device), with
+    no groups or per-key rates; the loop reads losses on the host, so there is
+    no differentiable or compiled mode.
 
     Attributes:
         lr: Learning rate (the first step along each direction): a number.
-            Not a schedule: LBFGS re-evaluates the loss within a step and is
-            not a `TorchOptimizer`, so it has no `schedule` state.
         max_iter: The most iterations per `step`.
         max_eval: The most closure evaluations per `step` (default
             `max_iter * 5 // 4`).
@@ -122,9 +115,8 @@ class LBFGS:
     ) -> tuple[P, LBFGSState]:
         """Return the parameters after one L-BFGS step (up to `max_iter` iterations).
 
-        Pure: `params` and `state` are unchanged. The closure is called with
-        ParamDicts of `params`' type whose values require grad; the new
-        parameters are fresh leaves that require grad where `params`' did.
+        Pure. The closure gets ParamDicts whose values require grad; the new
+        parameters are leaves that require grad where `params`' did.
 
         Args:
             params: The current parameters.
@@ -170,11 +162,9 @@ class LBFGS:
     def step_(self, params: object, closure: object, state: object, /) -> NoReturn:
         """Refuse: L-BFGS has no in-place step; use `step`.
 
-        Each L-BFGS step evaluates the closure at several trial points and keeps
-        its history as flat vectors, so the parameters cannot be written once,
-        in place, after every check as `step_` promises. `step` returns the new
-        parameters: assign them back (`params, state = opt.step(params,
-        closure, state)`).
+        A step evaluates the closure at several trial points, so it cannot
+        write once after every check as `step_` promises; assign `step`'s
+        result back.
 
         Raises:
             TypeError: Always; the message says what to use.
@@ -240,9 +230,7 @@ class _Run:
 
     def evaluate(self, x: Tensor) -> tuple[float, Tensor]:
         """Return the loss (a float) and the flat gradient at the flat point `x`."""
-        # Views of `x` (no copy), each a leaf of its own: `x` is never written
-        # in place (each iterate is a new vector), and a leaf that requires grad
-        # cannot be written in place by the closure either.
+        # Views of `x`, each a leaf of its own: `x` is never written in place.
         point = self.unflat(x.detach())
         for value in point.values():
             value.requires_grad_()
@@ -250,7 +238,7 @@ class _Run:
             loss, given = closure_result(self.closure(point))
             if given is not None:
                 grads = aligned_grads(point, given)
-                check_grads(point, grads)
+                check_keyed(point, grads._vals, what="The gradients")
             else:
                 values: tuple[Tensor | None, ...] = torch.autograd.grad(
                     loss, list(point.values()), allow_unused=True
@@ -264,7 +252,7 @@ class _Run:
                 # autograd gives each leaf a gradient of its shape and dtype;
                 # only a sparse one (an embedding's) is left to refuse
                 if any(g.layout != torch.strided for g in grads.values()):
-                    check_grads(point, grads)
+                    check_keyed(point, grads._vals, what="The gradients")
         flat = _flattened([g.detach() for g in grads.values()])
         if self.opt.maximize:  # as torch: minimize the negated loss
             return -float(loss), flat.neg()
@@ -281,19 +269,11 @@ class _Run:
         max_eval = opt.max_eval if opt.max_eval is not None else opt.max_iter * 5 // 4
         func_evals, n_total = state.func_evals, state.n_iter
         d, t = state.d, state.t
-        old_dirs, old_stps, ro = (
-            list(state.old_dirs),
-            list(state.old_stps),
-            list(state.ro),
-        )
-        h_diag, prev_flat_grad, prev_loss = (
-            state.H_diag,
-            state.prev_flat_grad,
-            state.prev_loss,
-        )
+        old_dirs, old_stps = list(state.old_dirs), list(state.old_stps)
+        ro, h_diag = list(state.ro), state.H_diag
+        prev_flat_grad, prev_loss = state.prev_flat_grad, state.prev_loss
         x = self.x
         prev_owned = False
-
         loss, flat_grad = self.evaluate(x)
         current_evals = 1
         func_evals += 1

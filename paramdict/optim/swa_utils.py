@@ -1,8 +1,6 @@
 """Weight averaging (EMA and SWA) of keyed params and buffers, and `update_bn`.
 
-The functional `torch.optim.swa_utils`: an `AveragedModel`'s running average
-as a `WeightAverage` configuration and an `AveragedState`, and `update_bn`
-returning recomputed BatchNorm statistics instead of writing them into a module.
+The functional `torch.optim.swa_utils`: `AveragedModel` as `WeightAverage`.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from torch import Tensor, nn
 
 from .._paramdict import ParamDict
 from ._averaging import averaged as _averaged
+from ._averaging import entry
 from ._hyper import is_traced
 from ._states import AveragedState
 
@@ -45,17 +44,12 @@ def _check_kind(instance: object, attribute: Any, value: Any) -> None:
 class WeightAverage:
     """A running average of keyed values: EMA or SWA, as `AveragedModel` keeps it.
 
-    `update(state, values)` does what `AveragedModel.update_parameters(model)`
-    does to the averaged copy: the first update copies the values, each later
-    one averages them in: `ema` with `get_ema_multi_avg_fn(decay)` (a `lerp`
-    toward the values by `1 - decay`), `swa` with the default equal-weight
-    average `avg + (value - avg) / (n_averaged + 1)`. Pass parameters and
-    buffers together (`ParamDict.from_module(model, buffers=True)`) for
-    `use_buffers=True`: BatchNorm running statistics are averaged too, and
-    integer entries (`num_batches_tracked`) are averaged in floating point and
-    truncated, as torch does.
-
-    Build one with `WeightAverage.ema(decay)` or `WeightAverage.swa()`.
+    `update(state, values)` is `AveragedModel.update_parameters(model)`: the
+    first update copies the values, each later one averages them in (`ema`: a
+    `lerp` toward them by `1 - decay`; `swa`: `avg + (value - avg) / (n + 1)`).
+    Pass `ParamDict.from_module(model, buffers=True)` for `use_buffers=True`;
+    integer entries are averaged as torch does. Build one with
+    `WeightAverage.ema(decay)` or `WeightAverage.swa()`.
 
     Attributes:
         kind: `"ema"` or `"swa"`.
@@ -190,7 +184,7 @@ class WeightAverage:
                 value = value.detach().to(avg.device)
                 counted = n.to(avg.device)
                 # The first update copies; `where` keeps it free of host reads.
-                mixed = self._average(avg, value, counted)
+                mixed = entry(self.kind, self.decay, avg, value, counted)
                 new[key] = torch.where(counted == 0, value.to(avg.dtype), mixed)
         made = _flagged(list(new.values()), averaged._vals)
         return AveragedState(n + 1, ParamDict(zip(new, made, strict=True)))
@@ -200,9 +194,8 @@ class WeightAverage:
     ) -> AveragedState:
         """Average `values` into the tensors of `state`; return `state`.
 
-        The in-place `update`, as `AveragedModel.update_parameters` writes into
-        its averaged copy: one foreach kernel per device and dtype, the count
-        advanced on the host. Everything is checked before anything is written.
+        The in-place `update`: one foreach kernel per device and dtype, the
+        count advanced on the host, everything checked before any write.
 
         Args:
             state: The state from `init` or a previous update, written in place.
@@ -258,20 +251,6 @@ class WeightAverage:
         )
         return averaged, current, count
 
-    def _average(self, avg: Tensor, value: Tensor, n: Tensor) -> Tensor:
-        floating = avg.is_floating_point() or avg.is_complex()
-        if self.kind == "ema":
-            if floating:
-                # In the wider of the two dtypes, then back to the average's, as
-                # `swa`'s arithmetic promotes and casts (`lerp` takes one dtype).
-                work = torch.promote_types(avg.dtype, value.dtype)
-                mixed = torch.lerp(avg.to(work), value.to(work), 1 - self.decay)
-                return mixed.to(avg.dtype)
-            mixed = avg * self.decay + value * (1 - self.decay)
-        else:
-            mixed = avg + (value - avg) / (n + 1)
-        return mixed.to(avg.dtype)
-
 
 def _check_state(state: object) -> None:
     """Raise unless `state` is an `AveragedState` with a count that can be used."""
@@ -325,11 +304,7 @@ def _readable(n: Tensor) -> bool:
 
 
 def _check_shapes(averaged: ParamDict, values: list[Tensor]) -> None:
-    """Raise unless each value is a dense tensor with data, of its average's shape.
-
-    No broadcasting; a value on the meta device (no data) only into an average
-    on the meta device.
-    """
+    """Raise unless each value is a dense tensor with data, of its average's shape."""
     given: list[object] = list(values)
     kinds = sorted(
         (key, type(value).__name__)
@@ -344,16 +319,12 @@ def _check_shapes(averaged: ParamDict, values: list[Tensor]) -> None:
             "current values as `init` was given them (`ParamDict.from_module`)."
         )
         raise TypeError(msg)
-    empty = sorted(
-        key
+    metas = [
+        (key, avg.is_meta, value.is_meta)
         for (key, avg), value in zip(averaged.items(), values, strict=True)
-        if value.is_meta and not avg.is_meta
-    )
-    lost = sorted(
-        key
-        for (key, avg), value in zip(averaged.items(), values, strict=True)
-        if avg.is_meta and not value.is_meta
-    )
+    ]
+    empty = sorted(key for key, avg, value in metas if value and not avg)
+    lost = sorted(key for key, avg, value in metas if avg and not value)
     if lost:
         msg = (
             f"The state's `averaged` is on the meta device at {lost}, which holds "
@@ -419,12 +390,9 @@ def update_bn(
 ) -> ParamDict:
     """Return `values` with BatchNorm running statistics recomputed over `loader`.
 
-    The keyed `torch.optim.swa_utils.update_bn`: on a copy of `module` holding
-    `values` (`module` itself is unchanged), every BatchNorm's running
-    statistics are reset and re-estimated by one pass over `loader` in training
-    mode with a cumulative average (`momentum=None`), the first element of a
-    list or tuple batch being the input. The returned ParamDict has the keys of
-    `values`, the BatchNorm buffers among them replaced.
+    The keyed `torch.optim.swa_utils.update_bn`, run on a copy of `module`
+    holding `values` (`module` is unchanged): one pass over `loader` re-estimates
+    every BatchNorm's running statistics.
 
     Args:
         values: Parameters and buffers for `module` (e.g. an SWA average of
@@ -455,11 +423,7 @@ def update_bn(
 
 
 def _flagged(made: list[Tensor], averages: list[Tensor]) -> list[Tensor]:
-    """`made`, each requiring grad where its old average did.
-
-    New leaves, as `AveragedModel`'s averaged parameters stay leaves that
-    require grad.
-    """
+    """`made`, each a leaf requiring grad where its old average did."""
     for new, old in zip(made, averages, strict=True):
         if old.requires_grad and not new.requires_grad:
             new.requires_grad_()
