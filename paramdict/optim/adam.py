@@ -21,7 +21,6 @@ from ._fused import FusedPlan, adam_kernel, fused_plan
 from ._hyper import (
     Rate,
     compute_dtype,
-    host_numbers,
     quotient,
     state_scalar_dtype,
 )
@@ -165,7 +164,7 @@ class Adam(AdamOptions[AdamState]):
         host = (
             None
             if isinstance(lr, Tensor)
-            else host_numbers(self.differentiable, step, lr, beta1, beta2)
+            else self.host_numbers(step, lr, beta1, beta2)
         )
         bias_correction2_sqrt: float | Tensor
         step_size: float | Tensor | ParamDict

@@ -11,7 +11,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag, non_negative
-from ._hyper import Rate, host_numbers, product, quotient, state_scalar_dtype
+from ._hyper import Rate, product, quotient, state_scalar_dtype
 from ._schedules.slot import LearningRate
 from ._states import NAdamState
 
@@ -86,7 +86,7 @@ class NAdam(AdamOptions[NAdamState]):
         host = (
             None
             if isinstance(lr, Tensor)
-            else host_numbers(self.differentiable, step, lr, beta1, beta2)
+            else self.host_numbers(step, lr, beta1, beta2)
         )
         moments_((beta1, beta2), state.exp_avg, state.exp_avg_sq, grads)
         if host is not None:
