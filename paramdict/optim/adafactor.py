@@ -43,9 +43,7 @@ __all__ = ["Adafactor", "AdafactorState"]
 def _mean_squares(grads: ParamDict, dim: int) -> ParamDict:
     """The mean square of each matrix along `dim` (torch's `norm(dim)**2 / n`).
 
-    A norm per matrix, reduced in row-major order whatever its layout (a
-    reduction's rounding follows the order it meets the elements in); then one
-    kernel squares them all and one divides them all.
+    Each norm reduced in row-major order (its rounding), whatever the layout.
     """
     norms = grads.map(
         lambda g: cast(Tensor, torch.norm(g.contiguous(), dim=dim, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
@@ -117,11 +115,7 @@ def _check_not_empty(params: ParamDict) -> None:
 
 
 def _check_buffers(params: ParamDict, state: AdafactorState) -> None:
-    """Raise unless every entry has elements and a buffer of its second moments.
-
-    Compared shape by shape; the views of `_row_shaped` and `_col_shaped` are
-    made only for the message.
-    """
+    """Raise unless every entry has elements and a buffer of its second moments."""
     if all(v.dim() <= 1 and v.numel() for v in params.values()):
         matrices, vectors = ParamDict(), params  # the common case, in one pass
     else:
@@ -336,11 +330,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         state: AdafactorState,
         step: Tensor,
     ) -> dict[str, Tensor]:
-        """Update the factored and unfactored second moments in place.
-
-        Returns each entry's estimate of the squared gradient (new tensors for
-        the matrices, the `variance` buffer's own for the vectors).
-        """
+        """Update the second moments in place; return each entry's estimate."""
         power = step**self.beta2_decay
         dtype = compute_dtype(params)
         weight: float | Tensor = power.item() if dtype is None else power.to(dtype)
@@ -367,11 +357,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         return estimates
 
     def _factored(self, row_var: ParamDict, col_var: ParamDict) -> ParamDict:
-        """Return each matrix's estimate `r @ c / max(mean(r), eps1)` (new tensors).
-
-        A product and a mean per matrix, then one kernel for all the floors and
-        one for all the quotients.
-        """
+        """Return each matrix's estimate `r @ c / max(mean(r), eps1)` (new tensors)."""
         cols = row_var._aligned(col_var, what="The state's `col_var`")
         rows = row_var.values()
         products = row_var._derive([r @ c for r, c in zip(rows, cols)])

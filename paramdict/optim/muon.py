@@ -167,21 +167,12 @@ class Muon(TorchOptimizer[MuonState]):
 
     @override
     def check_state(self, params: ParamDict, state: MuonState, /) -> None:
-        """Check `state` as every optimizer does, and refuse what `init` refuses.
-
-        A state built by hand (or for other parameters) can pair a matrix rule
-        with entries that are not matrices or have no elements: refused here,
-        when the optimizer is bound, before anything is written.
-        """
+        """Check `state` as every optimizer does, and refuse what `init` refuses."""
         super().check_state(params, state)
         _check_matrices(params)
 
     def _adjusted(self, params: ParamDict, lr: Rate) -> dict[str, float | Tensor]:
-        """Each matrix's rate: `lr` times its `adjust_lr_fn` ratio (torch's).
-
-        A tensor `lr` gives tensors, rounded in its dtype as torch.optim's
-        `lr * ratio`; `sub_` reads each as its number where that is free.
-        """
+        """Each matrix's rate: `lr` times its `adjust_lr_fn` ratio, torch's rounding."""
         ratios = {
             k: _ratio(tuple(v.shape), self.adjust_lr_fn) for k, v in params.items()
         }

@@ -94,11 +94,9 @@ _qr = cast("Callable[[Tensor], tuple[Tensor, Tensor]]", torch.linalg.qr)  # pyri
 def _rotate(
     value: Tensor, bases: Sequence[Tensor | None], shape: tuple[int, ...], back: bool
 ) -> Tensor:
-    """`value` with each preconditioned dimension `i` taken into `Q_i`'s basis.
+    """`value` with each preconditioned dimension `i` in `Q_i`'s basis (`back`: out).
 
-    `Q_i^T` along that dimension (`back`: `Q_i`). Each contraction moves its
-    dimension last (an unpreconditioned one is moved as it is), so the
-    dimensions end in their order.
+    Each contraction (or permutation) moves its dimension last: they end in order.
     """
     out = value.reshape(shape)
     for basis in bases:
@@ -248,10 +246,7 @@ class SOAP(TorchOptimizer[SOAPState]):
         return shape, [size if size <= bound else None for size in shape]
 
     def _bases(self, state: SOAPState, key: str, sizes: list[int | None]) -> list[Any]:
-        """`key`'s basis per dimension (None where it is not preconditioned).
-
-        Recorded, copies: the rotations save them, and the step writes the bases.
-        """
+        """`key`'s basis per dimension (None: none), copies if recorded."""
         found = [None if n is None else state.q[i][key] for i, n in enumerate(sizes)]
         if self.differentiable:
             return [None if q is None else q.clone() for q in found]
@@ -356,9 +351,7 @@ class SOAP(TorchOptimizer[SOAPState]):
     def _phase(step: Tensor, frequency: int) -> tuple[_Phase, _Phase]:
         """Whether this call is the first, and whether it refreshes the bases.
 
-        Read on the host where that is free; under `torch.compile`, a
-        `torch.func` transform or with the counter on a device
-        (`capturable=True`: no host read), 0-dim tensors.
+        Read on the host where that is free, else 0-dim bool tensors.
         """
         if step.is_cpu and not torch.compiler.is_compiling():
             try:
