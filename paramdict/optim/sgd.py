@@ -12,7 +12,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._fields import flag, fused_option, non_negative, shared_last
 from ._fused import FusedPlan, fused_plan, sgd_kernel
-from ._hyper import Rate, check_number, host_numbers, is_finite
+from ._hyper import Rate, check_number, is_finite
 from ._schedules.slot import LearningRate
 from ._states import SGDState
 from ._torch_optimizer import TorchOptimizer
@@ -154,19 +154,16 @@ class SGD(TorchOptimizer[SGDState]):
         if self.momentum != 0:
             momentum = self.cycled("momentum", state)
             buffer = state.momentum_buffer
+            first: bool | None = False
             if self.dampening != 0:
                 # torch starts the buffer as a copy of the first gradient.
-                host = host_numbers(self.differentiable, step)
+                host = self.host_numbers(step)
                 first = host[0] == 1 if host is not None else None
-                if first:
-                    buffer.copy_(grads)
-                elif first is None:  # traced: both, then a selection
-                    damped = buffer.mul(momentum).add_(grads, alpha=1 - self.dampening)
-                    buffer.copy_(
-                        damped.where(ParamDict.fromkeys(damped, step > 1), grads)
-                    )
-                else:
-                    buffer.mul_(momentum).add_(grads, alpha=1 - self.dampening)
+            if first:
+                buffer.copy_(grads)
+            elif first is None:  # traced: both, then a selection
+                damped = buffer.mul(momentum).add_(grads, alpha=1 - self.dampening)
+                buffer.copy_(damped.where(ParamDict.fromkeys(damped, step > 1), grads))
             else:
                 buffer.mul_(momentum).add_(grads, alpha=1 - self.dampening)
             update = grads.add(buffer, alpha=momentum) if self.nesterov else buffer
