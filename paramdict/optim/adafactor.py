@@ -175,15 +175,12 @@ class Adafactor(TorchOptimizer[AdafactorState]):
     update `grad / sqrt(max(variance, eps1 ** 2))` is clipped to an RMS of at
     most `d`, and scaled by the entry's RMS (at least `eps2`) times
     `min(lr, 1 / sqrt(step))` (from the parameters before their decay, as
-    torch). Weight decay is decoupled. torch reads the norms on the host
-    (`.item()`) and computes these per-entry factors in Python numbers; so does
-    an eager CPU step here, reading each kind of norm for every entry at once.
-    Compiled, under a `torch.func` transform, with `differentiable=True` or off
-    the CPU they are double-precision tensors with the same values, and the final
-    factor stays a tensor under `torch.compile` and with `differentiable=True`
-    (one more rounding, no host read). The attributes below are the
-    constructor's keyword arguments, with `maximize` and `differentiable` (see
-    `TorchOptimizer`).
+    torch). Weight decay is decoupled. An eager CPU step computes these
+    per-entry factors from host reads in Python numbers, as torch does; other
+    steps in double-precision tensors, the same values (the last one rounded
+    once more under `torch.compile` and with `differentiable=True`). The
+    attributes below are the constructor's keyword arguments, with `maximize`
+    and `differentiable` (see `TorchOptimizer`).
 
     Attributes:
         lr: The learning rate (the cap of the relative step size), in any of

@@ -18,12 +18,7 @@ from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag, fused_option
 from ._fused import FusedPlan, adam_kernel, fused_plan
-from ._hyper import (
-    Rate,
-    compute_dtype,
-    quotient,
-    state_scalar_dtype,
-)
+from ._hyper import Rate, compute_dtype, quotient, state_scalar_dtype
 from ._states import AdamState
 from .adamax import Adamax, AdamaxState
 from .nadam import NAdam, NAdamState

@@ -152,13 +152,6 @@ class Muon(TorchOptimizer[MuonState]):
     # Not an argument: torch.optim.Muon has no `maximize`.
     maximize: bool = attrs.field(default=False, init=False, repr=False)
 
-    def __attrs_post_init__(self) -> None:
-        """Validate the options."""
-        super().__attrs_post_init__()
-        if not isinstance(cast(object, self.nesterov), bool):
-            msg = f"`nesterov` must be True or False, got {self.nesterov!r}."
-            raise TypeError(msg)
-
     @override
     def init_state(self, params: ParamDict, /) -> MuonState:
         """Return step 0 and a zero buffer; refuse non-2-D or empty entries by name."""

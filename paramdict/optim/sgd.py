@@ -54,16 +54,11 @@ class SGD(TorchOptimizer[SGDState]):
         nesterov: Use Nesterov momentum (needs `momentum > 0`, `dampening == 0`).
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step` (see `step`).
-        fused: Which kernels an eager, non-differentiable step uses. `None`
-            (the default): on the CPU, `step_` runs torch's fused kernel
-            wherever the step allows it (every entry float32 or float64,
-            number or scheduled rates, no dampening), bitwise
-            `torch.optim` with `fused=True`, and `step` torch.optim's default
-            (the foreach rule); on an accelerator both run the foreach rule,
-            torch.optim's default there. `False`: always the foreach rule, bitwise
-            `torch.optim` with `foreach=True`. `True`: the fused kernel in
-            both, and a step it cannot take is refused (not with
-            `differentiable=True`).
+        fused: The kernels of an eager step: `None` (on the CPU `step_` runs
+            torch's fused kernel where the step allows it, without dampening;
+            `step`, and both on an accelerator, the foreach rule: torch.optim's
+            defaults), `False` (the foreach rule) or `True` (the fused kernel
+            in both, else a refusal); see `TorchOptimizer`.
 
     Raises:
         ValueError: If a rate or `momentum` is negative, `dampening` is not

@@ -153,13 +153,11 @@ class SOAP(TorchOptimizer[SOAPState]):
     exact arithmetic). The factors and bases are in the state (`gg`, `q`), so
     it saves and loads with the rest.
 
-    An eager step reads its call count on the host (free: the counter is
-    there) and computes the eigendecomposition or the QR only on the calls
-    that take them. Compiled (`torch.compile(fullgraph=True)`) or under a
-    `torch.func` transform, where nothing is read, every call computes both
-    and selects with `where` (the same values): worth it for small factors
-    only. With `differentiable=True` the gradients flow through `eigh` and
-    `qr` too, which torch differentiates unstably where eigenvalues repeat.
+    An eager step reads its call count on the host and computes the
+    eigendecomposition or the QR only on the calls that take them; compiled or
+    under a `torch.func` transform every call computes both and selects with
+    `where` (worth it for small factors only). With `differentiable=True` the
+    gradients flow through `eigh` and `qr`, unstable where eigenvalues repeat.
 
     Attributes:
         lr: The learning rate: a number, a 0-dim tensor, a per-key ParamDict,
