@@ -15,7 +15,8 @@ def newton_schulz(
 ) -> Tensor:
     """Return `grad` orthogonalized by `steps` Newton-Schulz iterations, as torch.
 
-    In bfloat16, wide, divided by its norm (at least `eps`); out of place.
+    In bfloat16 (cast back exactly), wide, divided by its norm (at least `eps`),
+    then the quintic iteration `(a, b, c)`; out of place, so differentiable.
     """
     a, b, c = coefficients
     x = grad.bfloat16()

@@ -26,7 +26,6 @@ __all__ = ["AdEMAMix", "AdEMAMixState"]
 
 def _check_warmup(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is None or a number of steps `> 0`, naming the option."""
-    del instance
     if value is None:
         return
     if type(value) not in (int, float):

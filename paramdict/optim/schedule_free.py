@@ -29,7 +29,6 @@ P = TypeVar("P", bound=ParamDict)
 
 def _check_steps(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is a whole number `>= 0`, naming the option."""
-    del instance
     if type(value) is not int:
         msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
         raise TypeError(msg)

@@ -29,7 +29,6 @@ _Phase = bool | Tensor
 
 def _check_count(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is an int `>= 1`, naming the option."""
-    del instance
     if type(value) is not int:
         msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
         raise TypeError(msg)
@@ -40,7 +39,6 @@ def _check_count(instance: object, attribute: Any, value: Any) -> None:
 
 def _check_beta(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is None or a number in `[0, 1)`, naming the option."""
-    del instance
     if value is None:
         return
     if type(value) not in (int, float):
@@ -53,7 +51,6 @@ def _check_beta(instance: object, attribute: Any, value: Any) -> None:
 
 def _check_dtype(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is None or a floating-point dtype, naming the option."""
-    del instance
     if value is not None and not (
         isinstance(value, torch.dtype) and value.is_floating_point
     ):
