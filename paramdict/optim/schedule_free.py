@@ -176,9 +176,7 @@ class ScheduleFreeAdamW(TorchOptimizer[ScheduleFreeAdamWState]):
     ) -> None:
         beta2 = self.betas[1]
         host = self.host_numbers(step, lr, state.lr_max, state.weight_sum)
-        numbers = (
-            self._numbers(host) if host is not None else self._tensors(step, lr, state)
-        )
+        numbers = self._numbers(host) if host else self._tensors(step, lr, state)
         rate, c, y_size, bias2, lr_max, weight_sum = numbers
 
         state.exp_avg_sq.mul_(beta2).addcmul_(grads, grads, value=1 - beta2)
