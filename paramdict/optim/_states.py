@@ -70,9 +70,7 @@ class AdadeltaState(NamedTuple):
 class AdafactorState(NamedTuple):
     """The state of `Adafactor`: `step`, the second moments, `schedule`.
 
-    Entries of two or more dimensions keep factored second moments (`row_var`,
-    `col_var`, averaged over the last and the second-to-last dimension); the
-    others keep a full one (`variance`). Each buffer holds only its own keys.
+    Each buffer holds only its own keys: the matrices', or the others'.
 
     Attributes:
         row_var: Per matrix: the running mean of the squared gradient over the

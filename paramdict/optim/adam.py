@@ -42,9 +42,9 @@ class Adam(AdamOptions[AdamState]):
     """Adam, the functional `torch.optim.Adam`.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adam`, so a run
-    gives the same parameters. The bias corrections are computed in double
-    precision from a step-count tensor, so nothing is read back to the host and
-    `torch.compile` does not specialize on the step.
+    gives the same parameters. The bias corrections are Python floats where the
+    step count is read for free (eager, on the host, a number `lr`), as torch's,
+    else double-precision 0-dim tensors (no host read, no recompiling per step).
 
     The attributes below are the constructor's keyword arguments. Configurations
     are immutable and compared by identity (hyperparameters may be tensors).
