@@ -122,27 +122,23 @@ def _check_buffers(params: ParamDict, state: AdafactorState) -> None:
         _check_not_empty(params)
         matrices = params.filter(lambda _, v: v.dim() > 1)
         vectors = params.filter(lambda _, v: v.dim() <= 1)
-    kinds = (
-        ("row_var", matrices, _row_shaped, _row_shape),
-        ("col_var", matrices, _col_shaped, _col_shape),
-    )
-    for field, template, shaped, shape_of in kinds:
-        buffer = _buffer(state, field, template)
-        values = template._aligned(buffer, what=f"The state's `{field}`")
+    for field, shaped, shape_of in (
+        ("row_var", _row_shaped, _row_shape),
+        ("col_var", _col_shaped, _col_shape),
+    ):
+        what = f"The state's `{field}`"
+        values = matrices._aligned(_buffer(state, field, matrices), what=what)
         if not all(
             v.shape == shape_of(p.shape)
             and v.dtype == p.dtype
             and v.device == p.device
             and v.layout == torch.strided
-            for v, p in zip(values, template.values())
+            for v, p in zip(values, matrices.values())
         ):
-            aligned = template._derive(values)
-            check_keyed(
-                template.map(shaped), aligned._vals, what=f"The state's `{field}`"
-            )
-    buffer = _buffer(state, "variance", vectors)
-    aligned = vectors._derive(vectors._aligned(buffer, what="The state's `variance`"))
-    check_keyed(vectors, aligned._vals, what="The state's `variance`")
+            check_keyed(matrices.map(shaped), values, what=what)
+    what = "The state's `variance`"
+    values = vectors._aligned(_buffer(state, "variance", vectors), what=what)
+    check_keyed(vectors, values, what=what)
 
 
 def _buffer(state: AdafactorState, field: str, template: ParamDict) -> ParamDict:
