@@ -89,6 +89,8 @@ class NAdam(AdamOptions[NAdamState]):
             else self.host_numbers(step, lr, beta1, beta2)
         )
         moments_((beta1, beta2), state.exp_avg, state.exp_avg_sq, grads)
+        grad_size: float | Tensor | ParamDict
+        avg_size: float | Tensor | ParamDict
         if host is not None:
             t, rate, b1, b2 = host
             decay = self.momentum_decay
@@ -107,12 +109,8 @@ class NAdam(AdamOptions[NAdamState]):
                 params.addcdiv_(state.exp_avg.mul(avg_factor), denom)
                 return
             product_now = state.mu_product.item()
-            grad_size: float | Tensor | ParamDict = (
-                -rate * (1.0 - mu) / (1.0 - product_now)
-            )
-            avg_size: float | Tensor | ParamDict = (
-                -rate * mu_next / (1.0 - product_now * mu_next)
-            )
+            grad_size = -rate * (1.0 - mu) / (1.0 - product_now)
+            avg_size = -rate * mu_next / (1.0 - product_now * mu_next)
         else:
             mu_t = _momentum(beta1, step, self.momentum_decay)
             mu_next_t = _momentum(beta1, step + 1, self.momentum_decay)
