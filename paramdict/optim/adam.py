@@ -132,8 +132,9 @@ class Adam(AdamOptions[AdamState]):
         lr: Rate,
         /,
     ) -> None:
-        beta1, beta2 = self.cycled("betas", state)
-        moments_((beta1, beta2), state.exp_avg, state.exp_avg_sq, grads)
+        betas = self.cycled("betas", state)
+        beta1, beta2 = betas
+        moments_(betas, state.exp_avg, state.exp_avg_sq, grads)
         second = state.exp_avg_sq
         if self.amsgrad:
             second = state.max_exp_avg_sq.maximum_(second)
@@ -156,11 +157,7 @@ class Adam(AdamOptions[AdamState]):
         # Bias corrections: torch.optim's Python floats where the step can be read
         # for free (eager, on the host); else in double precision from the step
         # tensor, the same numbers. A tensor `lr` stays a tensor, as in torch.
-        host = (
-            None
-            if isinstance(lr, Tensor)
-            else self.host_numbers(step, lr, beta1, beta2)
-        )
+        host = None if isinstance(lr, Tensor) else self.host_numbers(step, lr, *betas)
         bias_correction2_sqrt: float | Tensor
         step_size: float | Tensor | ParamDict
         if host is not None:

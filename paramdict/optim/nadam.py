@@ -82,13 +82,10 @@ class NAdam(AdamOptions[NAdamState]):
         lr: Rate,
         /,
     ) -> None:
-        beta1, beta2 = self.cycled("betas", state)
-        host = (
-            None
-            if isinstance(lr, Tensor)
-            else self.host_numbers(step, lr, beta1, beta2)
-        )
-        moments_((beta1, beta2), state.exp_avg, state.exp_avg_sq, grads)
+        betas = self.cycled("betas", state)
+        beta1, beta2 = betas
+        host = None if isinstance(lr, Tensor) else self.host_numbers(step, lr, *betas)
+        moments_(betas, state.exp_avg, state.exp_avg_sq, grads)
         grad_size: float | Tensor | ParamDict
         avg_size: float | Tensor | ParamDict
         if host is not None:

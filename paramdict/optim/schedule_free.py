@@ -1,8 +1,6 @@
 """Schedule-Free AdamW: Adam steps on one sequence, the model at their average.
 
-Defazio et al., 2024, "The Road Less Scheduled". The gradient is taken at `y`,
-the parameters; the state keeps the base sequence `z`, and the point to evaluate,
-the weighted average `x` of the `z`s, is a function of both (`eval_params`).
+Defazio et al., 2024, "The Road Less Scheduled".
 """
 
 from __future__ import annotations
