@@ -1,15 +1,10 @@
 """Adafactor's per-entry factors: the relative step size and the update's scale.
 
-`alpha = max(eps2, rms(p)) * rho` with `rho = min(lr, 1 / sqrt(step))`, and the
-update's scale `alpha / max(1, rms(u) / d)`. torch.optim computes them from
-`.item()` reads, in Python numbers. Three forms give the same numbers (IEEE double
-arithmetic; `clamp`'s and `minimum`'s NaN written out on the host):
-
-- on the host (an eager CPU step): each kind of norm read at once, numbers after;
-- eager on an accelerator: the norms stay on the device, and the arithmetic runs
-  in a few foreach kernels over all entries' 0-dim norms (a read would wait for
-  the device, which torch's step does once per entry);
-- traced, differentiable or with tensor rates: double-precision tensors per entry.
+`alpha = max(eps2, rms(p)) * min(lr, 1 / sqrt(step))`, and the update's scale
+`alpha / max(1, rms(u) / d)`, in three forms with the same numbers (torch's
+`.item()` reads and Python floats): on the host (each kind of norm read at once),
+on an accelerator (foreach kernels over the 0-dim norms, no read), or traced
+(double-precision tensors per entry).
 """
 
 from __future__ import annotations
@@ -47,12 +42,10 @@ def norm(x: Tensor) -> Tensor:
 def factor_form(
     opt: Any, params: ParamDict, grads: ParamDict, step: Tensor, lr: Rate
 ) -> str:
-    """Which form computes the step's factors: `"host"`, `"device"` or `"traced"`.
+    """Return the factors' form: `"host"`, `"device"` or `"traced"`.
 
-    `"host"` for an eager step outside autograd on plain CPU tensors with rates
-    that are numbers or 0-dim CPU tensors (a read waits for nothing; no
-    transform or subclass); `"device"` for such a step on another device (no
-    DTensors); `"traced"` otherwise.
+    `"host"`: eager, outside autograd, on plain CPU tensors and CPU rates;
+    `"device"`: the same on another device (no DTensors).
     """
     if (
         opt.differentiable
@@ -77,12 +70,7 @@ _PLAIN = (Tensor, torch.nn.Parameter)
 
 
 def _host_norms(values: list[Tensor]) -> list[float]:
-    """Return `[v.norm(2).item() for v in values]`, read from the host once.
-
-    `torch._foreach_norm` runs `norm`'s kernel entry by entry on the CPU (the
-    same bits); the norms are stacked, each upcast exactly to their common dtype.
-    Each is summed in row-major order, whatever the entry's layout.
-    """
+    """Return `[norm(v).item() for v in values]` (the same bits), read at once."""
     norms = torch.stack(torch._foreach_norm([v.contiguous() for v in values]))
     return cast("list[float]", norms.tolist())  # pyright: ignore[reportUnknownMemberType]
 
@@ -91,29 +79,31 @@ def host_alphas(
     params: ParamDict, lr: Rate, step: Tensor, eps2: float
 ) -> dict[str, float]:
     """Return each entry's relative step size `alpha`, in numbers."""
+    alpha: dict[str, float] = {}
+    norms = _host_norms(list(params.values()))
+    for (key, p), norm, rho in zip(params.items(), norms, _rhos(params, lr, step)):
+        rms = norm / (p.numel() ** 0.5)
+        rms = eps2 if rms < eps2 else rms  # `clamp`: NaN stays NaN
+        alpha[key] = rms * rho
+    return alpha
+
+
+def _rhos(params: ParamDict, lr: Rate, step: Tensor) -> list[float]:
+    """Return each entry's `min(lr, 1 / sqrt(step))`, in numbers."""
     if isinstance(lr, ParamDict):
         stacked = torch.stack([lr[k] for k in params])
         rates = cast("list[float]", stacked.tolist())  # pyright: ignore[reportUnknownMemberType]
     else:
         rates = [float(lr)] * len(params)
-    # `1 / sqrt(step)` as `_alphas` rounds it: the root of the tensor, then an
-    # (exactly rounded) division.
+    # `1 / sqrt(step)` as `alphas` rounds it: the root of the tensor, then an
+    # (exactly rounded) division; `minimum`'s NaN stays NaN.
     inverse = 1.0 / (step**0.5).item()
-    alpha: dict[str, float] = {}
-    norms = _host_norms(list(params.values()))
-    for (key, p), norm, rate in zip(params.items(), norms, rates):
-        rms = norm / (p.numel() ** 0.5)
-        rms = eps2 if rms < eps2 else rms  # `clamp`: NaN stays NaN
-        rho = rate if rate != rate or rate < inverse else inverse  # `minimum`
-        alpha[key] = rms * rho
-    return alpha
+    return [rate if rate != rate or rate < inverse else inverse for rate in rates]
 
 
 _SMALL = 1 << 16
-"""The mean element count up to which the update takes one foreach kernel per
-operation: the calls cost more than the arithmetic there. Larger entries take
-`Adafactor._scaled` entry by entry, each staying in cache from its clamp to its
-product (a tenth faster at 50 x 400,000)."""
+"""The mean element count up to which the update takes foreach kernels; larger
+entries take `Adafactor._scaled` each, in cache (a tenth faster at 50 x 400,000)."""
 
 
 def small(x: ParamDict) -> bool:
@@ -124,11 +114,7 @@ def small(x: ParamDict) -> bool:
 def host_update(
     estimates: ParamDict, grads: ParamDict, eps1: Callable[[torch.dtype], float]
 ) -> ParamDict:
-    """Return `grads / sqrt(max(estimates, eps1 ** 2))` in three foreach kernels.
-
-    On the CPU each runs the kernel of `Adafactor._scaled`'s operation entry by
-    entry: the same bits, with one call per operation instead of one per entry.
-    """
+    """Return `grads / sqrt(max(estimates, eps1 ** 2))`: `_scaled`'s bits, foreach."""
     values = list(estimates.values())
     dtypes = {v.dtype for v in values}
     floors: float | list[float] = (
@@ -156,11 +142,7 @@ def host_scales(
 
 
 def _device_norms(values: list[Tensor]) -> list[Tensor]:
-    """Each value's 2-norm (torch's kernel per entry), as 0-dim float64 tensors.
-
-    One stack and one cast for all of them; views of one vector, which the
-    foreach kernels below take as entries of one size.
-    """
+    """Each value's 2-norm (torch's kernel per entry), as 0-dim float64 views."""
     norms = torch.stack([norm(v) for v in values])
     return list(norms.to(torch.float64).unbind())
 
@@ -169,18 +151,11 @@ def device_alphas(
     params: ParamDict, lr: Rate, step: Tensor, eps2: float
 ) -> list[Tensor]:
     """`host_alphas` with the norms left on their device: three foreach kernels."""
-    if isinstance(lr, ParamDict):
-        stacked = torch.stack([lr[k] for k in params])
-        rates = cast("list[float]", stacked.tolist())  # pyright: ignore[reportUnknownMemberType]
-    else:
-        rates = [float(lr)] * len(params)
-    inverse = 1.0 / (step**0.5).item()
     values = list(params.values())
     rms = _device_norms(values)
     torch._foreach_div_(rms, [v.numel() ** 0.5 for v in values])
     torch._foreach_clamp_min_(rms, eps2)  # `clamp`: NaN stays NaN
-    rhos = [rate if rate != rate or rate < inverse else inverse for rate in rates]
-    torch._foreach_mul_(rms, rhos)
+    torch._foreach_mul_(rms, _rhos(params, lr, step))
     return rms
 
 

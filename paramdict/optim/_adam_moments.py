@@ -23,21 +23,12 @@ def in_inherited_order(
 ) -> list[attrs.Attribute[Any]]:
     """Return `fields` with each redeclared one at its base's place, shared last.
 
-    The field transformer of the Adam family: a subclass that redeclares an
-    option (NAdam's `lr` default, AdamW's `weight_decay`) keeps torch.optim's
-    order of the arguments, which attrs would otherwise put last.
+    So a subclass that redeclares an option (NAdam's `lr`, AdamW's
+    `weight_decay`) keeps torch.optim's order of the arguments:
 
-    Args:
-        cls: The class being made.
-        fields: Its fields, inherited ones first.
-
-    Returns:
-        The fields in the base's order, new ones after, then the shared options.
-
-    Example:
-        >>> from paramdict import optim
-        >>> [f.name for f in attrs.fields(optim.NAdam)][:4]
-        ['lr', 'betas', 'eps', 'weight_decay']
+    >>> from paramdict import optim
+    >>> [f.name for f in attrs.fields(optim.NAdam)][:4]
+    ['lr', 'betas', 'eps', 'weight_decay']
     """
     base = next(b for b in cls.__mro__[1:] if attrs.has(b))
     order = {f.name: i for i, f in enumerate(attrs.fields(base))}
@@ -50,17 +41,7 @@ def in_inherited_order(
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=in_inherited_order)
 class AdamOptions(TorchOptimizer[S]):
-    """The options of every Adam-family optimizer, declared once.
-
-    `Adam`'s docstring says what each means; `NAdam`, `RAdam`, `Adamax` and
-    `AdamW` add or redeclare their own (a default, a fixed value).
-
-    Example:
-        >>> from paramdict import optim
-        >>> opt = optim.Adamax()
-        >>> isinstance(opt, AdamOptions), opt.betas, opt.eps
-        (True, (0.9, 0.999), 1e-08)
-    """
+    """The options of every Adam-family optimizer, declared once (see `Adam`)."""
 
     lr: LearningRate = 1e-3
     betas: tuple[float, float] = betas((0.9, 0.999))
@@ -74,11 +55,7 @@ def moments_(
     exp_avg_sq: ParamDict,
     grads: ParamDict,
 ) -> None:
-    """Update the running averages of the gradient and its square, in place.
-
-    torch.optim's order: `lerp_` of the first moment, then `mul_` and
-    `addcmul_` of the second.
-    """
+    """Update the running averages of the gradient and its square (torch's order)."""
     beta1, beta2 = betas
     if isinstance(beta1, Tensor):  # a cycled momentum: read where that is free
         read = host_numbers(False, beta1)

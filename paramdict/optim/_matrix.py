@@ -15,10 +15,8 @@ def newton_schulz(
 ) -> Tensor:
     """Return `grad` orthogonalized by `steps` Newton-Schulz iterations, as torch.
 
-    The arithmetic of `torch.optim.Muon`: bfloat16, the wide orientation,
-    division by the Frobenius norm (at least `eps`), then the quintic iteration
-    with coefficients `(a, b, c)`; the result is cast back to `grad`'s dtype
-    (exact from bfloat16). Out of place, so it is differentiable.
+    In bfloat16 (cast back exactly), wide, divided by its norm (at least `eps`),
+    then the quintic iteration `(a, b, c)`; out of place, so differentiable.
     """
     a, b, c = coefficients
     x = grad.bfloat16()

@@ -1,11 +1,9 @@
 """The states of the optimizers: NamedTuples of tensors and ParamDicts.
 
-They are defined here, apart from their optimizers and without attrs, so that
-`import paramdict.optim` registers every one with `torch.load` and pytrees
-(`register_state`) while the optimizers themselves load on first use: a saved
-state loads with `weights_only=True` before any optimizer is touched. Each
-keeps the module name its pickles and pytree specs have always carried, that of
-its optimizer's module, which re-exports it (`register_state_as`).
+Apart from the optimizers (which load on first use), so that importing
+`paramdict.optim` registers them all with pytrees and `torch.load`, for a
+`weights_only=True` load; each keeps its optimizer's module name, which its
+pickles carry (`register_state_as`).
 """
 
 from __future__ import annotations
@@ -72,9 +70,7 @@ class AdadeltaState(NamedTuple):
 class AdafactorState(NamedTuple):
     """The state of `Adafactor`: `step`, the second moments, `schedule`.
 
-    Entries of two or more dimensions keep factored second moments (`row_var`,
-    `col_var`, averaged over the last and the second-to-last dimension); the
-    others keep a full one (`variance`). Each buffer holds only its own keys.
+    Each buffer holds only its own keys: the matrices', or the others'.
 
     Attributes:
         row_var: Per matrix: the running mean of the squared gradient over the
@@ -176,16 +172,14 @@ class AdamaxState(NamedTuple):
 
 @register_state_as("paramdict.optim.adan")
 class AdanState(NamedTuple):
-    """The state of `Adan`.
+    """The state of `Adan`; `step` and `schedule` as in `AdamState`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         exp_avg: The running average of the gradients.
         exp_avg_diff: The running average of the gradients' changes.
         exp_avg_sq: The running average of the squared Nesterov gradients.
         prev_grad: The previous step's gradients (zero before the first step,
             which takes no change).
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -206,15 +200,13 @@ class AdanState(NamedTuple):
 
 @register_state_as("paramdict.optim.ademamix")
 class AdEMAMixState(NamedTuple):
-    """The state of `AdEMAMix`.
+    """The state of `AdEMAMix`; `step` and `schedule` as in `AdamState`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         exp_avg_fast: The fast running average of the gradients (Adam's `m`).
         exp_avg_slow: The slow running average of the gradients (no bias
             correction).
         exp_avg_sq: The running average of the squared gradients.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -304,12 +296,10 @@ class LBFGSState(NamedTuple):
 
 @register_state_as("paramdict.optim.lion")
 class LionState(NamedTuple):
-    """The state of `Lion`.
+    """The state of `Lion`; `step` and `schedule` as in `AdamState`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         exp_avg: The running average of the gradients, keyed like the parameters.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -444,16 +434,14 @@ class RpropState(NamedTuple):
 
 @register_state_as("paramdict.optim.schedule_free")
 class ScheduleFreeAdamWState(NamedTuple):
-    """The state of `ScheduleFreeAdamW`, beside the parameters `y`.
+    """The state of `ScheduleFreeAdamW`; `step` and `schedule` as in `AdamState`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         z: The base sequence `z` (the Adam iterates), keyed like the parameters.
         exp_avg_sq: The running average of the squared gradients.
         weight_sum: The sum of the averaging weights so far, a 0-dim tensor.
         lr_max: The largest learning rate so far (warm-up included), a 0-dim
             tensor; the averaging weights are computed from it.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -474,13 +462,11 @@ class ScheduleFreeAdamWState(NamedTuple):
 
 @register_state_as("paramdict.optim.sgd")
 class SGDState(NamedTuple):
-    """The state of `SGD`: a step count and the momentum buffer.
+    """The state of `SGD`; `step` and `schedule` as in `AdamState`.
 
     Attributes:
-        step: The number of steps taken, a 0-dim tensor.
         momentum_buffer: The momentum buffer, keyed like the parameters; empty
             when `momentum == 0`.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim
@@ -499,7 +485,7 @@ class SGDState(NamedTuple):
 
 @register_state_as("paramdict.optim.soap")
 class SOAPState(NamedTuple):
-    """The state of `SOAP`.
+    """The state of `SOAP`; `schedule` as in `AdamState`.
 
     Attributes:
         step: The number of calls taken, a 0-dim tensor (the first builds the
@@ -513,7 +499,6 @@ class SOAPState(NamedTuple):
             Kronecker factor (`d_i x d_i`, the running average of the gradient's
             Gram matrix along that dimension).
         q: The eigenbases of `gg`, laid out alike.
-        schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
         >>> from paramdict import optim

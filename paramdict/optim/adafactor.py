@@ -43,9 +43,7 @@ __all__ = ["Adafactor", "AdafactorState"]
 def _mean_squares(grads: ParamDict, dim: int) -> ParamDict:
     """The mean square of each matrix along `dim` (torch's `norm(dim)**2 / n`).
 
-    A norm per matrix, reduced in row-major order whatever its layout (a
-    reduction's rounding follows the order it meets the elements in); then one
-    kernel squares them all and one divides them all.
+    Each norm reduced in row-major order (its rounding), whatever the layout.
     """
     norms = grads.map(
         lambda g: cast(Tensor, torch.norm(g.contiguous(), dim=dim, keepdim=True))  # pyright: ignore[reportUnknownMemberType]  # torch leaves `dim`, `dtype` of its norms untyped
@@ -117,38 +115,30 @@ def _check_not_empty(params: ParamDict) -> None:
 
 
 def _check_buffers(params: ParamDict, state: AdafactorState) -> None:
-    """Raise unless every entry has elements and a buffer of its second moments.
-
-    Compared shape by shape; the views of `_row_shaped` and `_col_shaped` are
-    made only for the message.
-    """
+    """Raise unless every entry has elements and a buffer of its second moments."""
     if all(v.dim() <= 1 and v.numel() for v in params.values()):
         matrices, vectors = ParamDict(), params  # the common case, in one pass
     else:
         _check_not_empty(params)
         matrices = params.filter(lambda _, v: v.dim() > 1)
         vectors = params.filter(lambda _, v: v.dim() <= 1)
-    kinds = (
-        ("row_var", matrices, _row_shaped, _row_shape),
-        ("col_var", matrices, _col_shaped, _col_shape),
-    )
-    for field, template, shaped, shape_of in kinds:
-        buffer = _buffer(state, field, template)
-        values = template._aligned(buffer, what=f"The state's `{field}`")
+    for field, shaped, shape_of in (
+        ("row_var", _row_shaped, _row_shape),
+        ("col_var", _col_shaped, _col_shape),
+    ):
+        what = f"The state's `{field}`"
+        values = matrices._aligned(_buffer(state, field, matrices), what=what)
         if not all(
             v.shape == shape_of(p.shape)
             and v.dtype == p.dtype
             and v.device == p.device
             and v.layout == torch.strided
-            for v, p in zip(values, template.values())
+            for v, p in zip(values, matrices.values())
         ):
-            aligned = template._derive(values)
-            check_keyed(
-                template.map(shaped), aligned._vals, what=f"The state's `{field}`"
-            )
-    buffer = _buffer(state, "variance", vectors)
-    aligned = vectors._derive(vectors._aligned(buffer, what="The state's `variance`"))
-    check_keyed(vectors, aligned._vals, what="The state's `variance`")
+            check_keyed(matrices.map(shaped), values, what=what)
+    what = "The state's `variance`"
+    values = vectors._aligned(_buffer(state, "variance", vectors), what=what)
+    check_keyed(vectors, values, what=what)
 
 
 def _buffer(state: AdafactorState, field: str, template: ParamDict) -> ParamDict:
@@ -181,15 +171,12 @@ class Adafactor(TorchOptimizer[AdafactorState]):
     update `grad / sqrt(max(variance, eps1 ** 2))` is clipped to an RMS of at
     most `d`, and scaled by the entry's RMS (at least `eps2`) times
     `min(lr, 1 / sqrt(step))` (from the parameters before their decay, as
-    torch). Weight decay is decoupled. torch reads the norms on the host
-    (`.item()`) and computes these per-entry factors in Python numbers; so does
-    an eager CPU step here, reading each kind of norm for every entry at once.
-    Compiled, under a `torch.func` transform, with `differentiable=True` or off
-    the CPU they are double-precision tensors with the same values, and the final
-    factor stays a tensor under `torch.compile` and with `differentiable=True`
-    (one more rounding, no host read). The attributes below are the
-    constructor's keyword arguments, with `maximize` and `differentiable` (see
-    `TorchOptimizer`).
+    torch). Weight decay is decoupled. An eager CPU step computes these
+    per-entry factors from host reads in Python numbers, as torch does; other
+    steps in double-precision tensors, the same values (the last one rounded
+    once more under `torch.compile` and with `differentiable=True`). The
+    attributes below are the constructor's keyword arguments, with `maximize`
+    and `differentiable` (see `TorchOptimizer`).
 
     Attributes:
         lr: The learning rate (the cap of the relative step size), in any of
@@ -336,11 +323,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         state: AdafactorState,
         step: Tensor,
     ) -> dict[str, Tensor]:
-        """Update the factored and unfactored second moments in place.
-
-        Returns each entry's estimate of the squared gradient (new tensors for
-        the matrices, the `variance` buffer's own for the vectors).
-        """
+        """Update the second moments in place; return each entry's estimate."""
         power = step**self.beta2_decay
         dtype = compute_dtype(params)
         weight: float | Tensor = power.item() if dtype is None else power.to(dtype)
@@ -367,11 +350,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
         return estimates
 
     def _factored(self, row_var: ParamDict, col_var: ParamDict) -> ParamDict:
-        """Return each matrix's estimate `r @ c / max(mean(r), eps1)` (new tensors).
-
-        A product and a mean per matrix, then one kernel for all the floors and
-        one for all the quotients.
-        """
+        """Return each matrix's estimate `r @ c / max(mean(r), eps1)` (new tensors)."""
         cols = row_var._aligned(col_var, what="The state's `col_var`")
         rows = row_var.values()
         products = row_var._derive([r @ c for r, c in zip(rows, cols)])

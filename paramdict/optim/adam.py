@@ -18,13 +18,7 @@ from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag, fused_option
 from ._fused import FusedPlan, adam_kernel, fused_plan
-from ._hyper import (
-    Rate,
-    compute_dtype,
-    host_numbers,
-    quotient,
-    state_scalar_dtype,
-)
+from ._hyper import Rate, compute_dtype, quotient, state_scalar_dtype
 from ._states import AdamState
 from .adamax import Adamax, AdamaxState
 from .nadam import NAdam, NAdamState
@@ -48,9 +42,9 @@ class Adam(AdamOptions[AdamState]):
     """Adam, the functional `torch.optim.Adam`.
 
     Same hyperparameters, defaults and arithmetic as `torch.optim.Adam`, so a run
-    gives the same parameters. The bias corrections are computed in double
-    precision from a step-count tensor, so nothing is read back to the host and
-    `torch.compile` does not specialize on the step.
+    gives the same parameters. The bias corrections are Python floats where the
+    step count is read for free (eager, on the host, a number `lr`), as torch's,
+    else double-precision 0-dim tensors (no host read, no recompiling per step).
 
     The attributes below are the constructor's keyword arguments. Configurations
     are immutable and compared by identity (hyperparameters may be tensors).
@@ -138,8 +132,9 @@ class Adam(AdamOptions[AdamState]):
         lr: Rate,
         /,
     ) -> None:
-        beta1, beta2 = self.cycled("betas", state)
-        moments_((beta1, beta2), state.exp_avg, state.exp_avg_sq, grads)
+        betas = self.cycled("betas", state)
+        beta1, beta2 = betas
+        moments_(betas, state.exp_avg, state.exp_avg_sq, grads)
         second = state.exp_avg_sq
         if self.amsgrad:
             second = state.max_exp_avg_sq.maximum_(second)
@@ -162,11 +157,7 @@ class Adam(AdamOptions[AdamState]):
         # Bias corrections: torch.optim's Python floats where the step can be read
         # for free (eager, on the host); else in double precision from the step
         # tensor, the same numbers. A tensor `lr` stays a tensor, as in torch.
-        host = (
-            None
-            if isinstance(lr, Tensor)
-            else host_numbers(self.differentiable, step, lr, beta1, beta2)
-        )
+        host = None if isinstance(lr, Tensor) else self.host_numbers(step, lr, *betas)
         bias_correction2_sqrt: float | Tensor
         step_size: float | Tensor | ParamDict
         if host is not None:

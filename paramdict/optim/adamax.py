@@ -10,7 +10,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order
-from ._hyper import Rate, host_numbers, quotient
+from ._hyper import Rate, quotient
 from ._schedules.slot import LearningRate
 from ._states import AdamaxState
 
@@ -58,11 +58,7 @@ class Adamax(AdamOptions[AdamaxState]):
         state.exp_avg.lerp_(grads, 1 - beta1)
         norm = grads.abs().add_(self.eps)
         state.exp_inf.mul_(beta2).maximum_(norm)
-        host = (
-            None
-            if isinstance(lr, Tensor)
-            else host_numbers(self.differentiable, step, lr, beta1)
-        )
+        host = None if isinstance(lr, Tensor) else self.host_numbers(step, lr, beta1)
         if host is not None:
             t, rate, b1 = host
             step_size: float | Tensor | ParamDict = -(rate / (1 - b1**t))

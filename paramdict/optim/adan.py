@@ -110,10 +110,7 @@ class Adan(TorchOptimizer[AdanState]):
         state.exp_avg_sq.mul_(beta3).addcmul_(nesterov, nesterov, value=1 - beta3)
         denom = state.exp_avg_sq.sqrt()
         # Recorded, the root's result is saved for the backward pass.
-        if self.differentiable:
-            denom = denom.div(bias3_sqrt)
-        else:
-            denom.div_(bias3_sqrt)
+        denom = denom.div(bias3_sqrt) if self.differentiable else denom.div_(bias3_sqrt)
         denom.add_(self.eps)
         if self.no_prox:
             self.decay_(params, step, lr)

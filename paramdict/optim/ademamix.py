@@ -26,7 +26,6 @@ __all__ = ["AdEMAMix", "AdEMAMixState"]
 
 def _check_warmup(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is None or a number of steps `> 0`, naming the option."""
-    del instance
     if value is None:
         return
     if type(value) not in (int, float):
@@ -187,10 +186,7 @@ class AdEMAMix(TorchOptimizer[AdEMAMixState]):
         state.exp_avg_sq.mul_(beta2).addcmul_(grads, grads, value=1 - beta2)
         denom = state.exp_avg_sq.sqrt()
         # Recorded, the root's result is saved for the backward pass.
-        if self.differentiable:
-            denom = denom.div(bias2_sqrt)
-        else:
-            denom.div_(bias2_sqrt)
+        denom = denom.div(bias2_sqrt) if self.differentiable else denom.div_(bias2_sqrt)
         denom.add_(self.eps)
         update = state.exp_avg_fast.div(1 - beta1**t)
         update.add_(state.exp_avg_slow, alpha=alpha)

@@ -153,7 +153,7 @@ class ASGD(TorchOptimizer[ASGDState]):
             decay = torch.add(torch.tensor(1.0, dtype=eta.dtype), eta, alpha=-lambd)
             params.mul_(decay).sub_(grads, alpha=eta)
         else:
-            params.mul_(_one_minus(lambd, eta)).sub_(grads, alpha=eta)
+            params.mul_(1 - eta * lambd).sub_(grads, alpha=eta)
         host_mu = host_numbers(self.differentiable, state.mu)
         if host_mu is None and self.capturable:
             # torch's capturable step: the average moves by `mu` always (at
@@ -182,12 +182,3 @@ class ASGD(TorchOptimizer[ASGDState]):
             state.mu.copy_(new_mu)
         else:  # on a device: both in one kernel (torch's `_foreach_copy_` of them)
             torch._foreach_copy_([state.eta, state.mu], [cast(Tensor, new_eta), new_mu])
-
-
-def _one_minus(
-    lambd: float, eta: float | Tensor | ParamDict
-) -> float | Tensor | ParamDict:
-    """Return the decay factor `1 - lambd * eta`."""
-    if isinstance(eta, ParamDict):
-        return eta.map(lambda e: 1 - lambd * e)
-    return 1 - lambd * eta

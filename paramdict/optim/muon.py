@@ -152,13 +152,6 @@ class Muon(TorchOptimizer[MuonState]):
     # Not an argument: torch.optim.Muon has no `maximize`.
     maximize: bool = attrs.field(default=False, init=False, repr=False)
 
-    def __attrs_post_init__(self) -> None:
-        """Validate the options."""
-        super().__attrs_post_init__()
-        if not isinstance(cast(object, self.nesterov), bool):
-            msg = f"`nesterov` must be True or False, got {self.nesterov!r}."
-            raise TypeError(msg)
-
     @override
     def init_state(self, params: ParamDict, /) -> MuonState:
         """Return step 0 and a zero buffer; refuse non-2-D or empty entries by name."""
@@ -167,21 +160,12 @@ class Muon(TorchOptimizer[MuonState]):
 
     @override
     def check_state(self, params: ParamDict, state: MuonState, /) -> None:
-        """Check `state` as every optimizer does, and refuse what `init` refuses.
-
-        A state built by hand (or for other parameters) can pair a matrix rule
-        with entries that are not matrices or have no elements: refused here,
-        when the optimizer is bound, before anything is written.
-        """
+        """Check `state` as every optimizer does, and refuse what `init` refuses."""
         super().check_state(params, state)
         _check_matrices(params)
 
     def _adjusted(self, params: ParamDict, lr: Rate) -> dict[str, float | Tensor]:
-        """Each matrix's rate: `lr` times its `adjust_lr_fn` ratio (torch's).
-
-        A tensor `lr` gives tensors, rounded in its dtype as torch.optim's
-        `lr * ratio`; `sub_` reads each as its number where that is free.
-        """
+        """Each matrix's rate: `lr` times its `adjust_lr_fn` ratio, torch's rounding."""
         ratios = {
             k: _ratio(tuple(v.shape), self.adjust_lr_fn) for k, v in params.items()
         }

@@ -11,7 +11,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._adam_moments import AdamOptions, in_inherited_order, moments_
 from ._fields import flag, non_negative
-from ._hyper import Rate, host_numbers, product, quotient, state_scalar_dtype
+from ._hyper import Rate, product, quotient, state_scalar_dtype
 from ._schedules.slot import LearningRate
 from ._states import NAdamState
 
@@ -82,13 +82,12 @@ class NAdam(AdamOptions[NAdamState]):
         lr: Rate,
         /,
     ) -> None:
-        beta1, beta2 = self.cycled("betas", state)
-        host = (
-            None
-            if isinstance(lr, Tensor)
-            else host_numbers(self.differentiable, step, lr, beta1, beta2)
-        )
-        moments_((beta1, beta2), state.exp_avg, state.exp_avg_sq, grads)
+        betas = self.cycled("betas", state)
+        beta1, beta2 = betas
+        host = None if isinstance(lr, Tensor) else self.host_numbers(step, lr, *betas)
+        moments_(betas, state.exp_avg, state.exp_avg_sq, grads)
+        grad_size: float | Tensor | ParamDict
+        avg_size: float | Tensor | ParamDict
         if host is not None:
             t, rate, b1, b2 = host
             decay = self.momentum_decay
@@ -107,12 +106,8 @@ class NAdam(AdamOptions[NAdamState]):
                 params.addcdiv_(state.exp_avg.mul(avg_factor), denom)
                 return
             product_now = state.mu_product.item()
-            grad_size: float | Tensor | ParamDict = (
-                -rate * (1.0 - mu) / (1.0 - product_now)
-            )
-            avg_size: float | Tensor | ParamDict = (
-                -rate * mu_next / (1.0 - product_now * mu_next)
-            )
+            grad_size = -rate * (1.0 - mu) / (1.0 - product_now)
+            avg_size = -rate * mu_next / (1.0 - product_now * mu_next)
         else:
             mu_t = _momentum(beta1, step, self.momentum_decay)
             mu_next_t = _momentum(beta1, step + 1, self.momentum_decay)

@@ -112,11 +112,7 @@ def _denominator(
     eps: float,
     recorded: bool,
 ) -> ParamDict:
-    """`scale / (sqrt(exp_avg_sq) + eps)`: torch's rectified step, rounded as it is.
-
-    Out of place where autograd records (each result is saved for the backward
-    pass), else in place on the one new tensor.
-    """
+    """`scale / (sqrt(exp_avg_sq) + eps)`, as torch; out of place if recorded."""
     if recorded:
         return exp_avg_sq.sqrt().add(eps).div(scale).reciprocal()
     return exp_avg_sq.sqrt().add_(eps).div_(scale).reciprocal_()

@@ -1,8 +1,6 @@
 """Schedule-Free AdamW: Adam steps on one sequence, the model at their average.
 
-Defazio et al., 2024, "The Road Less Scheduled". The gradient is taken at `y`,
-the parameters; the state keeps the base sequence `z`, and the point to evaluate,
-the weighted average `x` of the `z`s, is a function of both (`eval_params`).
+Defazio et al., 2024, "The Road Less Scheduled".
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ P = TypeVar("P", bound=ParamDict)
 
 def _check_steps(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is a whole number `>= 0`, naming the option."""
-    del instance
     if type(value) is not int:
         msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
         raise TypeError(msg)
@@ -177,9 +174,7 @@ class ScheduleFreeAdamW(TorchOptimizer[ScheduleFreeAdamWState]):
     ) -> None:
         beta2 = self.betas[1]
         host = self.host_numbers(step, lr, state.lr_max, state.weight_sum)
-        numbers = (
-            self._numbers(host) if host is not None else self._tensors(step, lr, state)
-        )
+        numbers = self._numbers(host) if host else self._tensors(step, lr, state)
         rate, c, y_size, bias2, lr_max, weight_sum = numbers
 
         state.exp_avg_sq.mul_(beta2).addcmul_(grads, grads, value=1 - beta2)

@@ -12,7 +12,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._fields import flag, fused_option, non_negative, shared_last
 from ._fused import FusedPlan, fused_plan, sgd_kernel
-from ._hyper import Rate, check_number, host_numbers, is_finite
+from ._hyper import Rate, check_number, is_finite
 from ._schedules.slot import LearningRate
 from ._states import SGDState
 from ._torch_optimizer import TorchOptimizer
@@ -54,16 +54,11 @@ class SGD(TorchOptimizer[SGDState]):
         nesterov: Use Nesterov momentum (needs `momentum > 0`, `dampening == 0`).
         maximize: Maximize the objective instead of minimizing it.
         differentiable: Keep the autograd graph through `step` (see `step`).
-        fused: Which kernels an eager, non-differentiable step uses. `None`
-            (the default): on the CPU, `step_` runs torch's fused kernel
-            wherever the step allows it (every entry float32 or float64,
-            number or scheduled rates, no dampening), bitwise
-            `torch.optim` with `fused=True`, and `step` torch.optim's default
-            (the foreach rule); on an accelerator both run the foreach rule,
-            torch.optim's default there. `False`: always the foreach rule, bitwise
-            `torch.optim` with `foreach=True`. `True`: the fused kernel in
-            both, and a step it cannot take is refused (not with
-            `differentiable=True`).
+        fused: The kernels of an eager step: `None` (on the CPU `step_` runs
+            torch's fused kernel where the step allows it, without dampening;
+            `step`, and both on an accelerator, the foreach rule: torch.optim's
+            defaults), `False` (the foreach rule) or `True` (the fused kernel
+            in both, else a refusal); see `TorchOptimizer`.
 
     Raises:
         ValueError: If a rate or `momentum` is negative, `dampening` is not
@@ -154,19 +149,16 @@ class SGD(TorchOptimizer[SGDState]):
         if self.momentum != 0:
             momentum = self.cycled("momentum", state)
             buffer = state.momentum_buffer
+            first: bool | None = False
             if self.dampening != 0:
                 # torch starts the buffer as a copy of the first gradient.
-                host = host_numbers(self.differentiable, step)
+                host = self.host_numbers(step)
                 first = host[0] == 1 if host is not None else None
-                if first:
-                    buffer.copy_(grads)
-                elif first is None:  # traced: both, then a selection
-                    damped = buffer.mul(momentum).add_(grads, alpha=1 - self.dampening)
-                    buffer.copy_(
-                        damped.where(ParamDict.fromkeys(damped, step > 1), grads)
-                    )
-                else:
-                    buffer.mul_(momentum).add_(grads, alpha=1 - self.dampening)
+            if first:
+                buffer.copy_(grads)
+            elif first is None:  # traced: both, then a selection
+                damped = buffer.mul(momentum).add_(grads, alpha=1 - self.dampening)
+                buffer.copy_(damped.where(ParamDict.fromkeys(damped, step > 1), grads))
             else:
                 buffer.mul_(momentum).add_(grads, alpha=1 - self.dampening)
             update = grads.add(buffer, alpha=momentum) if self.nesterov else buffer

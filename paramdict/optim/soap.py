@@ -29,7 +29,6 @@ _Phase = bool | Tensor
 
 def _check_count(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is an int `>= 1`, naming the option."""
-    del instance
     if type(value) is not int:
         msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
         raise TypeError(msg)
@@ -40,7 +39,6 @@ def _check_count(instance: object, attribute: Any, value: Any) -> None:
 
 def _check_beta(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is None or a number in `[0, 1)`, naming the option."""
-    del instance
     if value is None:
         return
     if type(value) not in (int, float):
@@ -53,7 +51,6 @@ def _check_beta(instance: object, attribute: Any, value: Any) -> None:
 
 def _check_dtype(instance: object, attribute: Any, value: Any) -> None:
     """Raise unless `value` is None or a floating-point dtype, naming the option."""
-    del instance
     if value is not None and not (
         isinstance(value, torch.dtype) and value.is_floating_point
     ):
@@ -94,11 +91,9 @@ _qr = cast("Callable[[Tensor], tuple[Tensor, Tensor]]", torch.linalg.qr)  # pyri
 def _rotate(
     value: Tensor, bases: Sequence[Tensor | None], shape: tuple[int, ...], back: bool
 ) -> Tensor:
-    """`value` with each preconditioned dimension `i` taken into `Q_i`'s basis.
+    """`value` with each preconditioned dimension `i` in `Q_i`'s basis (`back`: out).
 
-    `Q_i^T` along that dimension (`back`: `Q_i`). Each contraction moves its
-    dimension last (an unpreconditioned one is moved as it is), so the
-    dimensions end in their order.
+    Each contraction (or permutation) moves its dimension last: they end in order.
     """
     out = value.reshape(shape)
     for basis in bases:
@@ -155,13 +150,11 @@ class SOAP(TorchOptimizer[SOAPState]):
     exact arithmetic). The factors and bases are in the state (`gg`, `q`), so
     it saves and loads with the rest.
 
-    An eager step reads its call count on the host (free: the counter is
-    there) and computes the eigendecomposition or the QR only on the calls
-    that take them. Compiled (`torch.compile(fullgraph=True)`) or under a
-    `torch.func` transform, where nothing is read, every call computes both
-    and selects with `where` (the same values): worth it for small factors
-    only. With `differentiable=True` the gradients flow through `eigh` and
-    `qr` too, which torch differentiates unstably where eigenvalues repeat.
+    An eager step reads its call count on the host and computes the
+    eigendecomposition or the QR only on the calls that take them; compiled or
+    under a `torch.func` transform every call computes both and selects with
+    `where` (worth it for small factors only). With `differentiable=True` the
+    gradients flow through `eigh` and `qr`, unstable where eigenvalues repeat.
 
     Attributes:
         lr: The learning rate: a number, a 0-dim tensor, a per-key ParamDict,
@@ -248,10 +241,7 @@ class SOAP(TorchOptimizer[SOAPState]):
         return shape, [size if size <= bound else None for size in shape]
 
     def _bases(self, state: SOAPState, key: str, sizes: list[int | None]) -> list[Any]:
-        """`key`'s basis per dimension (None where it is not preconditioned).
-
-        Recorded, copies: the rotations save them, and the step writes the bases.
-        """
+        """`key`'s basis per dimension (None: none), copies if recorded."""
         found = [None if n is None else state.q[i][key] for i, n in enumerate(sizes)]
         if self.differentiable:
             return [None if q is None else q.clone() for q in found]
@@ -356,9 +346,7 @@ class SOAP(TorchOptimizer[SOAPState]):
     def _phase(step: Tensor, frequency: int) -> tuple[_Phase, _Phase]:
         """Whether this call is the first, and whether it refreshes the bases.
 
-        Read on the host where that is free; under `torch.compile`, a
-        `torch.func` transform or with the counter on a device
-        (`capturable=True`: no host read), 0-dim tensors.
+        Read on the host where that is free, else 0-dim bool tensors.
         """
         if step.is_cpu and not torch.compiler.is_compiling():
             try:
