@@ -135,7 +135,7 @@ class MultiSteps(Optimizer[MultiStepsState]):
             'AdamState'
         """
         inner = self.optimizer.init(params)
-        return MultiStepsState(new_counter(params), params.zeros_like(), inner)
+        return MultiStepsState(new_counter(), params.zeros_like(), inner)
 
     @override
     def check_state(self, params: ParamDict, state: MultiStepsState, /) -> None:

@@ -213,12 +213,11 @@ def compute_dtype(params: ParamDict) -> torch.dtype | None:
     return None
 
 
-def new_counter(params: ParamDict) -> Tensor:
+def new_counter() -> Tensor:
     """Return a 0-dim zero step counter on the host, as `torch.optim` keeps it.
 
     A tensor, so that `torch.compile` does not specialize on it.
     """
-    del params
     return torch.zeros((), dtype=torch.float64)
 
 
@@ -226,7 +225,7 @@ def device_counter(params: ParamDict) -> Tensor:
     """Return a 0-dim zero step counter on the parameters' device (`capturable`)."""
     first = next(iter(params.values()), None)
     if first is None or first.device.type == "cpu":
-        return new_counter(params)
+        return new_counter()
     dtype = state_scalar_dtype(first.device)
     if holds_dtensors([first]):  # a plain tensor beside DTensors, as torch's
         return torch.zeros((), dtype=dtype, device=first.device)

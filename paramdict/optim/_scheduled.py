@@ -22,6 +22,7 @@ from ._schedules.slot import (
     advanced_on_host,
     check_slot,
     cycled_momentum,
+    first_state,
     is_schedule,
     takes_metric,
 )
@@ -78,6 +79,12 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
             current: Tensor = slot.lr
             return current
         return cast(Rate, value)
+
+    def _first_rate(self, counter: Tensor, /) -> Rate:
+        """The rate of the first step: a schedule's first value, else `rate("lr")`."""
+        if is_schedule(self.lr):
+            return first_state(self.lr).lr
+        return self.rate("lr", counter + 1)
 
     def host_numbers(self, *values: Rate) -> tuple[float, ...] | None:
         """Return `values` (the step, a rate) as Python floats where reading is free.

@@ -173,7 +173,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
         self._check_rates(params)
         state = self.init_state(params)
         if is_schedule(self.lr):
-            schedule = first_state(self.lr, params)
+            schedule = first_state(self.lr)
             state = cast("Any", state)._replace(schedule=schedule)
         return state
 
@@ -461,4 +461,4 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
             >>> optim.SGD().counter(ParamDict(w=torch.ones(1)))
             tensor(0., dtype=torch.float64)
         """
-        return device_counter(params) if self.capturable else new_counter(params)
+        return device_counter(params) if self.capturable else new_counter()

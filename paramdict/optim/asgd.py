@@ -20,7 +20,7 @@ from ._hyper import (
     quotient,
     state_scalar_dtype,
 )
-from ._schedules.slot import LearningRate, initial_rate
+from ._schedules.slot import LearningRate
 from ._state_check import check_scalar
 from ._states import ASGDState
 from ._torch_optimizer import TorchOptimizer
@@ -86,8 +86,7 @@ class ASGD(TorchOptimizer[ASGDState]):
         """Return the first state: step 0, `eta = lr`, `mu = 1`, `ax = 0`."""
         counter = self.counter(params)
         dtype = state_scalar_dtype(counter.device)
-        first = initial_rate(self.lr, params)
-        lr = self.rate("lr", counter + 1) if first is None else first
+        lr = self._first_rate(counter)
         eta = lr if isinstance(lr, ParamDict) else counter.new_full((), 0).add(lr)
         return ASGDState(
             counter,

@@ -13,7 +13,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from ._fields import shared_last
 from ._hyper import Rate
-from ._schedules.slot import LearningRate, initial_rate
+from ._schedules.slot import LearningRate
 from ._states import RpropState
 from ._torch_optimizer import TorchOptimizer
 
@@ -106,9 +106,8 @@ class Rprop(TorchOptimizer[RpropState]):
     def init_state(self, params: ParamDict, /) -> RpropState:
         """Return the first state: step 0, zero `prev`, step sizes at `lr`."""
         counter = self.counter(params)
-        # A schedule's first value: torch reads `lr` only to fill the step sizes.
-        first = initial_rate(self.lr, params)
-        lr = self.rate("lr", counter + 1) if first is None else first
+        # torch reads `lr` only to fill the step sizes.
+        lr = self._first_rate(counter)
         return RpropState(counter, params.zeros_like(), params.zeros_like().add(lr))
 
     @override

@@ -15,7 +15,6 @@ import torch._C._functorch  # typed by torch, but only as a named submodule
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
-from ..._paramdict import ParamDict
 from .._hyper import Rate
 from .base import (
     BaseSchedule,
@@ -42,7 +41,6 @@ __all__ = [
     "check_slot",
     "cycled_momentum",
     "first_state",
-    "initial_rate",
     "is_schedule",
     "on_host",
     "takes_metric",
@@ -98,13 +96,12 @@ def check_fits(owner: Any, schedule: Schedule) -> None:
         raise ValueError(msg)
 
 
-def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | PlateauState:
+def first_state(schedule: Schedule) -> ScheduleState | PlateauState:
     """Return the schedule's first state on the CPU (where torch keeps it), new tensors.
 
     New, so that no two leaves (nor the caller's `base_lr`) share one tensor,
     which `step_` could not write in place.
     """
-    del params  # the state does not follow the parameters' device
     state = schedule.init()
 
     def own(x: object) -> object:
@@ -112,13 +109,6 @@ def first_state(schedule: Schedule, params: ParamDict) -> ScheduleState | Platea
 
     owned: ScheduleState | PlateauState = pytree.tree_map(own, state)
     return owned
-
-
-def initial_rate(lr: LearningRate, params: ParamDict) -> Tensor | None:
-    """Return a schedule's first rate (for Rprop's and ASGD's state); else None."""
-    if not is_schedule(lr):
-        return None
-    return first_state(lr, params).lr
 
 
 def advanced_on_host(schedule: Schedule, state: object) -> Any:
