@@ -24,8 +24,7 @@ ValueError: `betas[1]` must be in [0, 1), got 1.0.
 
 from __future__ import annotations
 
-from numbers import Real
-from typing import Any, cast, overload
+from typing import Any, overload
 
 import attrs
 
@@ -77,25 +76,9 @@ def betas(default: tuple[float, float]) -> tuple[float, float]: ...
 def betas(default: tuple[float, float, float]) -> tuple[float, float, float]: ...
 def betas(default: tuple[float, ...]) -> tuple[float, ...]:
     """Return an option of two (or, as `default`, three) numbers, each in `[0, 1)`."""
-    check = check_betas if len(default) == 2 else _check_three_betas
+    check = check_betas(len(default))
     field: tuple[float, ...] = attrs.field(default=default, validator=check)
     return field
-
-
-def _check_three_betas(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is three numbers, each in `[0, 1)`."""
-    del instance
-    given: tuple[object, ...] = (
-        cast("tuple[object, ...]", value) if isinstance(value, tuple) else ()
-    )
-    numbers = all(isinstance(b, Real) and not isinstance(b, bool) for b in given)
-    if len(given) != 3 or not numbers:
-        msg = f"`{attribute.name}` must be three numbers, got {value!r}."
-        raise TypeError(msg)
-    for i, beta in enumerate(cast("tuple[float, float, float]", given)):
-        if not 0 <= beta < 1:
-            msg = f"`{attribute.name}[{i}]` must be in [0, 1), got {beta!r}."
-            raise ValueError(msg)
 
 
 def fused_option() -> bool | None:

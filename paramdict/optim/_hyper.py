@@ -7,6 +7,7 @@ tensors computed from the step counter, the numbers torch computes with Python f
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Real
 from typing import Any, TypeAlias, TypeVar, cast
 
@@ -25,8 +26,11 @@ __all__ = [
     "check_flag",
     "check_fraction",
     "check_fused",
+    "check_int",
     "check_non_negative",
     "check_number",
+    "check_optional_flag",
+    "check_optional_number",
     "check_rate",
     "check_rate_keys",
     "check_rate_shapes",
@@ -45,6 +49,8 @@ Rate: TypeAlias = float | Tensor | ParamDict
 """A number, a 0-dim tensor (may require grad), or a ParamDict of per-key values."""
 
 P = TypeVar("P", bound=ParamDict)
+
+Validator: TypeAlias = Callable[[object, Any, Any], None]
 
 
 def _is_number(value: object) -> bool:
@@ -81,11 +87,16 @@ def is_finite(name: str, value: float) -> bool:
         raise ValueError(msg) from None
 
 
-def check_fused(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `fused` is None or a bool, and True only if not differentiable."""
+def check_optional_flag(instance: object, attribute: Any, value: Any) -> None:
+    """Raise `TypeError` unless `value` is None, True or False, naming the argument."""
     if value is not None and not isinstance(value, bool):
         msg = f"`{attribute.name}` must be None, True or False, got {value!r}."
         raise TypeError(msg)
+
+
+def check_fused(instance: object, attribute: Any, value: Any) -> None:
+    """Raise unless `fused` is None or a bool, and True only if not differentiable."""
+    check_optional_flag(instance, attribute, value)
     if value and getattr(instance, "differentiable", False):
         msg = (
             "`fused=True` needs `differentiable=False`: torch's fused kernels "
@@ -102,17 +113,21 @@ def check_fraction(instance: object, attribute: Any, value: Any) -> None:
         raise ValueError(msg)
 
 
-def check_betas(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is a pair of numbers, each in `[0, 1)`."""
-    is_tuple = isinstance(value, tuple)
-    pair = cast("tuple[object, ...]", value) if is_tuple else ()
-    if not (is_tuple and len(pair) == 2 and all(map(_is_number, pair))):
-        msg = f"`{attribute.name}` must be a pair of numbers, got {value!r}."
-        raise TypeError(msg)
-    for i, beta in enumerate(cast("tuple[float, float]", pair)):
-        if not 0 <= beta < 1:
-            msg = f"`{attribute.name}[{i}]` must be in [0, 1), got {beta!r}."
-            raise ValueError(msg)
+def check_betas(count: int) -> Validator:
+    """Return the validator of `count` (2 or 3) numbers, each in `[0, 1)`."""
+    what = "a pair of numbers" if count == 2 else "three numbers"
+
+    def check(instance: object, attribute: Any, value: Any) -> None:
+        given = cast("tuple[object, ...]", value) if isinstance(value, tuple) else ()
+        if len(given) != count or not all(map(_is_number, given)):
+            msg = f"`{attribute.name}` must be {what}, got {value!r}."
+            raise TypeError(msg)
+        for i, beta in enumerate(cast("tuple[float, ...]", given)):
+            if not 0 <= beta < 1:
+                msg = f"`{attribute.name}[{i}]` must be in [0, 1), got {beta!r}."
+                raise ValueError(msg)
+
+    return check
 
 
 def check_rate(instance: object, attribute: Any, value: Any) -> None:
@@ -360,14 +375,37 @@ def check_rate_shapes(params: ParamDict, name: str, rate: ParamDict) -> None:
         raise ValueError(msg)
 
 
-def check_count(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is an int `>= 1` (not a bool), naming the argument."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
-        raise TypeError(msg)
-    if value < 1:
-        msg = f"`{attribute.name}` must be at least 1, got {value!r}."
-        raise ValueError(msg)
+def check_int(within: Callable[[int], bool], wanted: str) -> Validator:
+    """Return the validator of an int (not a bool) that `within` accepts."""
+
+    def check(instance: object, attribute: Any, value: Any) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
+            raise TypeError(msg)
+        if not within(value):
+            msg = f"`{attribute.name}` must be {wanted}, got {value!r}."
+            raise ValueError(msg)
+
+    return check
+
+
+check_count = check_int(lambda n: n >= 1, "at least 1")
+
+
+def check_optional_number(within: Callable[[float], bool], wanted: str) -> Validator:
+    """Return the validator of None or an int or float `within` accepts."""
+
+    def check(instance: object, attribute: Any, value: Any) -> None:
+        if value is None:
+            return
+        if type(value) not in (int, float):
+            msg = f"`{attribute.name}` must be None or a number, got {value!r}."
+            raise TypeError(msg)
+        if not within(value):
+            msg = f"`{attribute.name}` must be {wanted}, got {value!r}."
+            raise ValueError(msg)
+
+    return check
 
 
 def check_flag(instance: object, attribute: Any, value: Any) -> None:

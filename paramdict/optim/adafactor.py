@@ -28,6 +28,7 @@ from ._hyper import (
     Rate,
     check_counter,
     check_number,
+    check_optional_flag,
     check_rate_keys,
     compute_dtype,
     is_traced,
@@ -85,12 +86,6 @@ def _check_d(instance: object, attribute: Any, value: Any) -> None:
             f"`{attribute.name}` (the clipping threshold) must be >= 1, got {value!r}."
         )
         raise ValueError(msg)
-
-
-def _check_foreach(instance: object, attribute: Any, value: Any) -> None:
-    if value is not None and not isinstance(value, bool):
-        msg = f"`{attribute.name}` must be None, True or False, got {value!r}."
-        raise TypeError(msg)
 
 
 def _row_shaped(p: Tensor) -> Tensor:
@@ -218,7 +213,7 @@ class Adafactor(TorchOptimizer[AdafactorState]):
     )
     d: float = attrs.field(default=1.0, validator=_check_d)
     weight_decay: Rate = 0.0
-    foreach: bool | None = attrs.field(default=None, validator=_check_foreach)
+    foreach: bool | None = attrs.field(default=None, validator=check_optional_flag)
 
     @override
     def init_state(self, params: ParamDict, /) -> AdafactorState:

@@ -6,7 +6,7 @@ Pagliardini et al., 2024, "The AdEMAMix Optimizer: Better, Faster, Older".
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import torch
@@ -16,24 +16,12 @@ from typing_extensions import override
 # The public names only (`paramdict.optim.*`), from the modules defining them.
 from .._paramdict import ParamDict
 from . import fields
-from ._hyper import Rate
+from ._hyper import Rate, check_optional_number
 from ._schedules.slot import LearningRate
 from ._states import AdEMAMixState
 from ._torch_optimizer import TorchOptimizer
 
 __all__ = ["AdEMAMix", "AdEMAMixState"]
-
-
-def _check_warmup(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is None or a number of steps `> 0`, naming the option."""
-    if value is None:
-        return
-    if type(value) not in (int, float):
-        msg = f"`{attribute.name}` must be None or a number, got {value!r}."
-        raise TypeError(msg)
-    if not 0 < value < math.inf:
-        msg = f"`{attribute.name}` must be positive and finite, got {value!r}."
-        raise ValueError(msg)
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=fields.shared_last)
@@ -89,7 +77,12 @@ class AdEMAMix(TorchOptimizer[AdEMAMixState]):
     lr: LearningRate = 1e-3
     betas: tuple[float, float, float] = fields.betas((0.9, 0.999, 0.9999))
     alpha: float = fields.non_negative(2.0)
-    t_alpha_beta3: float | None = attrs.field(default=None, validator=_check_warmup)
+    t_alpha_beta3: float | None = attrs.field(
+        default=None,
+        validator=check_optional_number(
+            lambda t: 0 < t < math.inf, "positive and finite"
+        ),
+    )
     eps: float = fields.non_negative(1e-8)
     weight_decay: Rate = 0.0
 

@@ -11,7 +11,7 @@ from typing_extensions import override
 
 from .._paramdict import ParamDict
 from ._fields import flag, non_negative, shared_last
-from ._hyper import Rate, is_finite
+from ._hyper import Rate, check_int, is_finite
 from ._matrix import newton_schulz
 from ._schedules.slot import LearningRate
 from ._states import MuonState
@@ -40,15 +40,6 @@ def _check_coefficients(instance: object, attribute: Any, value: Any) -> None:
     ):
         msg = f"`{attribute.name}` must be a tuple of three numbers, got {value!r}."
         raise TypeError(msg)
-
-
-def _check_ns_steps(instance: object, attribute: Any, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
-        raise TypeError(msg)
-    if not 0 <= value < 100:
-        msg = f"`{attribute.name}` must be in [0, 100), got {value!r}."
-        raise ValueError(msg)
 
 
 def _check_adjust_lr_fn(instance: object, attribute: Any, value: Any) -> None:
@@ -147,7 +138,9 @@ class Muon(TorchOptimizer[MuonState]):
         default=_NS_COEFFICIENTS, validator=_check_coefficients
     )
     eps: float = non_negative(1e-7)
-    ns_steps: int = attrs.field(default=5, validator=_check_ns_steps)
+    ns_steps: int = attrs.field(
+        default=5, validator=check_int(lambda n: 0 <= n < 100, "in [0, 100)")
+    )
     adjust_lr_fn: str | None = attrs.field(default=None, validator=_check_adjust_lr_fn)
     # Not an argument: torch.optim.Muon has no `maximize`.
     maximize: bool = attrs.field(default=False, init=False, repr=False)

@@ -5,7 +5,7 @@ Defazio et al., 2024, "The Road Less Scheduled".
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar, cast
+from typing import ClassVar, TypeVar, cast
 
 import attrs
 import torch
@@ -15,7 +15,7 @@ from typing_extensions import override
 # The public names only (`paramdict.optim.*`), from the modules defining them.
 from .._paramdict import ParamDict
 from . import fields
-from ._hyper import Rate
+from ._hyper import Rate, check_int
 from ._schedules.slot import LearningRate
 from ._states import ScheduleFreeAdamWState
 from ._torch_optimizer import TorchOptimizer
@@ -23,16 +23,6 @@ from ._torch_optimizer import TorchOptimizer
 __all__ = ["ScheduleFreeAdamW", "ScheduleFreeAdamWState"]
 
 P = TypeVar("P", bound=ParamDict)
-
-
-def _check_steps(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is a whole number `>= 0`, naming the option."""
-    if type(value) is not int:
-        msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
-        raise TypeError(msg)
-    if value < 0:
-        msg = f"`{attribute.name}` must be non-negative, got {value!r}."
-        raise ValueError(msg)
 
 
 @attrs.frozen(kw_only=True, eq=False, field_transformer=fields.shared_last)
@@ -106,7 +96,9 @@ class ScheduleFreeAdamW(TorchOptimizer[ScheduleFreeAdamWState]):
     betas: tuple[float, float] = fields.betas((0.9, 0.999))
     eps: float = fields.non_negative(1e-8)
     weight_decay: Rate = 0.0
-    warmup_steps: int = attrs.field(default=0, validator=_check_steps)
+    warmup_steps: int = attrs.field(
+        default=0, validator=check_int(lambda n: n >= 0, "non-negative")
+    )
     r: float = fields.non_negative(0.0)
     weight_lr_power: float = fields.non_negative(2.0)
 

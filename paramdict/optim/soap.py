@@ -16,7 +16,7 @@ from typing_extensions import override
 # The public names only (`paramdict.optim.*`), from the modules defining them.
 from .._paramdict import ParamDict
 from . import fields
-from ._hyper import Rate
+from ._hyper import Rate, check_count, check_optional_number
 from ._schedules.slot import LearningRate
 from ._states import SOAPState
 from ._torch_optimizer import TorchOptimizer
@@ -25,28 +25,6 @@ __all__ = ["SOAP", "SOAPState"]
 
 _Phase = bool | Tensor
 """A decision of the step: a bool read on the host, or a 0-dim bool tensor."""
-
-
-def _check_count(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is an int `>= 1`, naming the option."""
-    if type(value) is not int:
-        msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
-        raise TypeError(msg)
-    if value < 1:
-        msg = f"`{attribute.name}` must be at least 1, got {value!r}."
-        raise ValueError(msg)
-
-
-def _check_beta(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is None or a number in `[0, 1)`, naming the option."""
-    if value is None:
-        return
-    if type(value) not in (int, float):
-        msg = f"`{attribute.name}` must be None or a number, got {value!r}."
-        raise TypeError(msg)
-    if not 0 <= value < 1:
-        msg = f"`{attribute.name}` must be in [0, 1), got {value!r}."
-        raise ValueError(msg)
 
 
 def _check_dtype(instance: object, attribute: Any, value: Any) -> None:
@@ -199,11 +177,13 @@ class SOAP(TorchOptimizer[SOAPState]):
 
     lr: LearningRate = 3e-3
     betas: tuple[float, float] = fields.betas((0.95, 0.95))
-    shampoo_beta: float | None = attrs.field(default=None, validator=_check_beta)
+    shampoo_beta: float | None = attrs.field(
+        default=None, validator=check_optional_number(lambda b: 0 <= b < 1, "in [0, 1)")
+    )
     eps: float = fields.non_negative(1e-8)
     weight_decay: Rate = 0.01
-    precondition_frequency: int = attrs.field(default=10, validator=_check_count)
-    max_precond_dim: int = attrs.field(default=10000, validator=_check_count)
+    precondition_frequency: int = attrs.field(default=10, validator=check_count)
+    max_precond_dim: int = attrs.field(default=10000, validator=check_count)
     merge_dims: bool = fields.flag()
     precondition_1d: bool = fields.flag()
     normalize_grads: bool = fields.flag()
