@@ -94,20 +94,7 @@ class Adam(AdamOptions[AdamState]):
     fused: bool | None = fused_option()
 
     def init_state(self, params: ParamDict, /) -> AdamState:
-        """Return the first state: step 0 and zero moments.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `AdamState`; `max_exp_avg_sq` is empty unless `amsgrad=True`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.Adam().init(ParamDict(w=torch.ones(2)))
-            >>> state.step, state.exp_avg["w"], len(state.max_exp_avg_sq)
-            (tensor(0., dtype=torch.float64), tensor([0., 0.]), 0)
-        """
+        """Return step 0 and zero moments (`max_exp_avg_sq` only with `amsgrad`)."""
         return AdamState(
             self.counter(params),
             params.zeros_like(),

@@ -95,28 +95,9 @@ class ASGD(TorchOptimizer[ASGDState]):
             params.zeros_like(),
         )
 
+    @override
     def check_state(self, params: ParamDict, state: ASGDState, /) -> None:
-        """Raise unless `state` is an `ASGDState` for `params`.
-
-        Args:
-            params: The parameters of the step.
-            state: The state to check.
-
-        Raises:
-            TypeError: If `state` is not an `ASGDState`, or a field is of the
-                wrong kind.
-            ValueError: If `ax`'s keys, shapes or dtypes are not `params'`, or
-                a per-key `eta` has other keys.
-
-        Example:
-            >>> from paramdict import optim
-            >>> opt = optim.ASGD()
-            >>> opt.check_state(ParamDict(w=torch.ones(2)), optim.SGD().init(
-            ...     ParamDict(w=torch.ones(2))))
-            Traceback (most recent call last):
-            ...
-            TypeError: `ASGD` needs a `ASGDState` as its state, got SGDState. ...
-        """
+        """Also check `eta`: a 0-dim tensor, or per-key values for `params`' keys."""
         super().check_state(params, state)
         eta: object = state.eta
         if isinstance(eta, ParamDict):

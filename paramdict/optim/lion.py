@@ -57,19 +57,7 @@ class Lion(TorchOptimizer[LionState]):
     weight_decay: Rate = 0.0
 
     def init_state(self, params: ParamDict, /) -> LionState:
-        """Return the first state: step 0 and a zero running average.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            A `LionState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.Lion().init(ParamDict(w=torch.ones(2))).exp_avg["w"]
-            tensor([0., 0.])
-        """
+        """Return the first state: step 0 and a zero running average."""
         return LionState(self.counter(params), params.zeros_like())
 
     @override

@@ -53,20 +53,7 @@ class NAdam(AdamOptions[NAdamState]):
     decoupled_weight_decay: bool = flag()
 
     def init_state(self, params: ParamDict, /) -> NAdamState:
-        """Return the first state: step 0, `mu_product` 1 and zero moments.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            A `NAdamState`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.NAdam().init(ParamDict(w=torch.ones(2)))
-            >>> state.mu_product, state.exp_avg["w"]
-            (tensor(1.), tensor([0., 0.]))
-        """
+        """Return the first state: step 0, `mu_product` 1 and zero moments."""
         counter = self.counter(params)
         # `new_ones`: on the counter's device, fake and meta counters alike.
         mu_product = counter.new_ones((), dtype=state_scalar_dtype(counter.device))

@@ -129,21 +129,7 @@ class ScheduleFreeAdamW(TorchOptimizer[ScheduleFreeAdamWState]):
             raise ValueError(msg)
 
     def init_state(self, params: ParamDict, /) -> ScheduleFreeAdamWState:
-        """Return the first state: `z` at the parameters, the rest zero.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            A `ScheduleFreeAdamWState`. `z` is a copy of `params` (recorded by
-            autograd when the optimizer is differentiable).
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.ScheduleFreeAdamW().init(ParamDict(w=torch.ones(2)))
-            >>> state.z["w"], state.lr_max
-            (tensor([1., 1.]), tensor(0., dtype=torch.float64))
-        """
+        """Return the first state: `z` a copy of the parameters, the rest zero."""
         counter = self.counter(params)
         start = params if self.differentiable else params.detach()
         return ScheduleFreeAdamWState(

@@ -99,20 +99,7 @@ class SGD(TorchOptimizer[SGDState]):
             raise ValueError(msg)
 
     def init_state(self, params: ParamDict, /) -> SGDState:
-        """Return the first state: step 0 and a zero momentum buffer.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            An `SGDState`; its buffer is empty when `momentum == 0`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> opt = optim.SGD(lr=0.1, momentum=0.9)
-            >>> opt.init(ParamDict(w=torch.ones(2))).momentum_buffer["w"]
-            tensor([0., 0.])
-        """
+        """Return step 0 and a zero momentum buffer (empty when `momentum == 0`)."""
         buffer = params.zeros_like() if self.momentum != 0 else ParamDict()
         return SGDState(self.counter(params), buffer)
 

@@ -228,22 +228,7 @@ class SOAP(TorchOptimizer[SOAPState]):
         return found
 
     def init_state(self, params: ParamDict, /) -> SOAPState:
-        """Return the first state: zero moments, factors and bases.
-
-        Args:
-            params: The parameters to optimize (checked by `init`); unchanged.
-
-        Returns:
-            A `SOAPState`; the first step fills `gg` and `q`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> state = optim.SOAP().init(ParamDict(w=torch.ones(3, 2)))
-            >>> state.q[0]["w"]
-            tensor([[0., 0., 0.],
-                    [0., 0., 0.],
-                    [0., 0., 0.]])
-        """
+        """Return zero moments, factors and bases; the first step fills `gg` and `q`."""
         layouts = {k: self.layout(v)[1] for k, v in params.items()}
         dims = max([0, *(len(sizes) for sizes in layouts.values())])
 
@@ -270,21 +255,7 @@ class SOAP(TorchOptimizer[SOAPState]):
 
     @override
     def check_state(self, params: ParamDict, state: SOAPState, /) -> None:
-        """Raise unless `state` is this optimizer's state for `params`.
-
-        `TorchOptimizer.check_state`, and the factors and bases: one ParamDict
-        per dimension, each holding a square matrix of its size for exactly the
-        entries preconditioned there.
-
-        Example:
-            >>> from paramdict import optim
-            >>> params = ParamDict(w=torch.ones(3, 2))
-            >>> state = optim.SOAP().init(params)
-            >>> optim.SOAP(max_precond_dim=2).check_state(params, state)
-            Traceback (most recent call last):
-            ...
-            ValueError: The state's `gg` does not fit these parameters ...
-        """
+        """Also check the factors and bases: per dimension, square of its size."""
         super().check_state(params, state)
         probe = self.init_state(
             ParamDict(
