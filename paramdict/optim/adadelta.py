@@ -59,13 +59,6 @@ class Adadelta(TorchOptimizer[AdadeltaState]):
     weight_decay: Rate = 0.0
 
     @override
-    def init_state(self, params: ParamDict, /) -> AdadeltaState:
-        """Return the first state: step 0 and zero averages."""
-        return AdadeltaState(
-            self.counter(params), params.zeros_like(), params.zeros_like()
-        )
-
-    @override
     def math(
         self,
         params: ParamDict,

@@ -56,10 +56,6 @@ class Lion(TorchOptimizer[LionState]):
     betas: tuple[float, float] = fields.betas((0.9, 0.99))
     weight_decay: Rate = 0.0
 
-    def init_state(self, params: ParamDict, /) -> LionState:
-        """Return the first state: step 0 and a zero running average."""
-        return LionState(self.counter(params), params.zeros_like())
-
     @override
     def math(
         self,
