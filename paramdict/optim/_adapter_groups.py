@@ -26,7 +26,7 @@ from .._paramdict import ParamDict
 from ._binding import Bound
 from ._fused import FusedPlan
 from ._groups import subset
-from ._hyper import check_rate
+from ._hyper import check_rate, is_int_or_float
 from ._schedules.slot import is_schedule
 from ._torch_dict import NO_STEP
 from ._torch_optimizer import TorchOptimizer
@@ -117,15 +117,11 @@ def _numbers(value: object) -> list[object]:
     return [value]
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def unchanged(now: object, before: object) -> bool:
     """Whether a written setting equals the applied one (tensors by identity)."""
     if now is before:
         return True
-    if _is_number(now) and _is_number(before):
+    if is_int_or_float(now) and is_int_or_float(before):
         return bool(now == before)
     if isinstance(now, (tuple, list)) and isinstance(before, (tuple, list)):
         a = cast("Sequence[object]", now)
@@ -331,7 +327,9 @@ class Group:
         member = self.member
         before: object = getattr(member, key)
         numbers, olds = _numbers(value), _numbers(before)
-        if len(numbers) != len(olds) or not all(map(_is_number, [*numbers, *olds])):
+        if len(numbers) != len(olds) or not all(
+            map(is_int_or_float, [*numbers, *olds])
+        ):
             return False
         if isinstance(before, tuple):
             value = tuple(numbers)  # `betas` written as a list

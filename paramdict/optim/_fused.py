@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 from .._foreach import holds_dtensors
 from .._fresh import owned
 from .._paramdict import ParamDict
-from ._hyper import Rate, compute_dtype
+from ._hyper import Rate, compute_dtype, is_int_or_float
 from ._schedules.slot import is_schedule, write_on_host
 
 if TYPE_CHECKING:
@@ -71,17 +71,13 @@ def dense(t: Tensor, /) -> bool:
     return True
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def fused_refusal(
     params: ParamDict, lr: object, weight_decay: Rate, *, cpu_only: bool = False
 ) -> str | None:
     """Return why no fused kernel can take these steps, or None when one can."""
     if isinstance(lr, ParamDict):
         return "`lr` is a per-key ParamDict (fused kernels take one rate)"
-    if not _is_number(weight_decay):
+    if not is_int_or_float(weight_decay):
         return (
             "`weight_decay` is a tensor or a per-key ParamDict (fused kernels take "
             "it as a number)"

@@ -38,6 +38,7 @@ __all__ = [
     "decay_factor",
     "host_numbers",
     "is_finite",
+    "is_int_or_float",
     "is_zero",
     "new_counter",
     "product",
@@ -55,6 +56,11 @@ Validator: TypeAlias = Callable[[object, Any, Any], None]
 
 def _is_number(value: object) -> bool:
     return type(value) is not bool and isinstance(value, Real)
+
+
+def is_int_or_float(value: object) -> bool:
+    """Whether `value` is an int or a float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_number(instance: object, attribute: Any, value: Any) -> None:

@@ -31,6 +31,7 @@ from ._hyper import (
     check_optional_flag,
     check_rate_keys,
     compute_dtype,
+    is_int_or_float,
     is_traced,
 )
 from ._schedules.slot import LearningRate, check_slot
@@ -55,8 +56,8 @@ def _mean_squares(grads: ParamDict, dim: int) -> ParamDict:
 
 def _check_eps(instance: object, attribute: Any, value: Any) -> None:
     pair = cast("tuple[object, ...]", value if isinstance(value, tuple) else ())
-    first_ok = len(pair) == 2 and (pair[0] is None or _is_number(pair[0]))
-    if not (first_ok and _is_number(pair[1])):
+    first_ok = len(pair) == 2 and (pair[0] is None or is_int_or_float(pair[0]))
+    if not (first_ok and is_int_or_float(pair[1])):
         msg = (
             f"`{attribute.name}` must be a pair (eps1, eps2): None or a number, "
             f"then a number, got {value!r}."
@@ -66,10 +67,6 @@ def _check_eps(instance: object, attribute: Any, value: Any) -> None:
         if eps is not None and not 0 <= cast(float, eps) < math.inf:
             msg = f"`{attribute.name}[{i}]` must be finite and >= 0, got {eps!r}."
             raise ValueError(msg)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_beta2_decay(instance: object, attribute: Any, value: Any) -> None:
