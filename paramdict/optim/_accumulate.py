@@ -122,12 +122,6 @@ class MultiSteps(Optimizer[MultiStepsState]):
     def init(self, params: ParamDict, /) -> MultiStepsState:
         """Return the first state: no gradient accumulated, the inner first state.
 
-        Args:
-            params: The parameters to optimize; unchanged.
-
-        Returns:
-            A `MultiStepsState`.
-
         Example:
             >>> from paramdict import optim
             >>> opt = optim.MultiSteps(optim.Adam(), every_k=4)
@@ -182,14 +176,6 @@ class MultiSteps(Optimizer[MultiStepsState]):
 
         As `Optimizer.step`. Eager, a call that only accumulates returns the
         parameters' values as they are and the wrapped state uncopied.
-
-        Args:
-            params: The parameters.
-            grads: Their gradients (a mapping with the same keys).
-            state: The state from `init` or a previous call.
-
-        Returns:
-            `(new_params, new_state)`.
 
         Example:
             >>> from paramdict import optim

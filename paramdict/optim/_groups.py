@@ -366,17 +366,8 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
     ) -> tuple[S, ...]:
         """Return `state` after every group's `ReduceLROnPlateau` saw `metrics`.
 
-        The other groups keep their state; `state` is unchanged.
-
-        Args:
-            state: The tuple of group states from `init` or `step`.
-            metrics: The metric: a number or a one-element tensor.
-
-        Returns:
-            The new tuple of group states.
-
-        Raises:
-            ValueError: If no group's `lr` is a `ReduceLROnPlateau`.
+        The other groups keep their state; `state` is unchanged. Raises
+        `ValueError` if no group's `lr` is a `ReduceLROnPlateau`.
 
         Example:
             >>> from paramdict import optim

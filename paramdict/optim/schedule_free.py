@@ -211,22 +211,9 @@ class ScheduleFreeAdamW(TorchOptimizer[ScheduleFreeAdamWState]):
     def eval_params(self, params: P, state: ScheduleFreeAdamWState, /) -> P:
         """Return `x`, the average to evaluate the model at: `lerp(y, z, 1 - 1/beta1)`.
 
-        `params` (`y`) and `state` are unchanged; the result is new tensors,
-        recorded by autograd only when the optimizer is differentiable. Before
-        the first step `x` is the parameters.
-
-        Args:
-            params: The parameters `y`, as `step` returns them.
-            state: The state for them.
-
-        Returns:
-            `x`, keyed like `params`.
-
-        Raises:
-            TypeError: If `state` is not a `ScheduleFreeAdamWState` (as
-                `check_state`).
-            ValueError: If `state`'s buffers do not fit `params` (as
-                `check_state`).
+        `params` (`y`) and `state` are unchanged (and checked as `check_state`
+        does); the result is new tensors, recorded by autograd only when the
+        optimizer is differentiable. Before the first step `x` is the parameters.
 
         Example:
             >>> from paramdict import optim
