@@ -120,9 +120,6 @@ class MultiplicativeLR(LRSchedule):
 
     lr_lambda: LrLambda = attrs.field(validator=_check_callable)
 
-    def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        return new_state(base, current)
-
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = state.last_epoch + 1
         lr = torch.as_tensor(current * self.lr_lambda(epoch), dtype=torch.float64)
@@ -153,9 +150,6 @@ class StepLR(LRSchedule):
 
     def __attrs_post_init__(self) -> None:
         check_int("step_size", self.step_size, minimum=1)
-
-    def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        return new_state(base, current)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = state.last_epoch + 1
@@ -216,9 +210,6 @@ class MultiStepLR(LRSchedule):
         converter=_to_int_tuple, validator=_check_milestones
     )
     gamma: float = attrs.field(default=0.1, validator=_check_gamma)
-
-    def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        return new_state(base, current)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = state.last_epoch + 1
@@ -370,9 +361,6 @@ class ExponentialLR(LRSchedule):
 
     gamma: float = attrs.field(validator=_check_gamma)
 
-    def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        return new_state(base, current)
-
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = state.last_epoch + 1
         return state._replace(last_epoch=epoch, lr=current * self.gamma)
@@ -408,9 +396,6 @@ class PolynomialLR(LRSchedule):
 
     def __attrs_post_init__(self) -> None:
         check_int("total_iters", self.total_iters, minimum=1)
-
-    def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        return new_state(base, current)
 
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = state.last_epoch + 1

@@ -294,13 +294,13 @@ class LRSchedule(BaseSchedule[ScheduleState]):
     base_lr=0.1, T_max=100))`), which keeps its state; on its own, `init` gives
     the state and `step` is pure.
 
-    Subclasses define `_initial` (the value after torch's constructor), `_advance`
-    (one `scheduler.step()`) and, for `SequentialLR`, `_restart`
-    (`scheduler._update_lr(0)`, or its closed form `_restart_lr`), each from
-    `current`, the rate the optimizer holds now. A subclass whose state is not one
-    plain rate says so: `cycles_momentum`, `_schedulers` (the schedules whose
-    states are its children), `_counter_names` and `_step_once` (the step after
-    each update, `_advance` by default).
+    Subclasses define `_advance` (one `scheduler.step()`), `_initial` (the value
+    after torch's constructor) unless it is `current`, and, for `SequentialLR`,
+    `_restart` (`scheduler._update_lr(0)`, or its closed form `_restart_lr`),
+    each from `current`, the rate the optimizer holds now. A subclass whose state
+    is not one plain rate says so: `cycles_momentum`, `_schedulers` (the schedules
+    whose states are its children), `_counter_names` and `_step_once` (the step
+    after each update, `_advance` by default).
 
     Example:
         >>> from paramdict import optim
@@ -397,9 +397,9 @@ class LRSchedule(BaseSchedule[ScheduleState]):
             return state._replace(last_epoch=0.0, lr=lr)
         return self._advance_on_host(state._replace(last_epoch=-1.0), current)
 
-    @abc.abstractmethod
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        """Return the state after the constructor, the optimizer holding `current`."""
+        """Return the state after the constructor: by default, at `current`."""
+        return new_state(base, current)
 
     @abc.abstractmethod
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:

@@ -47,9 +47,6 @@ class CosineAnnealingLR(LRSchedule):
     def __attrs_post_init__(self) -> None:
         check_int("T_max", self.T_max, minimum=1)
 
-    def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
-        return new_state(base, current)
-
     def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
         epoch = state.last_epoch + 1
         t_max, eta_min = self.T_max, self.eta_min
