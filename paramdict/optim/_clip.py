@@ -106,12 +106,6 @@ class ClipGradNorm(Optimizer[S]):
     def init(self, params: ParamDict, /) -> S:
         """Return the wrapped optimizer's first state for `params`.
 
-        Args:
-            params: The parameters to optimize; unchanged.
-
-        Returns:
-            `optimizer.init(params)`.
-
         Example:
             >>> from paramdict import optim
             >>> opt = optim.ClipGradNorm(optim.Adam(), max_norm=1.0)

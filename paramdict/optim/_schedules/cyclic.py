@@ -323,30 +323,6 @@ class OneCycleLR(LRSchedule):
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return self._values(torch.zeros_like(base))
 
-    def step(
-        self, state: ScheduleState, epoch: float | None = None, /
-    ) -> ScheduleState:
-        """Return the state after one `scheduler.step()`; `state` is unchanged.
-
-        Args:
-            state: The state from `init` or from the previous `step`.
-            epoch: Refused (torch deprecates `step(epoch)` here).
-
-        Returns:
-            The next state.
-
-        Raises:
-            ValueError: If this would step past `total_steps` (checked eagerly on
-                the CPU only: a compiled step cannot raise).
-
-        Example:
-            >>> from paramdict import optim
-            >>> schedule = optim.OneCycleLR(max_lr=1.0, total_steps=10)
-            >>> round(float(schedule.step(schedule.init(0.0)).momentum), 6)
-            0.9
-        """
-        return super().step(state, epoch)
-
     def _step_once(self, state: ScheduleState, /) -> ScheduleState:
         """Return the state after one `scheduler.step()`; raise past `total_steps`."""
         epoch = state.last_epoch + 1
