@@ -125,14 +125,7 @@ class CyclicLR(LRSchedule):
 
     @property
     def cycles_momentum(self) -> bool:
-        """Whether the momentum is cycled too: `cycle_momentum`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> schedule = optim.CyclicLR(base_lr=0.01, max_lr=0.1)
-            >>> schedule.cycles_momentum
-            True
-        """
+        """Whether the momentum is cycled too: `cycle_momentum`."""
         return self.cycle_momentum
 
     def _scale(self, cycle: Tensor, epoch: Tensor) -> Tensor | float:
@@ -252,13 +245,7 @@ class OneCycleLR(LRSchedule):
 
     @property
     def cycles_momentum(self) -> bool:
-        """Whether the momentum is cycled too: `cycle_momentum`.
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.OneCycleLR(max_lr=0.1, total_steps=10).cycles_momentum
-            True
-        """
+        """Whether the momentum is cycled too: `cycle_momentum`."""
         return self.cycle_momentum
 
     @property

@@ -103,13 +103,7 @@ class ReduceLROnPlateau(BaseSchedule[PlateauState]):
 
     @property
     def takes_metric(self) -> bool:
-        """True: the rate moves only with a metric (`step(state, metrics)`).
-
-        Example:
-            >>> from paramdict import optim
-            >>> optim.ReduceLROnPlateau().takes_metric
-            True
-        """
+        """True: the rate moves only with a metric (`step(state, metrics)`)."""
         return True
 
     def _step_once(self, state: PlateauState, /) -> PlateauState:
