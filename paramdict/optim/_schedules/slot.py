@@ -135,28 +135,43 @@ def _unreadable(tensor: Tensor) -> bool:
 
 
 def on_host(state: Any) -> Any:
-    """`state` with each tensor read as its float, or None where one cannot be."""
+    """`state` with each tensor read as its float, or None where one cannot be.
+
+    A plain tuple field (counters, children) is read in this call, so a step
+    enters one frame per schedule state, not one per tuple.
+    """
     values: list[Any] = []
     for field in state:
-        if isinstance(field, Tensor):
-            if _unreadable(field):
-                return None
-            field = field.item()
-        elif isinstance(field, tuple):
-            field = on_host(field)
-            if field is None:
-                return None
-        values.append(field)
+        whole: Any = field  # pyright narrows `field` below; `whole` stays Any
+        plain = isinstance(field, tuple) and not hasattr(whole, "_fields")
+        members: tuple[Any, ...] = whole if plain else (whole,)
+        read: list[Any] = []
+        for item in members:
+            if isinstance(item, Tensor):
+                if _unreadable(item):
+                    return None
+                item = item.item()
+            elif isinstance(item, tuple):
+                item = on_host(item)
+                if item is None:
+                    return None
+            read.append(item)
+        values.append(tuple(read) if plain else read[0])
     return type(state)(*values) if hasattr(state, "_fields") else tuple(values)
 
 
 def write_on_host(slot: Any, host: Any) -> None:
     """Write the floats of `host` into the tensors of `slot` (its structure)."""
-    for tensor, value in zip(slot, host):
-        if isinstance(tensor, Tensor):
-            tensor.fill_(value)
-        elif isinstance(tensor, tuple):
-            write_on_host(tensor, value)
+    for field, value in zip(slot, host):
+        whole: Any = field
+        plain = isinstance(field, tuple) and not hasattr(whole, "_fields")
+        tensors: tuple[Any, ...] = whole if plain else (whole,)
+        numbers: tuple[Any, ...] = value if plain else (value,)
+        for tensor, number in zip(tensors, numbers):
+            if isinstance(tensor, Tensor):
+                tensor.fill_(number)
+            elif isinstance(tensor, tuple):
+                write_on_host(tensor, number)
 
 
 def cycled_momentum(lr: object, slot: object) -> Tensor | None:

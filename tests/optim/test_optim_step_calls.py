@@ -1,0 +1,59 @@
+"""A step's Python calls stay within the bound of the design: `scripts/step_calls.py`.
+
+A repeated `AdamW.step_` with a `SequentialLR` schedule at 50 x 16 enters at most 60
+Python frames in paramdict's own files, and no more in all (torch's Python code
+included) than torch's `AdamW(fused=True)` with its `SequentialLR`. Call counts are
+deterministic, so this is a plain test, not a timing; a change that adds a frame per
+schedule state or per tensor fails it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OURS_AT_MOST = 60
+
+
+@pytest.fixture(scope="module")
+def step_calls() -> ModuleType:
+    """Import `scripts/step_calls.py` (not a package) as a module."""
+    spec = importlib.util.spec_from_file_location(
+        "step_calls", ROOT / "scripts" / "step_calls.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def _no_other_profiler() -> None:
+    if sys.getprofile() is not None:  # pragma: no cover - a profiler's own run
+        pytest.skip("another profiler is installed; counts would include its frames")
+
+
+@pytest.mark.parametrize("scheduled", [False, True], ids=["constant", "SequentialLR"])
+def test_adamw_step_in_place_calls_are_bounded(
+    step_calls: ModuleType, scheduled: bool
+) -> None:
+    ours = step_calls.ours("AdamW", "step_", scheduled)
+    theirs = step_calls.theirs("AdamW", scheduled)
+    assert ours.ours <= OURS_AT_MOST, (ours.ours, ours.all)
+    assert ours.all <= theirs.all, (ours.all, theirs.all)
+
+
+@pytest.mark.parametrize("name", ["Adam", "SGD", "Adagrad"])
+def test_fused_family_step_in_place_with_a_schedule_is_bounded(
+    step_calls: ModuleType, name: str
+) -> None:
+    ours = step_calls.ours(name, "step_", True)
+    theirs = step_calls.theirs(name, True)
+    assert ours.ours <= OURS_AT_MOST, (ours.ours, ours.all)
+    assert ours.all <= theirs.all, (ours.all, theirs.all)
