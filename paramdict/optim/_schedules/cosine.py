@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from .base import LRSchedule, ScheduleState, check_schedule_state, new_state
-from .numbers import check_float, check_int, cos, is_int, nonzero, number_field
+from .numbers import check_float, check_int, cos, is_int, nonzero, number_field, where
 
 __all__ = ["CosineAnnealingLR", "CosineAnnealingWarmRestarts"]
 
@@ -196,24 +196,17 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         t_i = torch.full_like(base, float(self.T_0))
         return new_state(base, self._value(base, t_cur, t_i), counters=(t_cur, t_i))
 
-    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
+    def _advance(self, state: Any, current: Any) -> Any:
         epoch = state.last_epoch + 1
         t_cur, t_i = state.counters
         t_cur = t_cur + 1
         wrap = t_cur >= t_i
-        t_cur = torch.where(wrap, torch.remainder(t_cur, t_i), t_cur)
-        t_i = torch.where(wrap, t_i * self.T_mult, t_i)
+        t_cur = where(wrap, t_cur % t_i, t_cur)  # a tensor's `%` is `torch.remainder`
+        t_i = where(wrap, t_i * self.T_mult, t_i)
         lr = self._value(state.base_lr, t_cur, t_i)
         return state._replace(last_epoch=epoch, lr=lr, counters=(t_cur, t_i))
 
-    def _advance_on_host(self, state: Any, current: float, /) -> Any:
-        epoch = state.last_epoch + 1
-        t_cur, t_i = state.counters
-        t_cur = t_cur + 1
-        if t_cur >= t_i:
-            t_cur, t_i = t_cur % t_i, t_i * self.T_mult
-        lr = self._value(state.base_lr, t_cur, t_i)
-        return state._replace(last_epoch=epoch, lr=lr, counters=(t_cur, t_i))
+    _advance_on_host = _advance
 
     def _restart_on_host(self, state: Any, current: float, /) -> Any:
         return state._replace(

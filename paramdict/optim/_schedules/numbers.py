@@ -32,6 +32,7 @@ __all__ = [
     "rdiv",
     "refuse_epoch",
     "scalar",
+    "where",
 ]
 
 
@@ -68,6 +69,13 @@ def cos(x: Tensor) -> Tensor:
 def rdiv(number: float, x: Tensor) -> Tensor:
     """Return `number / x` rounded once (`number / x` is a reciprocal and a product)."""
     return torch.div(x.new_full((), number), x)
+
+
+def where(condition: Any, new: Any, old: Any) -> Any:
+    """`torch.where` of a tensor `condition`; of a host step's bool, `new` or `old`."""
+    if isinstance(condition, Tensor):
+        return torch.where(condition, new, old)
+    return new if condition else old
 
 
 def nonzero(x: Tensor) -> Tensor:
