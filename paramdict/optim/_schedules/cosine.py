@@ -214,6 +214,5 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         )
 
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        t_cur, t_i = state.counters
-        lr = self._value(state.base_lr, t_cur, t_i)
+        lr = self._value(state.base_lr, *state.counters)
         return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)
