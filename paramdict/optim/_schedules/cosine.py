@@ -177,11 +177,10 @@ class CosineAnnealingWarmRestarts(LRSchedule):
                 t_i = float(t_0 * t_mult**n)
         else:
             t_i, t_cur = float(t_0), epoch
-        like = t_cur_old
-        t_cur_t = like.new_full((), float(t_cur))
-        t_i_t = t_i if isinstance(t_i, Tensor) else like.new_full((), t_i)
+        t_cur_t = t_cur_old.new_full((), float(t_cur))
+        t_i_t = t_i if isinstance(t_i, Tensor) else t_cur_old.new_full((), t_i)
         lr = self._value(state.base_lr, t_cur_t, t_i_t)
-        last = like.new_full((), float(math.floor(epoch)))
+        last = t_cur_old.new_full((), float(math.floor(epoch)))
         return state._replace(last_epoch=last, lr=lr, counters=(t_cur_t, t_i_t))
 
     def _value(self, base: Any, t_cur: Any, t_i: Any) -> Any:
