@@ -168,7 +168,8 @@ def closure_result(result: object) -> tuple[Tensor, Mapping[str, Tensor] | None]
     if isinstance(result, tuple):
         items = cast("tuple[object, ...]", result)
         if len(items) != 2 or not isinstance(items[1], Mapping):
-            msg = f"{how}; got a tuple of {len(items)} ({_kinds(items)})."
+            kinds = ", ".join(type(v).__name__ for v in items)
+            msg = f"{how}; got a tuple of {len(items)} ({kinds})."
             raise TypeError(msg)
         loss, grads = items[0], cast("Mapping[str, Tensor]", items[1])
     if (
@@ -193,7 +194,3 @@ def closure_result(result: object) -> tuple[Tensor, Mapping[str, Tensor] | None]
         )
         raise ValueError(msg)
     return loss, grads
-
-
-def _kinds(values: tuple[Any, ...]) -> str:
-    return ", ".join(type(v).__name__ for v in values)

@@ -28,11 +28,6 @@ Closure: TypeAlias = Callable[
 """A function of the parameters returning the loss, or `(loss, grads)`."""
 
 
-def _check_max_eval(instance: object, attribute: Any, value: Any) -> None:
-    if value is not None:
-        check_count(instance, attribute, value)
-
-
 def _check_line_search(instance: object, attribute: Any, value: Any) -> None:
     if value not in (None, "strong_wolfe"):
         msg = f"`{attribute.name}` must be None or 'strong_wolfe', got {value!r}."
@@ -79,7 +74,9 @@ class LBFGS:
 
     lr: float = attrs.field(default=1, validator=check_lr)
     max_iter: int = attrs.field(default=20, validator=check_count)
-    max_eval: int | None = attrs.field(default=None, validator=_check_max_eval)
+    max_eval: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(check_count)
+    )
     tolerance_grad: float = attrs.field(default=1e-7, validator=check_non_negative)
     tolerance_change: float = attrs.field(default=1e-9, validator=check_non_negative)
     history_size: int = attrs.field(default=100, validator=check_count)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any
 
 import attrs
 import torch
@@ -21,10 +21,12 @@ from ._schedules.cosine import CosineAnnealingLR, CosineAnnealingWarmRestarts
 from ._schedules.numbers import (
     check_float,
     check_int,
+    is_int,
     nonzero,
     number_field,
     pow_,
     rdiv,
+    where,
 )
 
 __all__ = [
@@ -151,29 +153,22 @@ class StepLR(LRSchedule):
     def __attrs_post_init__(self) -> None:
         check_int("step_size", self.step_size, minimum=1)
 
-    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
+    def _advance(self, state: Any, current: Any) -> Any:
         epoch = state.last_epoch + 1
-        keep = torch.remainder(epoch, self.step_size) != 0
-        lr = torch.where(keep, current, current * self.gamma)
+        lr = where(epoch % self.step_size != 0, current, current * self.gamma)
         return state._replace(last_epoch=epoch, lr=lr)
 
-    def _advance_on_host(self, state: Any, current: float, /) -> Any:
-        epoch = state.last_epoch + 1
-        lr = current if epoch % self.step_size != 0 else current * self.gamma
-        return state._replace(last_epoch=epoch, lr=lr)
+    _advance_on_host = _advance
 
     def _restart_lr(self, base: Any) -> Any:
         return base * self.gamma**0
 
 
 def _check_milestones(instance: object, attribute: Any, value: Any) -> None:
-    if not isinstance(value, tuple) or not all(
-        isinstance(m, int) and not isinstance(m, bool)
-        for m in cast("tuple[object, ...]", value)
-    ):
+    if not all(is_int(m) for m in value):
         msg = f"`{attribute.name}` must be a sequence of ints, got {value!r}."
         raise TypeError(msg)
-    for i, m in enumerate(cast("tuple[int, ...]", value)):
+    for i, m in enumerate(value):
         check_int(f"{attribute.name}[{i}]", m, minimum=-(2**63))
 
 
@@ -270,17 +265,13 @@ class ConstantLR(LRSchedule):
     def _initial(self, base: Tensor, current: Tensor) -> ScheduleState:
         return new_state(base, current * self.factor)
 
-    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
+    def _advance(self, state: Any, current: Any) -> Any:
         epoch = state.last_epoch + 1
         undo = math.inf if self.factor == 0 else 1.0 / self.factor
-        lr = torch.where(epoch != self.total_iters, current, current * undo)
+        lr = where(epoch != self.total_iters, current, current * undo)
         return state._replace(last_epoch=epoch, lr=lr)
 
-    def _advance_on_host(self, state: Any, current: float, /) -> Any:
-        epoch = state.last_epoch + 1
-        undo = math.inf if self.factor == 0 else 1.0 / self.factor
-        lr = current if epoch != self.total_iters else current * undo
-        return state._replace(last_epoch=epoch, lr=lr)
+    _advance_on_host = _advance
 
     def _restart_lr(self, base: Any) -> Any:
         return base * (self.factor + (self.total_iters <= 0) * (1 - self.factor))
@@ -361,12 +352,10 @@ class ExponentialLR(LRSchedule):
 
     gamma: float = attrs.field(validator=_check_gamma)
 
-    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        epoch = state.last_epoch + 1
-        return state._replace(last_epoch=epoch, lr=current * self.gamma)
-
-    def _advance_on_host(self, state: Any, current: float, /) -> Any:
+    def _advance(self, state: Any, current: Any) -> Any:
         return state._replace(last_epoch=state.last_epoch + 1, lr=current * self.gamma)
+
+    _advance_on_host = _advance
 
     def _restart_lr(self, base: Any) -> Any:
         return base * self.gamma**0

@@ -142,16 +142,17 @@ def _fields(state: Any) -> list[tuple[str, object]]:
     return out
 
 
-def _leaves(state: Any, prefix: str, out: list[tuple[str, object]]) -> None:
-    """Append the fields of `state` and of its children to `out`, by full name."""
+def _leaves(state: Any, prefix: str = "") -> list[tuple[str, object]]:
+    """The fields of `state` and of its children, by full name."""
     # Only the momentum may be None (a schedule that does not cycle it; the
     # layout says which): a None elsewhere is a value of the wrong kind.
-    out += [
+    out = [
         (prefix + f, v) for f, v in _fields(state) if v is not None or f != "momentum"
     ]
     if isinstance(state, ScheduleState):
         for i, child in enumerate(state.children):
-            _leaves(child, f"{prefix}children[{i}].", out)
+            out += _leaves(child, f"{prefix}children[{i}].")
+    return out
 
 
 def _fine(field: str, number: float) -> bool:
@@ -172,11 +173,9 @@ def _bad_fields(state: Any) -> tuple[list[str], list[str]]:
 
     Values are read on the CPU only, all in one read, never while tracing.
     """
-    leaves: list[tuple[str, object]] = []
-    _leaves(state, "", leaves)
     kinds: list[str] = []
     tensors: list[tuple[str, Tensor]] = []
-    for field, value in leaves:
+    for field, value in _leaves(state):
         if not (
             isinstance(value, Tensor)
             and value.ndim == 0
@@ -259,9 +258,7 @@ def check_schedule_state(
             f"0-dim floating-point tensor. {fix}"
         )
         raise TypeError(msg)
-    leaves: list[tuple[str, object]] = []
-    _leaves(state, "", leaves)
-    meta = sorted(f for f, v in leaves if isinstance(v, Tensor) and v.is_meta)
+    meta = sorted(f for f, v in _leaves(state) if isinstance(v, Tensor) and v.is_meta)
     if meta:
         names = ", ".join(f"`{field}{b}`" for b in meta)
         msg = (

@@ -126,8 +126,7 @@ class SequentialLR(LRSchedule):
         lr = children[first].lr.clone()  # not aliased: see `new_state`
         # The momentum the optimizer holds: the last one a cycling child wrote
         # (each child's constructor writes it; then the first child again).
-        momenta = [c.momentum for c in (*children, children[first])]
-        momentum = _last(momenta)
+        momentum = _last([c.momentum for c in (*children, children[first])])
         return distinct(
             new_state(base, lr, momentum=momentum, children=tuple(children))
         )
@@ -171,13 +170,12 @@ class SequentialLR(LRSchedule):
             moved = schedule._advance_on_host(child, current)
         if moved is None:
             return None
-        children = list(state.children)
-        children[index] = moved
+        children = (*state.children[:index], moved, *state.children[index + 1 :])
         momentum = state.momentum
         if moved.momentum is not None and momentum is not None:
             momentum = moved.momentum
         return state._replace(
-            last_epoch=epoch, lr=moved.lr, momentum=momentum, children=tuple(children)
+            last_epoch=epoch, lr=moved.lr, momentum=momentum, children=children
         )
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from .base import LRSchedule, ScheduleState, check_schedule_state, new_state
-from .numbers import check_float, check_int, cos, is_int, nonzero, number_field
+from .numbers import check_float, check_int, cos, is_int, nonzero, number_field, where
 
 __all__ = ["CosineAnnealingLR", "CosineAnnealingWarmRestarts"]
 
@@ -177,11 +177,10 @@ class CosineAnnealingWarmRestarts(LRSchedule):
                 t_i = float(t_0 * t_mult**n)
         else:
             t_i, t_cur = float(t_0), epoch
-        like = t_cur_old
-        t_cur_t = like.new_full((), float(t_cur))
-        t_i_t = t_i if isinstance(t_i, Tensor) else like.new_full((), t_i)
+        t_cur_t = t_cur_old.new_full((), float(t_cur))
+        t_i_t = t_i if isinstance(t_i, Tensor) else t_cur_old.new_full((), t_i)
         lr = self._value(state.base_lr, t_cur_t, t_i_t)
-        last = like.new_full((), float(math.floor(epoch)))
+        last = t_cur_old.new_full((), float(math.floor(epoch)))
         return state._replace(last_epoch=last, lr=lr, counters=(t_cur_t, t_i_t))
 
     def _value(self, base: Any, t_cur: Any, t_i: Any) -> Any:
@@ -196,24 +195,17 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         t_i = torch.full_like(base, float(self.T_0))
         return new_state(base, self._value(base, t_cur, t_i), counters=(t_cur, t_i))
 
-    def _advance(self, state: ScheduleState, current: Tensor) -> ScheduleState:
+    def _advance(self, state: Any, current: Any) -> Any:
         epoch = state.last_epoch + 1
         t_cur, t_i = state.counters
         t_cur = t_cur + 1
         wrap = t_cur >= t_i
-        t_cur = torch.where(wrap, torch.remainder(t_cur, t_i), t_cur)
-        t_i = torch.where(wrap, t_i * self.T_mult, t_i)
+        t_cur = where(wrap, t_cur % t_i, t_cur)  # a tensor's `%` is `torch.remainder`
+        t_i = where(wrap, t_i * self.T_mult, t_i)
         lr = self._value(state.base_lr, t_cur, t_i)
         return state._replace(last_epoch=epoch, lr=lr, counters=(t_cur, t_i))
 
-    def _advance_on_host(self, state: Any, current: float, /) -> Any:
-        epoch = state.last_epoch + 1
-        t_cur, t_i = state.counters
-        t_cur = t_cur + 1
-        if t_cur >= t_i:
-            t_cur, t_i = t_cur % t_i, t_i * self.T_mult
-        lr = self._value(state.base_lr, t_cur, t_i)
-        return state._replace(last_epoch=epoch, lr=lr, counters=(t_cur, t_i))
+    _advance_on_host = _advance
 
     def _restart_on_host(self, state: Any, current: float, /) -> Any:
         return state._replace(
@@ -221,6 +213,5 @@ class CosineAnnealingWarmRestarts(LRSchedule):
         )
 
     def _restart(self, state: ScheduleState, current: Tensor) -> ScheduleState:
-        t_cur, t_i = state.counters
-        lr = self._value(state.base_lr, t_cur, t_i)
+        lr = self._value(state.base_lr, *state.counters)
         return state._replace(last_epoch=torch.zeros_like(state.last_epoch), lr=lr)

@@ -259,16 +259,14 @@ class OneCycleLR(LRSchedule):
 
     def _phases(self) -> list[tuple[float, str, str, str, str]]:
         total, pct = self.steps, self.pct_start
+        rise = (float(pct * total) - 1, "initial", "max", "max_m", "base_m")
         if self.three_phase:
             return [
-                (float(pct * total) - 1, "initial", "max", "max_m", "base_m"),
+                rise,
                 (float(2 * pct * total) - 2, "max", "initial", "base_m", "max_m"),
                 (total - 1, "initial", "min", "max_m", "max_m"),
             ]
-        return [
-            (float(pct * total) - 1, "initial", "max", "max_m", "base_m"),
-            (total - 1, "max", "min", "base_m", "max_m"),
-        ]
+        return [rise, (total - 1, "max", "min", "base_m", "max_m")]
 
     def _anneal(self, start: float, end: float, pct: Tensor) -> Tensor:
         if self.anneal_strategy == "cos":

@@ -32,6 +32,7 @@ __all__ = [
     "rdiv",
     "refuse_epoch",
     "scalar",
+    "where",
 ]
 
 
@@ -68,6 +69,13 @@ def cos(x: Tensor) -> Tensor:
 def rdiv(number: float, x: Tensor) -> Tensor:
     """Return `number / x` rounded once (`number / x` is a reciprocal and a product)."""
     return torch.div(x.new_full((), number), x)
+
+
+def where(condition: Any, new: Any, old: Any) -> Any:
+    """`torch.where` of a tensor `condition`; of a host step's bool, `new` or `old`."""
+    if isinstance(condition, Tensor):
+        return torch.where(condition, new, old)
+    return new if condition else old
 
 
 def nonzero(x: Tensor) -> Tensor:
@@ -149,10 +157,9 @@ def refuse_epoch(schedule: object, epoch: object) -> None:
 
 def check_base(lr: Any) -> None:
     """Raise unless the `base_lr` `lr` is a number or a 0-dim floating-point tensor."""
-    name = "base_lr"
     if isinstance(lr, ParamDict):
         msg = (
-            f"`{name}`, a schedule's base learning rate, must be a number or a "
+            "`base_lr`, a schedule's base learning rate, must be a number or a "
             "0-dim tensor, got a ParamDict of per-key values. For per-key "
             "schedules give each group of keys its own optimizer and schedule "
             "with `optim.ParamGroups`."
@@ -161,15 +168,15 @@ def check_base(lr: Any) -> None:
     if isinstance(lr, Tensor):
         if lr.dim() != 0 or not lr.is_floating_point():
             msg = (
-                f"`{name}`, a schedule's base learning rate, must be a number or "
+                "`base_lr`, a schedule's base learning rate, must be a number or "
                 "a 0-dim floating-point tensor, got shape "
                 f"{tuple(lr.shape)} and {lr.dtype}."
             )
             raise ValueError(msg)
-        check_rate(name, lr)
+        check_rate("base_lr", lr)
         return
-    check_float(name, lr)
-    check_rate(name, lr)
+    check_float("base_lr", lr)
+    check_rate("base_lr", lr)
 
 
 def check_base_lr(instance: object, attribute: Any, value: Any) -> None:

@@ -118,10 +118,7 @@ def advanced_on_host(schedule: Schedule, state: object) -> Any:
     ):
         return None
     host = on_host(state)
-    if host is None:
-        return None
-    moved = cast("BaseSchedule[Any]", schedule)
-    return moved._step_on_host(host)
+    return None if host is None else schedule._step_on_host(host)
 
 
 def _unreadable(tensor: Tensor) -> bool:
@@ -176,11 +173,9 @@ def write_on_host(slot: Any, host: Any) -> None:
 
 def cycled_momentum(lr: object, slot: object) -> Tensor | None:
     """The momentum `lr`'s schedule sets for this step, or None if none cycles."""
-    if not isinstance(slot, ScheduleState) or not is_schedule(lr):
-        return None
-    if not lr.cycles_momentum:
-        return None
-    return slot.momentum
+    if isinstance(slot, ScheduleState) and is_schedule(lr) and lr.cycles_momentum:
+        return slot.momentum
+    return None
 
 
 def takes_metric(lr: object) -> bool:

@@ -30,14 +30,6 @@ def _check_anneal_epochs(instance: object, attribute: Any, value: Any) -> None:
     check_int("anneal_epochs", value, minimum=0)
 
 
-def _check_strategy(instance: object, attribute: Any, value: Any) -> None:
-    if value not in ("cos", "linear"):
-        msg = (
-            f"anneal_strategy must be one of 'cos' or 'linear', instead got {value!r}."
-        )
-        raise ValueError(msg)
-
-
 @attrs.frozen(kw_only=True, eq=False)
 class SWALR(LRSchedule):
     """Anneal the rate from the optimizer's to `swa_lr`, then hold it (`SWALR`).
@@ -74,7 +66,12 @@ class SWALR(LRSchedule):
     anneal_strategy: Literal["cos", "linear"] = "cos"
 
     def __attrs_post_init__(self) -> None:
-        _check_strategy(self, None, self.anneal_strategy)
+        if self.anneal_strategy not in ("cos", "linear"):
+            msg = (
+                "anneal_strategy must be one of 'cos' or 'linear', instead got "
+                f"{self.anneal_strategy!r}."
+            )
+            raise ValueError(msg)
 
     def _anneal(self, t: Tensor) -> Tensor:
         if self.anneal_strategy == "cos":
