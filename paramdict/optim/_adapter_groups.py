@@ -35,6 +35,7 @@ from ._torch_state import _defaults, _hyperparameters, _torch_class, counterpart
 __all__ = [
     "MISSING",
     "Group",
+    "buffers",
     "checked",
     "configured",
     "defaults_of",
@@ -177,6 +178,13 @@ def configured(
         msg = f"{where}: {error}"
         raise type(error)(msg) from error
     return checked(made, where)
+
+
+def buffers(state: Any) -> dict[str, ParamDict]:
+    """The fields of `state` that hold ParamDicts (buffers keyed like parameters)."""
+    return {
+        f: v for f in state._fields if isinstance(v := getattr(state, f), ParamDict)
+    }
 
 
 def _sub_state(state: Any, keys: Sequence[str]) -> Any:
@@ -404,11 +412,7 @@ class Group:
     def view(self) -> dict[Tensor, dict[str, Tensor]]:
         """Each parameter's buffers under torch's names (the state's own tensors)."""
         state = self.state
-        per_key = [
-            (f, v)
-            for f in state._fields
-            if isinstance(v := getattr(state, f), ParamDict)
-        ]
+        per_key = buffers(state).items()
         counted = type(self.member).__name__ not in NO_STEP
         out: dict[Tensor, dict[str, Tensor]] = {}
         for key, param in self.params.items():
