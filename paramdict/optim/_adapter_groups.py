@@ -65,9 +65,8 @@ def checked(opt: object, where: str) -> TorchOptimizer[Any]:
             "`optim.ParamGroups` or as torch's list of dicts."
         )
         raise TypeError(msg)
-    member = opt
-    name = type(member).__name__
-    if is_schedule(member.lr):
+    name = type(opt).__name__
+    if is_schedule(opt.lr):
         msg = (
             f"{where}: the {name}'s `lr` is a paramdict schedule; as a torch.optim "
             "optimizer its rate is `param_groups[i]['lr']`, which torch's "
@@ -77,8 +76,8 @@ def checked(opt: object, where: str) -> TorchOptimizer[Any]:
         raise TypeError(msg)
     per_key = sorted(
         f.name
-        for f in attrs.fields(type(member))
-        if isinstance(getattr(member, f.name), ParamDict)
+        for f in attrs.fields(type(opt))
+        if isinstance(getattr(opt, f.name), ParamDict)
     )
     if per_key:
         msg = (
@@ -87,14 +86,14 @@ def checked(opt: object, where: str) -> TorchOptimizer[Any]:
             "own group (a list of dicts, or `optim.ParamGroups`)."
         )
         raise TypeError(msg)
-    if member.differentiable:
+    if opt.differentiable:
         msg = (
             f"{where}: the {name} is differentiable; the adapter writes its steps "
             "into the parameters, outside autograd. Build it with "
             "`differentiable=False`."
         )
         raise ValueError(msg)
-    return member
+    return opt
 
 
 def _init_fields(member: TorchOptimizer[Any]) -> frozenset[str]:
@@ -125,8 +124,7 @@ def unchanged(now: object, before: object) -> bool:
     if is_int_or_float(now) and is_int_or_float(before):
         return bool(now == before)
     if isinstance(now, (tuple, list)) and isinstance(before, (tuple, list)):
-        a = cast("Sequence[object]", now)
-        b = cast("Sequence[object]", before)
+        a, b = cast("Sequence[object]", now), cast("Sequence[object]", before)
         return len(a) == len(b) and all(map(unchanged, a, b))
     if isinstance(now, (str, type(None))) and isinstance(before, (str, type(None))):
         return now == before

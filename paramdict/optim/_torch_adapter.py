@@ -84,12 +84,11 @@ def _split(
     if not _is_groups(optimizer):
         base = attrs.evolve(checked(optimizer, where))
         return base, [], items
-    groups = optimizer
     named = _named(items, where)
-    routes = groups._routes_for(ParamDict(named))
+    routes = optimizer._routes_for(ParamDict(named))
     members = [
         attrs.evolve(checked(member, f"{where}, group {i}"))
-        for i, member in enumerate(groups._members())
+        for i, member in enumerate(optimizer._members())
     ]
     given: list[dict[str, Any]] = [
         {"params": [(k, named[k]) for k in route], **defaults_of(member, None)}

@@ -486,13 +486,11 @@ def _load_group(
         value = getattr(template, f)
         if f in per_key:
             values[f] = _filled(value, saved, f, f"`{f}`")
-            continue
-        shared = one_per_group(f, saved, list(params))
-        if shared is not None:
+        elif (shared := one_per_group(f, saved, list(params))) is not None:
             values[f] = _fit(shared, value, f"`{f}`")
         elif f == "step" and type(opt).__name__ in NO_STEP:
             check_first_buffers(opt, saved, list(params))
-            count = step if step is not None else int(any(v for v in saved.values()))
+            count = step if step is not None else int(any(saved.values()))
             values[f] = torch.full_like(value, count)
     if _scheduled(opt):
         if scheduler is None:
