@@ -158,8 +158,7 @@ def configured(
             if not (keep_fused and value is None):
                 options[key] = value is True
         elif key in fields:
-            before = shown[key]
-            if isinstance(before, tuple) and isinstance(value, list):
+            if isinstance(shown[key], tuple) and isinstance(value, list):
                 value = tuple(cast("list[object]", value))
             options[key] = value
         elif key not in _FREE:

@@ -60,8 +60,7 @@ def exported(
             # the `foreach` that makes torch run its kernels (None beside fused ones)
             flags = torch_flags(group.member, group.state, {"foreach": None})
             saved["foreach"] = None if group.runs_fused() else flags["foreach"]
-        saved["params"] = list(range(offset, offset + len(keys)))
-        packed.append(saved)
+        packed.append({**saved, "params": list(range(offset, offset + len(keys)))})
         offset += len(keys)
     return {"state": state, "param_groups": packed}
 

@@ -221,8 +221,7 @@ class TorchAdapter(torch.optim.Optimizer):
         commits: list[Callable[[], object]] = []
         for group, settings in zip(self._groups, self.param_groups, strict=True):
             group.sync(settings)
-            commit = group.prepare()
-            if commit is not None:
+            if (commit := group.prepare()) is not None:
                 commits.append(commit)
         with torch.no_grad():
             for commit in commits:
@@ -254,8 +253,7 @@ class TorchAdapter(torch.optim.Optimizer):
             pre_hook(self)
         state_dict = exported(self._groups, self.param_groups)
         for post_hook in self._optimizer_state_dict_post_hooks.values():
-            result = post_hook(self, state_dict)
-            if result is not None:
+            if (result := post_hook(self, state_dict)) is not None:
                 state_dict = result
         return state_dict
 
@@ -287,8 +285,7 @@ class TorchAdapter(torch.optim.Optimizer):
         """
         state_dict = dict(state_dict)
         for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
-            result = pre_hook(self, state_dict)
-            if result is not None:
+            if (result := pre_hook(self, state_dict)) is not None:
                 state_dict = result
         results = loaded(self._groups, self.param_groups, state_dict)
         bounds = [
