@@ -82,8 +82,7 @@ def _split(
         msg = "optimizer got an empty parameter list"
         raise ValueError(msg)
     if not _is_groups(optimizer):
-        base = attrs.evolve(checked(optimizer, where))
-        return base, [], items
+        return attrs.evolve(checked(optimizer, where)), [], items
     named = _named(items, where)
     routes = optimizer._routes_for(ParamDict(named))
     members = [
@@ -123,11 +122,9 @@ class TorchAdapter(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer: Optimizer[Any], params: Params, /) -> None:
-        base, members, given = _split(optimizer, params, "as_torch_optimizer")
-        self._base = base
-        self._next = members
+        self._base, self._next, given = _split(optimizer, params, "as_torch_optimizer")
         self._groups: list[Group] = []
-        super().__init__(given, defaults_of(base, None))
+        super().__init__(given, defaults_of(self._base, None))
 
     @override
     def add_param_group(self, param_group: dict[str, Any]) -> None:
