@@ -35,6 +35,7 @@ from ._torch_state import _defaults, _hyperparameters, _torch_class, counterpart
 __all__ = [
     "MISSING",
     "Group",
+    "buffers",
     "checked",
     "configured",
     "defaults_of",
@@ -64,9 +65,8 @@ def checked(opt: object, where: str) -> TorchOptimizer[Any]:
             "`optim.ParamGroups` or as torch's list of dicts."
         )
         raise TypeError(msg)
-    member = opt
-    name = type(member).__name__
-    if is_schedule(member.lr):
+    name = type(opt).__name__
+    if is_schedule(opt.lr):
         msg = (
             f"{where}: the {name}'s `lr` is a paramdict schedule; as a torch.optim "
             "optimizer its rate is `param_groups[i]['lr']`, which torch's "
@@ -76,8 +76,8 @@ def checked(opt: object, where: str) -> TorchOptimizer[Any]:
         raise TypeError(msg)
     per_key = sorted(
         f.name
-        for f in attrs.fields(type(member))
-        if isinstance(getattr(member, f.name), ParamDict)
+        for f in attrs.fields(type(opt))
+        if isinstance(getattr(opt, f.name), ParamDict)
     )
     if per_key:
         msg = (
@@ -86,14 +86,14 @@ def checked(opt: object, where: str) -> TorchOptimizer[Any]:
             "own group (a list of dicts, or `optim.ParamGroups`)."
         )
         raise TypeError(msg)
-    if member.differentiable:
+    if opt.differentiable:
         msg = (
             f"{where}: the {name} is differentiable; the adapter writes its steps "
             "into the parameters, outside autograd. Build it with "
             "`differentiable=False`."
         )
         raise ValueError(msg)
-    return member
+    return opt
 
 
 def _init_fields(member: TorchOptimizer[Any]) -> frozenset[str]:
@@ -124,8 +124,7 @@ def unchanged(now: object, before: object) -> bool:
     if is_int_or_float(now) and is_int_or_float(before):
         return bool(now == before)
     if isinstance(now, (tuple, list)) and isinstance(before, (tuple, list)):
-        a = cast("Sequence[object]", now)
-        b = cast("Sequence[object]", before)
+        a, b = cast("Sequence[object]", now), cast("Sequence[object]", before)
         return len(a) == len(b) and all(map(unchanged, a, b))
     if isinstance(now, (str, type(None))) and isinstance(before, (str, type(None))):
         return now == before
@@ -159,8 +158,7 @@ def configured(
             if not (keep_fused and value is None):
                 options[key] = value is True
         elif key in fields:
-            before = shown[key]
-            if isinstance(before, tuple) and isinstance(value, list):
+            if isinstance(shown[key], tuple) and isinstance(value, list):
                 value = tuple(cast("list[object]", value))
             options[key] = value
         elif key not in _FREE:
@@ -177,6 +175,13 @@ def configured(
         msg = f"{where}: {error}"
         raise type(error)(msg) from error
     return checked(made, where)
+
+
+def buffers(state: Any) -> dict[str, ParamDict]:
+    """The fields of `state` that hold ParamDicts (buffers keyed like parameters)."""
+    return {
+        f: v for f in state._fields if isinstance(v := getattr(state, f), ParamDict)
+    }
 
 
 def _sub_state(state: Any, keys: Sequence[str]) -> Any:
@@ -404,11 +409,7 @@ class Group:
     def view(self) -> dict[Tensor, dict[str, Tensor]]:
         """Each parameter's buffers under torch's names (the state's own tensors)."""
         state = self.state
-        per_key = [
-            (f, v)
-            for f in state._fields
-            if isinstance(v := getattr(state, f), ParamDict)
-        ]
+        per_key = buffers(state).items()
         counted = type(self.member).__name__ not in NO_STEP
         out: dict[Tensor, dict[str, Tensor]] = {}
         for key, param in self.params.items():

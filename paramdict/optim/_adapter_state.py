@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .._paramdict import ParamDict
-from ._adapter_groups import Group, configured, unchanged
+from ._adapter_groups import Group, buffers, configured, unchanged
 from ._torch_export import to_torch_state_dict
 from ._torch_optimizer import TorchOptimizer
 from ._torch_paths import FLAGS, torch_flags
@@ -32,28 +32,13 @@ _OPTIONAL = FLAGS | {"maximize", "decoupled_weight_decay"}
 
 def _own_state(group: Group, keys: list[str]) -> dict[int, dict[str, Tensor]]:
     """The buffers of an optimizer torch does not have, under its state's names."""
-    state = group.state
+    state, per_key = group.state, buffers(group.state).items()
+    scalar = torch.promote_types(torch.get_default_dtype(), torch.float32)
     out: dict[int, dict[str, Tensor]] = {}
     for i, key in enumerate(keys):
-        entry: dict[str, Tensor] = {}
-        for field in state._fields:
-            value = getattr(state, field)
-            if isinstance(value, ParamDict) and key in value:
-                entry[field] = value[key].detach().clone()
-        if entry:
-            scalar = torch.promote_types(torch.get_default_dtype(), torch.float32)
-            entry["step"] = state.step.detach().to(scalar, copy=True)
-            out[i] = entry
+        if entry := {f: v[key].detach().clone() for f, v in per_key if key in v}:
+            out[i] = {**entry, "step": state.step.detach().to(scalar, copy=True)}
     return out
-
-
-def _path(group: Group) -> bool | None:
-    """The `foreach` that makes torch run `group`'s kernels (None beside fused ones)."""
-    if group.runs_fused():
-        return None
-    flags = torch_flags(group.member, group.state, {"foreach": None})
-    foreach: bool | None = flags["foreach"]
-    return foreach
 
 
 def exported(
@@ -72,9 +57,10 @@ def exported(
         state.update((offset + i, entry) for i, entry in part.items())
         saved = {k: v for k, v in group_dict.items() if k != "params"}
         if counterpart(group.member) and saved.get("foreach", False) is None:
-            saved["foreach"] = _path(group)
-        saved["params"] = list(range(offset, offset + len(keys)))
-        packed.append(saved)
+            # the `foreach` that makes torch run its kernels (None beside fused ones)
+            flags = torch_flags(group.member, group.state, {"foreach": None})
+            saved["foreach"] = None if group.runs_fused() else flags["foreach"]
+        packed.append({**saved, "params": list(range(offset, offset + len(keys)))})
         offset += len(keys)
     return {"state": state, "param_groups": packed}
 
@@ -88,11 +74,7 @@ def _own_loaded(
     """The state of an optimizer torch does not have, from its saved buffers."""
     template: Any = member.init(params)
     keys = list(params)
-    per_key = {
-        f: v
-        for f in template._fields
-        if isinstance(v := getattr(template, f), ParamDict)
-    }
+    per_key = buffers(template)
     for i in sorted(entries):
         kept = {f for f, v in per_key.items() if keys[i] in v} | {"step"}
         unknown = sorted(set(entries[i]) - kept)

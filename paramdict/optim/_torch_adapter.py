@@ -82,14 +82,12 @@ def _split(
         msg = "optimizer got an empty parameter list"
         raise ValueError(msg)
     if not _is_groups(optimizer):
-        base = attrs.evolve(checked(optimizer, where))
-        return base, [], items
-    groups = optimizer
+        return attrs.evolve(checked(optimizer, where)), [], items
     named = _named(items, where)
-    routes = groups._routes_for(ParamDict(named))
+    routes = optimizer._routes_for(ParamDict(named))
     members = [
         attrs.evolve(checked(member, f"{where}, group {i}"))
-        for i, member in enumerate(groups._members())
+        for i, member in enumerate(optimizer._members())
     ]
     given: list[dict[str, Any]] = [
         {"params": [(k, named[k]) for k in route], **defaults_of(member, None)}
@@ -124,11 +122,9 @@ class TorchAdapter(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer: Optimizer[Any], params: Params, /) -> None:
-        base, members, given = _split(optimizer, params, "as_torch_optimizer")
-        self._base = base
-        self._next = members
+        self._base, self._next, given = _split(optimizer, params, "as_torch_optimizer")
         self._groups: list[Group] = []
-        super().__init__(given, defaults_of(base, None))
+        super().__init__(given, defaults_of(self._base, None))
 
     @override
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -222,8 +218,7 @@ class TorchAdapter(torch.optim.Optimizer):
         commits: list[Callable[[], object]] = []
         for group, settings in zip(self._groups, self.param_groups, strict=True):
             group.sync(settings)
-            commit = group.prepare()
-            if commit is not None:
+            if (commit := group.prepare()) is not None:
                 commits.append(commit)
         with torch.no_grad():
             for commit in commits:
@@ -255,8 +250,7 @@ class TorchAdapter(torch.optim.Optimizer):
             pre_hook(self)
         state_dict = exported(self._groups, self.param_groups)
         for post_hook in self._optimizer_state_dict_post_hooks.values():
-            result = post_hook(self, state_dict)
-            if result is not None:
+            if (result := post_hook(self, state_dict)) is not None:
                 state_dict = result
         return state_dict
 
@@ -288,8 +282,7 @@ class TorchAdapter(torch.optim.Optimizer):
         """
         state_dict = dict(state_dict)
         for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
-            result = pre_hook(self, state_dict)
-            if result is not None:
+            if (result := pre_hook(self, state_dict)) is not None:
                 state_dict = result
         results = loaded(self._groups, self.param_groups, state_dict)
         bounds = [

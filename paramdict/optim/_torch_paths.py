@@ -27,15 +27,6 @@ _LOOP = frozenset({"NAdam", "ASGD", "Adafactor"})
 `tests/optim/optim_cases.py`, bit for bit."""
 
 
-def _entries(state: Any) -> ParamDict | None:
-    """A buffer of `state` keyed like the parameters, or None without a state."""
-    for field in getattr(state, "_fields", ()):
-        value = getattr(state, field)
-        if field != "schedule" and isinstance(value, ParamDict) and value:
-            return value
-    return None
-
-
 def _runs_fused(opt: TorchOptimizer[Any], state: Any) -> bool:
     """Whether `opt.step` on `state`'s parameters runs torch's fused kernel."""
     fused: object = getattr(opt, "fused", False)
@@ -43,8 +34,12 @@ def _runs_fused(opt: TorchOptimizer[Any], state: Any) -> bool:
         return True
     if fused is not None or not type(opt).copies_fused:
         return False
-    entries = _entries(state)  # the buffers stand in for the parameters
-    return entries is not None and opt._fused_plan(entries, state) is not None
+    entries = [  # the buffers keyed like the parameters stand in for them
+        v
+        for f in getattr(state, "_fields", ())
+        if f != "schedule" and isinstance(v := getattr(state, f), ParamDict) and v
+    ]
+    return bool(entries) and opt._fused_plan(entries[0], state) is not None
 
 
 def torch_flags(
@@ -56,13 +51,8 @@ def torch_flags(
         flags["capturable"] = True
     if "differentiable" in flags:
         flags["differentiable"] = opt.differentiable
-    if opt.differentiable:
-        if "foreach" in flags:
-            flags["foreach"] = False
-        return flags
-    if "fused" in flags and _runs_fused(opt, state):
+    if not opt.differentiable and "fused" in flags and _runs_fused(opt, state):
         flags["fused"] = True
-        return flags
-    if "foreach" in flags:
-        flags["foreach"] = type(opt).__name__ not in _LOOP
+    elif "foreach" in flags:
+        flags["foreach"] = not opt.differentiable and type(opt).__name__ not in _LOOP
     return flags

@@ -20,8 +20,7 @@ _SETTING_SINCE = {  # the release, and the way around it on an older torch
 
 def check_class_exists(name: str) -> None:
     """Raise if torch.optim's class `name` came after the installed torch."""
-    if name in _CLASS_SINCE:
-        since = _CLASS_SINCE[name]
+    if (since := _CLASS_SINCE.get(name)) is not None:
         msg = (
             f"{name}'s state converts to torch.optim.{name}, which torch {since} "
             f"added; this torch is {torch.__version__}. Install torch>={since} "

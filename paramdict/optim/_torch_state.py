@@ -227,10 +227,10 @@ def _check_group(
         raise KeyError(msg)
     swa = _swa_rates(opt.lr)
     if "swa_lr" in group and swa and not _same(group["swa_lr"], swa["swa_lr"]):
-        mine_swa = swa["swa_lr"]
         msg = (
             f"Group {index}'s `swa_lr` {group['swa_lr']!r} (saved) differs from the "
-            f"SWALR's {mine_swa!r} (ours). Build the schedule with the saved settings."
+            f"SWALR's {swa['swa_lr']!r} (ours). Build the schedule with the saved "
+            "settings."
         )
         raise ValueError(msg)
     differ = sorted(
@@ -386,21 +386,16 @@ def load_torch_state_dict(
         raise TypeError(msg)
     saved_groups = param_groups(state_dict)
     saved_state_ = saved_state(state_dict)
-    by_name = [
-        list(g.get("params", ()))
-        for g in saved_groups
-        if all(isinstance(p, str) for p in g.get("params", ()))
-    ]
-    if names is None:
-        if len(by_name) != len(saved_groups):
-            msg = (
-                "The state dict numbers its parameters; give their names as "
-                "`names` (the module, or the names of each group in torch's order)."
-            )
-            raise TypeError(msg)
-        groups: list[list[str]] = by_name
-    else:
+    if names is not None:
         groups = _group_names(names)
+    elif all(isinstance(p, str) for g in saved_groups for p in g["params"]):
+        groups = [list(g["params"]) for g in saved_groups]
+    else:
+        msg = (
+            "The state dict numbers its parameters; give their names as "
+            "`names` (the module, or the names of each group in torch's order)."
+        )
+        raise TypeError(msg)
     if len(saved_groups) != len(groups):
         msg = (
             f"The state dict has {len(saved_groups)} parameter group(s) and `names` "
@@ -409,7 +404,7 @@ def load_torch_state_dict(
         raise ValueError(msg)
     index: dict[Any, str] = {}
     for i, (group, group_names) in enumerate(zip(saved_groups, groups, strict=True)):
-        ids = list(group.get("params", ()))
+        ids = list(group["params"])
         if len(ids) != len(group_names):
             msg = (
                 f"Group {i} of the state dict holds {len(ids)} parameters and "
@@ -491,13 +486,11 @@ def _load_group(
         value = getattr(template, f)
         if f in per_key:
             values[f] = _filled(value, saved, f, f"`{f}`")
-            continue
-        shared = one_per_group(f, saved, list(params))
-        if shared is not None:
+        elif (shared := one_per_group(f, saved, list(params))) is not None:
             values[f] = _fit(shared, value, f"`{f}`")
         elif f == "step" and type(opt).__name__ in NO_STEP:
             check_first_buffers(opt, saved, list(params))
-            count = step if step is not None else int(any(v for v in saved.values()))
+            count = step if step is not None else int(any(saved.values()))
             values[f] = torch.full_like(value, count)
     if _scheduled(opt):
         if scheduler is None:
@@ -533,21 +526,20 @@ def _filled(
 
 def _fit(got: Any, like: Tensor, what: str) -> Tensor:
     """Return `got` as a copy with `like`'s dtype and device, checking its shape."""
-    got = tensor_of(got, what)
-    if got.shape != like.shape:
+    tensor = tensor_of(got, what)
+    if tensor.shape != like.shape:
         msg = (
-            f"The buffer {what} has shape {tuple(got.shape)} and paramdict's "
+            f"The buffer {what} has shape {tuple(tensor.shape)} and paramdict's "
             f"{tuple(like.shape)}; the state dict is for other parameters."
         )
         raise ValueError(msg)
-    if got.is_floating_point() != like.is_floating_point() or (
-        got.is_complex() != like.is_complex()
+    if tensor.is_floating_point() != like.is_floating_point() or (
+        tensor.is_complex() != like.is_complex()
     ):
         msg = (
-            f"The buffer {what} has dtype {got.dtype} and paramdict's {like.dtype}; "
+            f"The buffer {what} has dtype {tensor.dtype} and paramdict's {like.dtype}; "
             "the state dict is for other parameters. Give buffers of the "
             "parameters' kind."
         )
         raise ValueError(msg)
-    copied: Tensor = got.detach().to(dtype=like.dtype, device=like.device, copy=True)
-    return copied
+    return tensor.detach().to(dtype=like.dtype, device=like.device, copy=True)

@@ -122,12 +122,6 @@ def _per_group(state_dict: Mapping[str, Any], key: str, group: int, name: str) -
     return values[group]
 
 
-def _saved_names(name: str) -> tuple[str, ...]:
-    """The keys torch's scheduler state dicts keep a setting under."""
-    # torch's SWALR keeps its strategy as `_anneal_strategy`.
-    return (name, f"_{name}") if name == "anneal_strategy" else (name,)
-
-
 def _check_settings(schedule: object, state_dict: Mapping[str, Any]) -> None:
     """Raise if a setting torch keeps under the schedule's name is off."""
     differ: list[str] = []
@@ -138,12 +132,9 @@ def _check_settings(schedule: object, state_dict: Mapping[str, Any]) -> None:
         mine = getattr(schedule, field.name)
         if not isinstance(mine, simple) or field.name in _KEPT_OTHERWISE:
             continue
-        saved_as = next((k for k in _saved_names(field.name) if k in state_dict), None)
-        if saved_as is None:
+        if field.name not in state_dict:
             missing.append(field.name)
-            continue
-        theirs = state_dict[saved_as]
-        if isinstance(theirs, simple) and mine != theirs:
+        elif isinstance(theirs := state_dict[field.name], simple) and mine != theirs:
             differ.append(f"{field.name!r} {theirs!r} (saved) and {mine!r} (ours)")
     if missing:
         name = type(schedule).__name__
@@ -311,21 +302,19 @@ def _slots(opt: Optimizer[Any], state: Any) -> list[tuple[Schedule, Any]]:
     if isinstance(opt, ParamGroups):
         members: list[Optimizer[Any]] = cast("Any", opt)._members()
         full: tuple[Any, ...] = cast("Any", opt)._full(state)  # shared ones handed out
-        pairs = [
+        return [
             pair
             for member, sub in zip(members, full, strict=True)
             for pair in _slots(member, sub)
         ]
-    else:
-        lr = getattr(opt, "lr", None)
-        if not is_schedule(lr):
-            msg = (
-                f"{type(opt).__name__}'s `lr` is a rate, not a schedule; a torch "
-                "scheduler drives every group. Give each group a schedule as `lr`."
-            )
-            raise ValueError(msg)
-        pairs = [(lr, state.schedule)]
-    return pairs
+    lr = getattr(opt, "lr", None)
+    if not is_schedule(lr):
+        msg = (
+            f"{type(opt).__name__}'s `lr` is a rate, not a schedule; a torch "
+            "scheduler drives every group. Give each group a schedule as `lr`."
+        )
+        raise ValueError(msg)
+    return [(lr, state.schedule)]
 
 
 def _position(schedule: Schedule, slot: Any, groups: int) -> dict[str, Any]:
@@ -387,20 +376,16 @@ def to_torch_scheduler_state_dict(opt: Optimizer[Any], state: Any, /) -> dict[st
     """
     slots = _slots(opt, state)
     positions = [_position(schedule, slot, len(slots)) for schedule, slot in slots]
-    shared = dict(positions[0])
-    differ = sorted(
-        k
-        for p in positions[1:]
-        for k in shared
-        if k != "_schedulers" and p[k] != shared[k]
-    )
+    out = positions[0]
+    differ = {
+        k for p in positions[1:] for k in out if k != "_schedulers" and p[k] != out[k]
+    }
     if differ:
         msg = (
-            f"The groups' schedules differ in {sorted(set(differ))}; one torch "
+            f"The groups' schedules differ in {sorted(differ)}; one torch "
             "scheduler keeps one position for every group. Step them together."
         )
         raise ValueError(msg)
-    out = dict(shared)
     out["_last_lr"] = [float(slot.lr) for _, slot in slots]
     if not isinstance(slots[0][0], ReduceLROnPlateau):
         out["base_lrs"] = [float(slot.base_lr) for _, slot in slots]
