@@ -178,16 +178,15 @@ class WeightAverage:
                 state.n_averaged + 1, averaged._derive(_flagged(made, averaged._vals))
             )
         n = state.n_averaged
-        new: dict[str, Tensor] = {}
+        new: list[Tensor] = []
         with torch.no_grad():
-            for (key, avg), value in zip(averaged.items(), current, strict=True):
+            for avg, value in zip(averaged._vals, current, strict=True):
                 value = value.detach().to(avg.device)
                 counted = n.to(avg.device)
                 # The first update copies; `where` keeps it free of host reads.
                 mixed = entry(self.kind, self.decay, avg, value, counted)
-                new[key] = torch.where(counted == 0, value.to(avg.dtype), mixed)
-        made = _flagged(list(new.values()), averaged._vals)
-        return AveragedState(n + 1, ParamDict(zip(new, made, strict=True)))
+                new.append(torch.where(counted == 0, value.to(avg.dtype), mixed))
+        return AveragedState(n + 1, averaged._derive(_flagged(new, averaged._vals)))
 
     def update_(
         self, state: AveragedState, values: Mapping[str, Tensor], /

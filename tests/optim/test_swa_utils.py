@@ -146,3 +146,26 @@ def test_bad_arguments_raise(build: object, error: type[Exception], match: str) 
     """Bad arguments are refused as torch refuses them."""
     with pytest.raises(error, match=match):
         build()  # type: ignore[operator]
+
+
+class _Keyed(ParamDict):
+    """A user's ParamDict subclass, which every result keeps."""
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["readable count", "meta count"])
+def test_update_keeps_a_paramdict_subclass(traced: bool) -> None:
+    """Both paths of `update` return the average's own ParamDict type.
+
+    One reads the count on the host, the other keeps it on its device.
+    """
+    ema = optim.WeightAverage.ema(0.5)
+    state = ema.init(_Keyed(w=torch.zeros(2)))
+    values = {"w": torch.ones(2)}
+    if traced:
+        state = optim.AveragedState(
+            state.n_averaged.to("meta"), state.averaged.to("meta")
+        )
+        values = {"w": torch.ones(2, device="meta")}
+    out = ema.update(state, values)
+    assert type(out.averaged) is _Keyed
+    assert out.averaged.keys() == state.averaged.keys()
