@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal norm, which `clip_norm` uses)
 from typing import Any, TypeVar, cast
 
 import attrs

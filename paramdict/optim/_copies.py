@@ -6,8 +6,6 @@ that become copies by their first in-place write (`paramdict._fresh`).
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal storage)
 from collections.abc import Callable
 from typing import TypeVar, cast
 

@@ -8,8 +8,6 @@ through contiguous scratch (elementwise arithmetic, so the same bits).
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
-# (torch's fused kernels and its list of devices that have them are private)
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's and torch's package-internal helpers)
 import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence

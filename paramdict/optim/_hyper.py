@@ -226,7 +226,7 @@ def compute_dtype(params: ParamDict) -> torch.dtype | None:
 
     Scalars of that dtype (see `Kernels.scalar`) take torch's faster foreach path.
     """
-    dtypes = {v.dtype for v in params._vals}  # pyright: ignore[reportPrivateUsage]
+    dtypes = {v.dtype for v in params._vals}
     if len(dtypes) == 1:
         (dtype,) = dtypes
         if dtype in (torch.float32, torch.float64):

@@ -8,8 +8,6 @@ whose tensors: the caller's (`step_`), copies (`step`), or copies autograd recor
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal storage)
 import abc
 import operator
 from collections.abc import Callable, Mapping

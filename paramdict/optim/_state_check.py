@@ -6,8 +6,6 @@ copies of the parameters (nothing is allocated).
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal storage)
 from typing import TYPE_CHECKING, Any
 
 import torch

@@ -7,8 +7,6 @@ kernel and the rule; a concrete optimizer adds its fields, `init_state` and `mat
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (the optimizers' own hooks; ParamDict's package-internal storage)
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 

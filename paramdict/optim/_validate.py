@@ -5,8 +5,6 @@ Run once per binding (`_binding.py`); the gradients' whenever their facts change
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal storage, torch's overlap check)
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -46,7 +44,7 @@ _TRANSFORMED = (
 def transformed() -> bool:
     """Whether a `torch.func` transform (`vmap`, `grad`, ...) runs the caller."""
     # Annotated as never None, but None when no transform runs.
-    return torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportUnnecessaryComparison, reportPrivateUsage]
+    return torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportUnnecessaryComparison]
 
 
 def check_params(params: object, what: str) -> ParamDict:
