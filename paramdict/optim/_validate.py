@@ -254,22 +254,13 @@ def _refuse_shared(names: list[str]) -> None:
 def entries_agree(params: ParamDict, state: object) -> bool:
     """Whether every buffer entry of `state` has the dtype of its parameter."""
     dtypes = {k: v.dtype for k, v in zip(params._keys, params._vals)}
+    containers: list[ParamDict] = []
+    state_tensors(state, containers)
     return all(
         dtypes.get(key, value.dtype) == value.dtype
-        for container in _buffers(state)
+        for container in containers
         for key, value in zip(container._keys, container._vals)
     )
-
-
-def _buffers(node: Any) -> list[ParamDict]:
-    """The ParamDicts of a state (its NamedTuples and tuples walked)."""
-    if isinstance(node, ParamDict):
-        return [node]
-    if isinstance(node, tuple):
-        return [
-            c for field in cast("tuple[object, ...]", node) for c in _buffers(field)
-        ]
-    return []
 
 
 def state_tensors(
