@@ -72,13 +72,6 @@ def _with_slot(state: S, slot: object) -> S:
     return replaced
 
 
-def _cloned(slot: object) -> object:
-    def clone(x: object) -> object:
-        return x.clone() if isinstance(x, Tensor) else x
-
-    return pytree.tree_map(clone, slot)
-
-
 def _globs(selectors: Sequence[_Selector]) -> dict[str, re.Pattern[str]]:
     """Return each pattern's `fnmatchcase` regex, compiled now (not while traced)."""
     return {
@@ -299,7 +292,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 continue
             slot = _slot(state[keeper])
             if routes is not None and i != self._writer(keeper, routes):
-                slot = _cloned(slot)
+                slot = pytree.tree_map_only(Tensor, Tensor.clone, slot)
             full[i] = _with_slot(state[i], slot)
         return tuple(full)
 
