@@ -36,11 +36,6 @@ S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
 
 
-def _same_tensors(a: ParamDict, b: ParamDict) -> bool:
-    """Whether two ParamDicts hold the very same tensors under the same keys."""
-    return a._keys == b._keys and all(map(operator.is_, a._vals, b._vals))
-
-
 class Optimizer(OptionalHooks[S], abc.ABC):
     """The base of every optimizer: `init`, the rule `update_`, and the steps.
 
@@ -218,7 +213,8 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             if (
                 isinstance(given, ParamDict)
                 and state is last.state
-                and _same_tensors(params, last.params)
+                and params._keys == last.params._keys
+                and all(map(operator.is_, params._vals, last.params._vals))
                 and last.holds(last.params, state)
             ):
                 return last  # the same tensors in a new ParamDict (`from_module`)
