@@ -178,7 +178,6 @@ def check_writable(differentiable: bool, params: ParamDict, state: object) -> No
     if transformed():
         raise ValueError(_TRANSFORMED)
     named = named_tensors(params, state)
-    tensors = [t for _, t in named]
     inference_mode = torch.is_inference_mode_enabled()
     recorded = [n for n, t in named if t.grad_fn is not None]
     if recorded:
@@ -209,7 +208,7 @@ def check_writable(differentiable: bool, params: ParamDict, state: object) -> No
         )
     owners: dict[int, str] = {}
     shared: list[str] = []
-    for (name, t), key in zip(named, storage_keys(tensors)):
+    for (name, t), key in zip(named, storage_keys([t for _, t in named])):
         if t.numel() == 0:
             continue
         other = owners.setdefault(key, name)
@@ -232,8 +231,7 @@ def refuse_shared_grads(
     if owned.isdisjoint(keys):
         return
     named = named_tensors(params, state)
-    names = [n for n, _ in named]
-    by_key = dict(zip(storage_keys([t for _, t in named]), names))
+    by_key = dict(zip(storage_keys([t for _, t in named]), (n for n, _ in named)))
     shared: list[str] = []
     for name, g, key in zip(grads._keys, grads._vals, keys):
         if g.numel() and key in owned:
