@@ -220,11 +220,8 @@ def compute_dtype(params: ParamDict) -> torch.dtype | None:
     Scalars of that dtype (see `Kernels.scalar`) take torch's faster foreach path.
     """
     dtypes = {v.dtype for v in params._vals}
-    if len(dtypes) == 1:
-        (dtype,) = dtypes
-        if dtype in (torch.float32, torch.float64):
-            return dtype
-    return None
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    return dtype if dtype in (torch.float32, torch.float64) else None
 
 
 def new_counter() -> Tensor:
