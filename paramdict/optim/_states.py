@@ -68,16 +68,14 @@ class AdadeltaState(NamedTuple):
 
 @register_state_as("paramdict.optim.adafactor")
 class AdafactorState(NamedTuple):
-    """The state of `Adafactor`: `step`, the second moments, `schedule`.
-
-    Each buffer holds only its own keys: the matrices', or the others'.
+    """The state of `Adafactor`; `step` and `schedule` as in `AdamState`.
 
     Attributes:
-        row_var: Per matrix: the running mean of the squared gradient over the
-            last dimension (its shape with the last dimension 1).
-        col_var: Per matrix: the same over the second-to-last dimension.
-        variance: Per entry of fewer than two dimensions: the running mean of
-            the squared gradient.
+        row_var: Per matrix (its keys only), the running mean of the squared
+            gradient over the last dimension (its shape with that dimension 1).
+        col_var: Per matrix, the same over the second-to-last dimension.
+        variance: Per other entry (fewer than two dimensions), the running mean
+            of the squared gradient.
 
     Example:
         >>> from paramdict import optim
