@@ -194,8 +194,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             >>> params["w"]
             tensor([0.5000])
         """
-        params = check_params(params, "bind")
-        bound = Bound(self, params, state, in_place=in_place)
+        bound = Bound(self, check_params(params, "bind"), state, in_place=in_place)
         object.__setattr__(self, "_last", bound)
         return bound
 

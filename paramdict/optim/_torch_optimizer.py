@@ -287,9 +287,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
             self.differentiable or torch.compiler.is_compiling() or transformed()
         ) and (in_place or self.copies_fused or getattr(self, "fused", None)):
             # A fused kernel writes outside autograd, tracing and transforms.
-            fused = self._fused_plan(params, state)
-            if fused is not None:
-                return fused
+            return self._fused_plan(params, state) or self._prepare
         return self._prepare
 
     def _prepare(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:
