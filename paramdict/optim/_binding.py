@@ -7,8 +7,6 @@ and binds again only where it changed. `step` and `step_` keep the last binding.
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal storage; torch's tensor check)
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast

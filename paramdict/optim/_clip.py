@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal norm, which `clip_norm` uses)
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import attrs
 import torch
@@ -14,7 +12,7 @@ from typing_extensions import override
 from .._paramdict import ParamDict
 from .._reduce import CLIP_EPS
 from ._binding import Composed, Plan
-from ._hyper import check_non_negative, check_number
+from ._hyper import check_non_negative, check_number_in
 from ._optimizer import Optimizer
 
 __all__ = ["ClipGradNorm"]
@@ -23,11 +21,7 @@ S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
 
 
-def _check_norm_type(instance: object, attribute: Any, value: Any) -> None:
-    check_number(instance, attribute, value)
-    if not value > 0:
-        msg = f"`{attribute.name}` must be positive or `math.inf`, got {value!r}."
-        raise ValueError(msg)
+_check_norm_type = check_number_in(lambda x: x > 0, "positive or `math.inf`")
 
 
 @attrs.frozen(eq=False)

@@ -6,9 +6,8 @@ that become copies by their first in-place write (`paramdict._fresh`).
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal storage)
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar, cast
 
 import torch
@@ -60,10 +59,5 @@ def lazily_copied(
     twins = [lazy(c, exact=exact) for c in containers]
     new_state = cast(S, rebuilt(state, made, iter(twins)))
     new_params = lazy(params, exact=exact)
-    written = [new_params, *twins]
     given = [params._vals, *[c._vals for c in containers]]
-
-    def finish() -> None:
-        owned(written, given)
-
-    return new_params, new_state, finish
+    return new_params, new_state, partial(owned, [new_params, *twins], given)

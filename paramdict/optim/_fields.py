@@ -54,20 +54,17 @@ _TAIL = (*SHARED, "fused")
 
 def flag(default: bool = False) -> bool:
     """Return an option that is `True` or `False`."""
-    field: bool = attrs.field(default=default, validator=check_flag)
-    return field
+    return attrs.field(default=default, validator=check_flag)
 
 
 def non_negative(default: float) -> float:
     """Return an option that is a finite real number `>= 0`."""
-    field: float = attrs.field(default=default, validator=check_non_negative)
-    return field
+    return attrs.field(default=default, validator=check_non_negative)
 
 
 def fraction(default: float) -> float:
     """Return an option that is a real number in `[0, 1]`."""
-    field: float = attrs.field(default=default, validator=check_fraction)
-    return field
+    return attrs.field(default=default, validator=check_fraction)
 
 
 @overload
@@ -76,9 +73,7 @@ def betas(default: tuple[float, float]) -> tuple[float, float]: ...
 def betas(default: tuple[float, float, float]) -> tuple[float, float, float]: ...
 def betas(default: tuple[float, ...]) -> tuple[float, ...]:
     """Return an option of two (or, as `default`, three) numbers, each in `[0, 1)`."""
-    check = check_betas(len(default))
-    field: tuple[float, ...] = attrs.field(default=default, validator=check)
-    return field
+    return attrs.field(default=default, validator=check_betas(len(default)))
 
 
 def fused_option() -> bool | None:

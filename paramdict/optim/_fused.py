@@ -8,8 +8,6 @@ through contiguous scratch (elementwise arithmetic, so the same bits).
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false, reportPrivateImportUsage=false
-# (torch's fused kernels and its list of devices that have them are private)
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
@@ -45,6 +43,8 @@ S = TypeVar("S")
 Strides = tuple[int, ...]
 Kernel = Callable[..., None]
 """Runs a fused kernel: `(params, grads, buffers, steps, lr)` as lists."""
+Vals = list[Tensor]
+"""One tensor per entry, in key order (a ParamDict's value list)."""
 
 
 def _devices() -> frozenset[str]:
@@ -139,13 +139,12 @@ class FusedPlan(Generic[S]):
         self._kernel = kernel
         self._buffers = buffers
         fields = [params._aligned(getattr(state, f), what="The state") for f in buffers]
-        staged: list[int] = []
-        for i, p in enumerate(params._vals):
-            if p.numel() and (
-                not dense(p) or any(b[i].stride() != p.stride() for b in fields)
-            ):
-                staged.append(i)
-        self._staged = tuple(staged)
+        self._staged = staged = tuple(
+            i
+            for i, p in enumerate(params._vals)
+            if p.numel()
+            and (not dense(p) or any(b[i].stride() != p.stride() for b in fields))
+        )
         self.grad_strides: list[Strides | None] = [
             _contiguous_strides(p.shape) if i in staged else p.stride()
             for i, p in enumerate(params._vals)
@@ -259,11 +258,7 @@ def adam_kernel(opt: Any) -> Kernel:
     amsgrad = opt.amsgrad
 
     def run(
-        params: list[Tensor],
-        grads: list[Tensor],
-        buffers: list[list[Tensor]],
-        steps: list[Tensor],
-        lr: float | Tensor,
+        params: Vals, grads: Vals, buffers: list[Vals], steps: Vals, lr: float | Tensor
     ) -> None:
         beta1, beta2 = opt.betas
         kernel(
@@ -291,11 +286,7 @@ def sgd_kernel(opt: Any) -> Kernel:
     """`torch._fused_sgd_` without dampening (a zero first buffer: `is_first_step`)."""
 
     def run(
-        params: list[Tensor],
-        grads: list[Tensor],
-        buffers: list[list[Tensor]],
-        steps: list[Tensor],
-        lr: float | Tensor,
+        params: Vals, grads: Vals, buffers: list[Vals], steps: Vals, lr: float | Tensor
     ) -> None:
         del steps
         torch._fused_sgd_(
@@ -320,11 +311,7 @@ def adagrad_kernel(opt: Any) -> Kernel:
     """`torch._fused_adagrad_` with `opt`'s options (CPU only in torch)."""
 
     def run(
-        params: list[Tensor],
-        grads: list[Tensor],
-        buffers: list[list[Tensor]],
-        steps: list[Tensor],
-        lr: float | Tensor,
+        params: Vals, grads: Vals, buffers: list[Vals], steps: Vals, lr: float | Tensor
     ) -> None:
         torch._fused_adagrad_(
             params,

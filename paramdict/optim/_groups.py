@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's and torch's package-internal helpers)
 import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -72,13 +70,6 @@ def _with_slot(state: S, slot: object) -> S:
     """Return `state` holding `slot` as its `schedule`."""
     replaced: S = cast("Any", state)._replace(schedule=slot)
     return replaced
-
-
-def _cloned(slot: object) -> object:
-    def clone(x: object) -> object:
-        return x.clone() if isinstance(x, Tensor) else x
-
-    return pytree.tree_map(clone, slot)
 
 
 def _globs(selectors: Sequence[_Selector]) -> dict[str, re.Pattern[str]]:
@@ -301,7 +292,7 @@ class ParamGroups(Optimizer[tuple[S, ...]]):
                 continue
             slot = _slot(state[keeper])
             if routes is not None and i != self._writer(keeper, routes):
-                slot = _cloned(slot)
+                slot = pytree.tree_map_only(Tensor, Tensor.clone, slot)
             full[i] = _with_slot(state[i], slot)
         return tuple(full)
 

@@ -29,6 +29,7 @@ __all__ = [
     "check_int",
     "check_non_negative",
     "check_number",
+    "check_number_in",
     "check_optional_flag",
     "check_optional_number",
     "check_rate",
@@ -108,14 +109,6 @@ def check_fused(instance: object, attribute: Any, value: Any) -> None:
             "`fused=True` needs `differentiable=False`: torch's fused kernels "
             "write in place, outside autograd. Leave `fused` at None."
         )
-        raise ValueError(msg)
-
-
-def check_fraction(instance: object, attribute: Any, value: Any) -> None:
-    """Raise unless `value` is a number in `[0, 1]`, naming the argument."""
-    check_number(instance, attribute, value)
-    if not 0 <= value <= 1:
-        msg = f"`{attribute.name}` must be in [0, 1], got {value!r}."
         raise ValueError(msg)
 
 
@@ -226,12 +219,9 @@ def compute_dtype(params: ParamDict) -> torch.dtype | None:
 
     Scalars of that dtype (see `Kernels.scalar`) take torch's faster foreach path.
     """
-    dtypes = {v.dtype for v in params._vals}  # pyright: ignore[reportPrivateUsage]
-    if len(dtypes) == 1:
-        (dtype,) = dtypes
-        if dtype in (torch.float32, torch.float64):
-            return dtype
-    return None
+    dtypes = {v.dtype for v in params._vals}
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    return dtype if dtype in (torch.float32, torch.float64) else None
 
 
 def new_counter() -> Tensor:
@@ -381,12 +371,15 @@ def check_rate_shapes(params: ParamDict, name: str, rate: ParamDict) -> None:
         raise ValueError(msg)
 
 
-def check_int(within: Callable[[int], bool], wanted: str) -> Validator:
-    """Return the validator of an int (not a bool) that `within` accepts."""
+def check_number_in(
+    within: Callable[[Any], bool], wanted: str, *, integer: bool = False
+) -> Validator:
+    """Return the validator of a number (`integer`: an int; no bool) `within` takes."""
+    kind, real = ("an int", int) if integer else ("a number", Real)
 
     def check(instance: object, attribute: Any, value: Any) -> None:
-        if not isinstance(value, int) or isinstance(value, bool):
-            msg = f"`{attribute.name}` must be an int, got {type(value).__name__}."
+        if type(value) is bool or not isinstance(value, real):
+            msg = f"`{attribute.name}` must be {kind}, got {type(value).__name__}."
             raise TypeError(msg)
         if not within(value):
             msg = f"`{attribute.name}` must be {wanted}, got {value!r}."
@@ -395,7 +388,13 @@ def check_int(within: Callable[[int], bool], wanted: str) -> Validator:
     return check
 
 
+def check_int(within: Callable[[int], bool], wanted: str) -> Validator:
+    """Return the validator of an int (not a bool) that `within` accepts."""
+    return check_number_in(within, wanted, integer=True)
+
+
 check_count = check_int(lambda n: n >= 1, "at least 1")
+check_fraction = check_number_in(lambda x: 0 <= x <= 1, "in [0, 1]")
 
 
 def check_optional_number(within: Callable[[float], bool], wanted: str) -> Validator:

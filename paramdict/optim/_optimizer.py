@@ -8,8 +8,6 @@ whose tensors: the caller's (`step_`), copies (`step`), or copies autograd recor
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal storage)
 import abc
 import operator
 from collections.abc import Callable, Mapping
@@ -36,11 +34,6 @@ __all__ = ["Optimizer", "register_state"]
 
 S = TypeVar("S")
 P = TypeVar("P", bound=ParamDict)
-
-
-def _same_tensors(a: ParamDict, b: ParamDict) -> bool:
-    """Whether two ParamDicts hold the very same tensors under the same keys."""
-    return a._keys == b._keys and all(map(operator.is_, a._vals, b._vals))
 
 
 class Optimizer(OptionalHooks[S], abc.ABC):
@@ -201,8 +194,7 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             >>> params["w"]
             tensor([0.5000])
         """
-        params = check_params(params, "bind")
-        bound = Bound(self, params, state, in_place=in_place)
+        bound = Bound(self, check_params(params, "bind"), state, in_place=in_place)
         object.__setattr__(self, "_last", bound)
         return bound
 
@@ -220,7 +212,8 @@ class Optimizer(OptionalHooks[S], abc.ABC):
             if (
                 isinstance(given, ParamDict)
                 and state is last.state
-                and _same_tensors(params, last.params)
+                and params._keys == last.params._keys
+                and all(map(operator.is_, params._vals, last.params._vals))
                 and last.holds(last.params, state)
             ):
                 return last  # the same tensors in a new ParamDict (`from_module`)

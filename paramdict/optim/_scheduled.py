@@ -185,8 +185,7 @@ class ScheduledRate(OptionalHooks[S], Generic[S]):
 
     @override
     def step_count(self, state: S, /) -> int:
-        counter: Tensor = cast(Any, state).step
-        return int(counter)
+        return int(cast(Any, state).step)
 
     def step_schedule(self, state: S, metrics: float | Tensor, /) -> S:
         """Return `state` after `ReduceLROnPlateau` saw `metrics`; `state` is unchanged.

@@ -6,8 +6,6 @@ copies of the parameters (nothing is allocated).
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal storage)
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -40,7 +38,19 @@ def check_buffers(opt: TorchOptimizer[Any], params: ParamDict, state: Any) -> No
             continue
         if isinstance(buffer, ParamDict) and not buffer:
             if params and kind == "buffer":
-                _refuse_missing(opt, field)
+                option = opt.buffer_options.get(field)
+                why = (
+                    f"`{option}` needs it"
+                    if option is not None
+                    else "its options need it"
+                )
+                msg = (
+                    f"{what} is empty, but `{type(opt).__name__}` keeps that buffer: "
+                    f"{why}, and the state comes from an optimizer without it. Start "
+                    f"a new state with `init`, or add the buffer: "
+                    f"`state._replace({field}=params.zeros_like())`."
+                )
+                raise ValueError(msg)
             continue
         if not isinstance(buffer, ParamDict):
             msg = (
@@ -49,8 +59,7 @@ def check_buffers(opt: TorchOptimizer[Any], params: ParamDict, state: Any) -> No
                 "(or a checkpoint of it)."
             )
             raise TypeError(msg)
-        if buffer.keys() != params.keys():
-            check_rate_keys(params, field, buffer)
+        check_rate_keys(params, field, buffer)
         if buffer._keys != params._keys:
             msg = (
                 f"{what} must match the parameters entry by entry, in their order; "
@@ -114,16 +123,3 @@ def _kinds(opt: TorchOptimizer[Any], params: ParamDict) -> dict[str, str]:
         else:
             kinds[field] = "other"
     return kinds
-
-
-def _refuse_missing(opt: TorchOptimizer[Any], field: str) -> None:
-    name = type(opt).__name__
-    option = opt.buffer_options.get(field)
-    why = f"`{option}` needs it" if option is not None else "its options need it"
-    msg = (
-        f"The state's `{field}` is empty, but `{name}` keeps that buffer: "
-        f"{why}, and the state comes from an optimizer without it. Start a new "
-        f"state with `init`, or add the buffer: "
-        f"`state._replace({field}=params.zeros_like())`."
-    )
-    raise ValueError(msg)

@@ -68,16 +68,14 @@ class AdadeltaState(NamedTuple):
 
 @register_state_as("paramdict.optim.adafactor")
 class AdafactorState(NamedTuple):
-    """The state of `Adafactor`: `step`, the second moments, `schedule`.
-
-    Each buffer holds only its own keys: the matrices', or the others'.
+    """The state of `Adafactor`; `step` and `schedule` as in `AdamState`.
 
     Attributes:
-        row_var: Per matrix: the running mean of the squared gradient over the
-            last dimension (its shape with the last dimension 1).
-        col_var: Per matrix: the same over the second-to-last dimension.
-        variance: Per entry of fewer than two dimensions: the running mean of
-            the squared gradient.
+        row_var: Per matrix (its keys only), the running mean of the squared
+            gradient over the last dimension (its shape with that dimension 1).
+        col_var: Per matrix, the same over the second-to-last dimension.
+        variance: Per other entry (fewer than two dimensions), the running mean
+            of the squared gradient.
 
     Example:
         >>> from paramdict import optim
@@ -123,8 +121,7 @@ class AdamState(NamedTuple):
         step: The number of steps taken, a 0-dim tensor.
         exp_avg: The running average of the gradients, keyed like the parameters.
         exp_avg_sq: The running average of the squared gradients.
-        max_exp_avg_sq: The running maximum of `exp_avg_sq` (AMSGrad); empty
-            unless `amsgrad=True`.
+        max_exp_avg_sq: The running maximum of `exp_avg_sq`; empty unless `amsgrad`.
         schedule: The state of the `lr` schedule; `()` when `lr` is a rate.
 
     Example:
@@ -146,13 +143,10 @@ class AdamState(NamedTuple):
 
 @register_state_as("paramdict.optim.adamax")
 class AdamaxState(NamedTuple):
-    """The state of `Adamax`.
-
-    `AdamState`'s `step`, `exp_avg` and `schedule` (the same meaning), and:
+    """The state of `Adamax`: `AdamState`'s `step`, `exp_avg`, `schedule`; `exp_inf`.
 
     Attributes:
-        exp_inf: The exponentially weighted infinity norm of the gradients,
-            in place of `exp_avg_sq`.
+        exp_inf: The exponentially weighted infinity norm of the gradients.
 
     Example:
         >>> from paramdict import optim
@@ -178,8 +172,7 @@ class AdanState(NamedTuple):
         exp_avg: The running average of the gradients.
         exp_avg_diff: The running average of the gradients' changes.
         exp_avg_sq: The running average of the squared Nesterov gradients.
-        prev_grad: The previous step's gradients (zero before the first step,
-            which takes no change).
+        prev_grad: The previous step's gradients (zero before the first: no change).
 
     Example:
         >>> from paramdict import optim
@@ -204,8 +197,7 @@ class AdEMAMixState(NamedTuple):
 
     Attributes:
         exp_avg_fast: The fast running average of the gradients (Adam's `m`).
-        exp_avg_slow: The slow running average of the gradients (no bias
-            correction).
+        exp_avg_slow: The slow running average of the gradients (no bias correction).
         exp_avg_sq: The running average of the squared gradients.
 
     Example:
@@ -226,15 +218,13 @@ class AdEMAMixState(NamedTuple):
 
 @register_state_as("paramdict.optim.asgd")
 class ASGDState(NamedTuple):
-    """The state of `ASGD`: `step`, `eta`, `mu`, `ax` and `schedule`.
-
-    `eta` and `mu` are 0-dim tensors in torch.optim's dtype for them (float32
-    unless the default dtype is float64), which keeps its rounding; with a
-    per-key learning rate `eta` is a ParamDict of per-key values in that dtype.
+    """The state of `ASGD`; `step` and `schedule` as in `AdamState`.
 
     Attributes:
-        eta: The step size of the next step.
-        mu: The averaging coefficient of the next step.
+        eta: The step size of the next step: a 0-dim tensor (per key with a per-key
+            `lr`) in torch.optim's dtype for it (float32 unless the default dtype
+            is float64), which keeps its rounding.
+        mu: The averaging coefficient of the next step, a 0-dim tensor alike.
         ax: The running average of the parameters, keyed like them.
 
     Example:
@@ -340,14 +330,11 @@ class MuonState(NamedTuple):
 
 @register_state_as("paramdict.optim.nadam")
 class NAdamState(NamedTuple):
-    """The state of `NAdam`.
-
-    `AdamState`'s fields (the same meaning) without `max_exp_avg_sq`, and:
+    """The state of `NAdam`: `AdamState`'s fields but `max_exp_avg_sq`; `mu_product`.
 
     Attributes:
         mu_product: The product of the momentum coefficients so far, a 0-dim
-            tensor in torch.optim's dtype for it (float32 unless the default
-            dtype is float64).
+            tensor in torch.optim's dtype for it (as `ASGDState.mu`).
 
     Example:
         >>> from paramdict import optim
@@ -367,9 +354,7 @@ class NAdamState(NamedTuple):
 
 @register_state_as("paramdict.optim.radam")
 class RAdamState(NamedTuple):
-    """The state of `RAdam`.
-
-    Its fields are `AdamState`'s (the same meaning) without `max_exp_avg_sq`.
+    """The state of `RAdam`: `AdamState`'s fields but `max_exp_avg_sq`.
 
     Example:
         >>> from paramdict import optim
@@ -465,8 +450,7 @@ class SGDState(NamedTuple):
     """The state of `SGD`; `step` and `schedule` as in `AdamState`.
 
     Attributes:
-        momentum_buffer: The momentum buffer, keyed like the parameters; empty
-            when `momentum == 0`.
+        momentum_buffer: The momentum buffer; empty when `momentum == 0`.
 
     Example:
         >>> from paramdict import optim
@@ -488,16 +472,13 @@ class SOAPState(NamedTuple):
     """The state of `SOAP`; `schedule` as in `AdamState`.
 
     Attributes:
-        step: The number of calls taken, a 0-dim tensor (the first builds the
+        step: The number of calls, a 0-dim tensor (the first builds the
             preconditioner, so Adam's step count is one less).
-        exp_avg: The running average of the gradients, in the parameters' own
-            coordinates.
-        exp_avg_sq: The running average of the squared gradients, in the
-            eigenbasis coordinates.
-        gg: One ParamDict per dimension `i` (of the shape the preconditioner
-            sees): each entry whose dimension `i` is preconditioned, its
-            Kronecker factor (`d_i x d_i`, the running average of the gradient's
-            Gram matrix along that dimension).
+        exp_avg: The running average of the gradients, in the parameters' basis.
+        exp_avg_sq: The running average of the squared gradients, in the eigenbasis.
+        gg: Per dimension `i` (of the shape the preconditioner sees), a ParamDict
+            of the Kronecker factors (`d_i x d_i`, the running average of the
+            gradient's Gram matrix along `i`) of the entries it preconditions.
         q: The eigenbases of `gg`, laid out alike.
 
     Example:
@@ -522,10 +503,8 @@ class MultiStepsState(NamedTuple):
     Attributes:
         mini_step: Calls since the inner optimizer last stepped, a 0-dim tensor
             in `[0, every_k)`.
-        acc_grads: The gradients accumulated (summed) since then, keyed like the
-            parameters. At `mini_step` 0 nothing is accumulated and the values
-            are left over (the next call writes over them, without a pass to
-            clear them first).
+        acc_grads: The gradients summed since then, keyed like the parameters;
+            at `mini_step` 0, values left over that the next call writes over.
         inner_state: The wrapped optimizer's state.
 
     Example:

@@ -7,8 +7,6 @@ kernel and the rule; a concrete optimizer adds its fields, `init_state` and `mat
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (the optimizers' own hooks; ParamDict's package-internal storage)
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, cast
 
@@ -173,8 +171,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
         self._check_rates(params)
         state = self.init_state(params)
         if is_schedule(self.lr):
-            schedule = first_state(self.lr)
-            state = cast("Any", state)._replace(schedule=schedule)
+            state = cast("Any", state)._replace(schedule=first_state(self.lr))
         return state
 
     def init_state(self, params: ParamDict, /) -> S:
@@ -254,13 +251,12 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
                 "optimizer's `init`."
             )
             raise TypeError(msg)
-        if self.capturable and isinstance(given.step, Tensor) and not given.step.is_cpu:
-            dtype = state_scalar_dtype(given.step.device)
-            check_counter(given.step, params, "step", dtype=dtype)
-        else:
-            check_counter(given.step, params, "step")
+        step = given.step
+        on_device = self.capturable and isinstance(step, Tensor) and not step.is_cpu
+        dtype = state_scalar_dtype(step.device) if on_device else None
+        check_counter(step, params, "step", dtype=dtype)
         if self.capturable:
-            check_device_counter(given.step, params, "step")
+            check_device_counter(step, params, "step")
         if "schedule" in given._fields:
             check_slot(self, self.lr, given.schedule)
         check_buffers(self, params, given)
@@ -291,9 +287,7 @@ class TorchOptimizer(ScheduledRate[S], Optimizer[S]):
             self.differentiable or torch.compiler.is_compiling() or transformed()
         ) and (in_place or self.copies_fused or getattr(self, "fused", None)):
             # A fused kernel writes outside autograd, tracing and transforms.
-            fused = self._fused_plan(params, state)
-            if fused is not None:
-                return fused
+            return self._fused_plan(params, state) or self._prepare
         return self._prepare
 
     def _prepare(self, params: ParamDict, state: S) -> Callable[[ParamDict], S]:

@@ -5,8 +5,6 @@ Run once per binding (`_binding.py`); the gradients' whenever their facts change
 
 from __future__ import annotations
 
-# pyright: reportPrivateUsage=false
-# (ParamDict's package-internal storage, torch's overlap check)
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -46,7 +44,7 @@ _TRANSFORMED = (
 def transformed() -> bool:
     """Whether a `torch.func` transform (`vmap`, `grad`, ...) runs the caller."""
     # Annotated as never None, but None when no transform runs.
-    return torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportUnnecessaryComparison, reportPrivateUsage]
+    return torch._C._functorch.peek_interpreter_stack() is not None  # pyright: ignore[reportUnnecessaryComparison]
 
 
 def check_params(params: object, what: str) -> ParamDict:
@@ -180,7 +178,6 @@ def check_writable(differentiable: bool, params: ParamDict, state: object) -> No
     if transformed():
         raise ValueError(_TRANSFORMED)
     named = named_tensors(params, state)
-    tensors = [t for _, t in named]
     inference_mode = torch.is_inference_mode_enabled()
     recorded = [n for n, t in named if t.grad_fn is not None]
     if recorded:
@@ -211,7 +208,7 @@ def check_writable(differentiable: bool, params: ParamDict, state: object) -> No
         )
     owners: dict[int, str] = {}
     shared: list[str] = []
-    for (name, t), key in zip(named, storage_keys(tensors)):
+    for (name, t), key in zip(named, storage_keys([t for _, t in named])):
         if t.numel() == 0:
             continue
         other = owners.setdefault(key, name)
@@ -234,8 +231,7 @@ def refuse_shared_grads(
     if owned.isdisjoint(keys):
         return
     named = named_tensors(params, state)
-    names = [n for n, _ in named]
-    by_key = dict(zip(storage_keys([t for _, t in named]), names))
+    by_key = dict(zip(storage_keys([t for _, t in named]), (n for n, _ in named)))
     shared: list[str] = []
     for name, g, key in zip(grads._keys, grads._vals, keys):
         if g.numel() and key in owned:
@@ -256,22 +252,13 @@ def _refuse_shared(names: list[str]) -> None:
 def entries_agree(params: ParamDict, state: object) -> bool:
     """Whether every buffer entry of `state` has the dtype of its parameter."""
     dtypes = {k: v.dtype for k, v in zip(params._keys, params._vals)}
+    containers: list[ParamDict] = []
+    state_tensors(state, containers)
     return all(
         dtypes.get(key, value.dtype) == value.dtype
-        for container in _buffers(state)
+        for container in containers
         for key, value in zip(container._keys, container._vals)
     )
-
-
-def _buffers(node: Any) -> list[ParamDict]:
-    """The ParamDicts of a state (its NamedTuples and tuples walked)."""
-    if isinstance(node, ParamDict):
-        return [node]
-    if isinstance(node, tuple):
-        return [
-            c for field in cast("tuple[object, ...]", node) for c in _buffers(field)
-        ]
-    return []
 
 
 def state_tensors(
