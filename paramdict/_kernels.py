@@ -34,6 +34,8 @@ from ._checks import check_int_range, describe_kind, first_sentence, is_number
 from ._container import _Container
 from ._foreach import call
 
+_PLAIN_NUMBERS = frozenset({int, float})
+
 # Operands are typed `Any` once `operand` has turned them into foreach arguments
 # (numbers, tensors or lists of either); narrowing them with `isinstance` gives element
 # types pyright calls unknown.
@@ -95,8 +97,12 @@ def operand(p: _Container, other: object, what: str) -> Any:
         return other
     if isinstance(other, Mapping):
         values = p._aligned(other, what=what)
-        if all(isinstance(v, Tensor) for v in values) or all(
-            is_number(v) for v in values
+        kinds = set(map(type, values))  # read in C: no Python frame per key
+        if (
+            kinds <= _PLAIN_NUMBERS
+            or all(issubclass(kind, Tensor) for kind in kinds)
+            or all(isinstance(v, Tensor) for v in values)
+            or all(map(is_number, values))
         ):
             return values
         bad = sorted(k for k, v in zip(p._keys, values) if not isinstance(v, Tensor))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from numbers import Real
 from typing import Any, ClassVar, cast
 
 import attrs
+import torch
 from torch import Tensor
 from typing_extensions import override
 
@@ -126,10 +128,11 @@ class Rprop(TorchOptimizer[RpropState]):
         # is written below: read from a copy then, as torch's Rprop does.
         prev = state.prev.clone() if self.differentiable else state.prev
         sign = prev.mul(grads).sign_()
-        flipped = sign.map(lambda v: v.eq(-1))
-        _masked_fill_(sign, sign.map(lambda v: v.eq(1)), etaplus)
+        # `partial(torch.eq, ...)` runs each comparison without a Python frame.
+        flipped = sign.map(partial(torch.eq, other=-1))
+        _masked_fill_(sign, sign.map(partial(torch.eq, other=1)), etaplus)
         _masked_fill_(sign, flipped, etaminus)
-        _masked_fill_(sign, sign.map(lambda v: v.eq(0)), 1)
+        _masked_fill_(sign, sign.map(partial(torch.eq, other=0)), 1)
         step_size = state.step_size.mul_(sign).clamp_(step_size_min, step_size_max)
         new_prev = _masked_fill_(state.prev.copy_(grads), flipped, 0)
         params.addcmul_(new_prev.sign(), step_size, value=-1)
