@@ -76,6 +76,8 @@ def operand(p: _Container, other: object, what: str) -> Any:
 
     Returns a Python number, or a list (tensors or numbers) in `p`'s key order.
     """
+    if type(other) is float:  # the common case: a float needs no check
+        return other
     if isinstance(other, _Container):  # a ParamDict: tensors by construction
         return p._aligned(other, what=what)
     if isinstance(other, Tensor):
@@ -166,6 +168,8 @@ def check_scalar_device(p: _Container, scalar: Tensor, what: str) -> None:
 
 def operand_or_raise(p: _Container, other: object, what: str) -> Any:
     """Like `operand`, raising `TypeError` where `operand` gives `NotImplemented`."""
+    if type(other) is float:  # the common case: a float needs no check
+        return other
     arg = operand(p, other, what)
     if arg is NotImplemented:
         msg = (

@@ -121,16 +121,6 @@ def advanced_on_host(schedule: Schedule, state: object) -> Any:
     return None if host is None else schedule._step_on_host(host)
 
 
-def _unreadable(tensor: Tensor) -> bool:
-    """Whether a schedule tensor's value cannot be read for free (see `is_traced`)."""
-    return (
-        type(tensor) is not Tensor
-        or not tensor.is_cpu
-        or tensor.requires_grad
-        or torch._C._functorch.is_functorch_wrapped_tensor(tensor)
-    )
-
-
 def on_host(state: Any) -> Any:
     """`state` with each tensor read as its float, or None where one cannot be.
 
@@ -145,7 +135,14 @@ def on_host(state: Any) -> Any:
         read: list[Any] = []
         for item in members:
             if isinstance(item, Tensor):
-                if _unreadable(item):
+                # Read for free only as a plain CPU tensor (see `is_traced`);
+                # tested here, not in a function: one frame per tensor per step.
+                if (
+                    type(item) is not Tensor
+                    or not item.is_cpu
+                    or item.requires_grad
+                    or torch._C._functorch.is_functorch_wrapped_tensor(item)
+                ):
                     return None
                 item = item.item()
             elif isinstance(item, tuple):
