@@ -7,12 +7,12 @@ script's `--check` compares the number.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _helpers import script
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -21,14 +21,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 @pytest.fixture(scope="module")
 def readme_count() -> ModuleType:
     """Import `scripts/readme_count.py` (not a package) as a module."""
-    spec = importlib.util.spec_from_file_location(
-        "readme_count", ROOT / "scripts" / "readme_count.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script("readme_count")
 
 
 def test_readme_holds_the_sentence_the_script_writes(readme_count: ModuleType) -> None:

@@ -10,12 +10,12 @@ in all than torch's fastest step of the same optimizer.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _helpers import script
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS_AT_MOST = 60
@@ -24,14 +24,7 @@ OURS_AT_MOST = 60
 @pytest.fixture(scope="module")
 def step_calls() -> ModuleType:
     """Import `scripts/step_calls.py` (not a package) as a module."""
-    spec = importlib.util.spec_from_file_location(
-        "step_calls", ROOT / "scripts" / "step_calls.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script("step_calls")
 
 
 @pytest.fixture(autouse=True)

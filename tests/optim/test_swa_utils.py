@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from _helpers import MyParams
 from torch import nn
 from torch.optim import swa_utils
 
@@ -148,10 +149,6 @@ def test_bad_arguments_raise(build: object, error: type[Exception], match: str) 
         build()  # type: ignore[operator]
 
 
-class _Keyed(ParamDict):
-    """A user's ParamDict subclass, which every result keeps."""
-
-
 @pytest.mark.parametrize("traced", [False, True], ids=["readable count", "meta count"])
 def test_update_keeps_a_paramdict_subclass(traced: bool) -> None:
     """Both paths of `update` return the average's own ParamDict type.
@@ -159,7 +156,7 @@ def test_update_keeps_a_paramdict_subclass(traced: bool) -> None:
     One reads the count on the host, the other keeps it on its device.
     """
     ema = optim.WeightAverage.ema(0.5)
-    state = ema.init(_Keyed(w=torch.zeros(2)))
+    state = ema.init(MyParams(w=torch.zeros(2)))
     values = {"w": torch.ones(2)}
     if traced:
         state = optim.AveragedState(
@@ -167,5 +164,5 @@ def test_update_keeps_a_paramdict_subclass(traced: bool) -> None:
         )
         values = {"w": torch.ones(2, device="meta")}
     out = ema.update(state, values)
-    assert type(out.averaged) is _Keyed
+    assert type(out.averaged) is MyParams
     assert out.averaged.keys() == state.averaged.keys()
