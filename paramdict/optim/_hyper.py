@@ -399,6 +399,7 @@ check_fraction = check_number_in(lambda x: 0 <= x <= 1, "in [0, 1]")
 
 def check_optional_number(within: Callable[[float], bool], wanted: str) -> Validator:
     """Return the validator of None or an int or float `within` accepts."""
+    in_range = check_number_in(within, wanted)
 
     def check(instance: object, attribute: Any, value: Any) -> None:
         if value is None:
@@ -406,9 +407,7 @@ def check_optional_number(within: Callable[[float], bool], wanted: str) -> Valid
         if type(value) not in (int, float):
             msg = f"`{attribute.name}` must be None or a number, got {value!r}."
             raise TypeError(msg)
-        if not within(value):
-            msg = f"`{attribute.name}` must be {wanted}, got {value!r}."
-            raise ValueError(msg)
+        in_range(instance, attribute, value)
 
     return check
 
